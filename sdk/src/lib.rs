@@ -1,0 +1,6 @@
+//! The Rust SDK for services on the triggers platform, byte-compatible with the Go reference SDK.
+//!
+//! - [`wire`]: the locked wire contract (pure, no I/O; usable with default features off).
+
+pub mod error;
+pub mod wire;

@@ -1,0 +1,118 @@
+//! Decoding JSON from the wire into typed values, with errors that name the field.
+//!
+//! Go's decoder is the reference for what is accepted: unknown keys are ignored, `null` leaves a
+//! field at its zero value, numbers must fit the field's type. On top of that, the fields the spec
+//! marks as always present must be there (as a key; `null` counts as present, as Go writes nil
+//! slices and maps that way).
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
+
+use crate::error::{DecodeError, DecodeErrorKind};
+
+/// Decodes `bytes` as the shape named `shape` (used in the error message).
+///
+/// # Errors
+/// A [`DecodeError`] with the JSON path of the offending field, and line and column.
+pub fn from_slice<T: DeserializeOwned>(
+    shape: &'static str,
+    bytes: &[u8],
+) -> Result<T, DecodeError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de)
+        .map_err(|e| DecodeError::from_path_error(shape, e))?;
+    de.end()
+        .map_err(|e| DecodeError::from_json(shape, String::new(), e))?;
+    Ok(value)
+}
+
+/// As [`from_slice`] for text.
+///
+/// # Errors
+/// As [`from_slice`].
+pub fn from_str<T: DeserializeOwned>(shape: &'static str, text: &str) -> Result<T, DecodeError> {
+    from_slice(shape, text.as_bytes())
+}
+
+impl DecodeError {
+    fn from_path_error(
+        shape: &'static str,
+        e: serde_path_to_error::Error<serde_json::Error>,
+    ) -> Self {
+        let path = e.path().to_string();
+        let path = if path == "." { String::new() } else { path };
+        Self::from_json(shape, path, e.into_inner())
+    }
+
+    pub(crate) fn from_json(shape: &'static str, path: String, e: serde_json::Error) -> Self {
+        let kind = match e.classify() {
+            serde_json::error::Category::Syntax => DecodeErrorKind::Syntax,
+            serde_json::error::Category::Eof => DecodeErrorKind::Eof,
+            serde_json::error::Category::Data => DecodeErrorKind::Data,
+            serde_json::error::Category::Io => DecodeErrorKind::Syntax,
+        };
+        // serde_json appends " at line L column C"; keep the message bare, the fields say where.
+        let message = e.to_string();
+        let message = match message.rfind(" at line ") {
+            Some(at) => message[..at].to_owned(),
+            None => message,
+        };
+        DecodeError {
+            shape,
+            kind,
+            path,
+            line: e.line(),
+            column: e.column(),
+            message,
+        }
+    }
+}
+
+/// `null` as the type's zero value, as Go's decoder leaves a non-pointer field on `null`.
+pub(crate) fn null_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// A JSON object or `null` (Go's `map[string]any`): anything else is refused, as Go refuses it.
+pub(crate) fn object_or_null<'de, D>(
+    deserializer: D,
+) -> Result<Option<serde_json::Map<String, serde_json::Value>>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    Option::<serde_json::Map<String, serde_json::Value>>::deserialize(deserializer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Outer {
+        inner: Vec<Inner>,
+    }
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Inner {
+        n: i64,
+    }
+
+    #[test]
+    fn errors_name_the_path_line_and_column() {
+        let err =
+            from_str::<Outer>("test", "{\"inner\": [{\"n\": 1},\n {\"n\": \"x\"}]}").unwrap_err();
+        assert_eq!(err.kind, DecodeErrorKind::Data);
+        assert_eq!(err.path, "inner[1].n");
+        assert_eq!((err.line, err.column), (2, 10));
+        assert!(err.to_string().contains("inner[1].n"), "{err}");
+        let err = from_str::<Outer>("test", "{\"inner\": [").unwrap_err();
+        assert_eq!(err.kind, DecodeErrorKind::Eof);
+        let err = from_str::<Outer>("test", "{\"inner\": []} x").unwrap_err();
+        assert_eq!(err.kind, DecodeErrorKind::Syntax);
+    }
+}

@@ -1,0 +1,344 @@
+//! Every NATS subject and JetStream name of the contract, as typed builders.
+//!
+//! Names that become subject tokens (services, actions, flows) are checked here so that no builder
+//! can produce a subject outside the table: in particular none can produce
+//! `triggers.v2.dlq.source.<id>`, which the orchestrator owns.
+
+use std::fmt;
+
+use crate::error::SubjectError;
+
+/// Manifest registration, request/reply, 10 s timeout.
+pub const MANIFEST_REGISTER: &str = "triggers.v2.manifest.register";
+/// Pull the current manifest, request/reply.
+pub const MANIFEST_FETCH: &str = "triggers.v2.manifest.fetch";
+/// Heartbeats, one every 5 s from each replica.
+pub const HEARTBEAT: &str = "triggers.v2.heartbeat";
+/// Cross-service flow updates, received by every replica of every service.
+pub const FLOW_BROADCAST_ALL: &str = "triggers.v2.flow.broadcast.all";
+/// Every completion event of every flow.
+pub const FLOW_EVENTS_ALL: &str = "triggers.v2.flow.events.>";
+/// Every DLQ subject (the SDKs' and the orchestrator's).
+pub const DLQ_ALL: &str = "triggers.v2.dlq.>";
+/// Everything in the locked namespace.
+pub const ALL: &str = "triggers.v2.>";
+/// The prefix of every locked subject.
+pub const PREFIX: &str = "triggers.v2.";
+/// The environment variable that overrides the inbound stream name. The wire module never reads
+/// it: callers pass its value to [`stream_name`].
+pub const SOURCE_STREAM_ENV: &str = "TRIGGERS_NATS_SOURCE_STREAM";
+
+const FLOW_EVENTS_PREFIX: &str = "triggers.v2.flow.events.";
+const FLOW_BROADCAST_PREFIX: &str = "triggers.v2.flow.broadcast.";
+const DLQ_PREFIX: &str = "triggers.v2.dlq.";
+
+/// Service names that would collide with a locked subject: `all` (the cross-service broadcast) and
+/// `source` (the orchestrator's source DLQ).
+pub const RESERVED_SERVICE_NAMES: [&str; 2] = ["all", "source"];
+
+/// The DLQ kinds for a message that has no action context: its subject is
+/// `triggers.v2.dlq.<service>.<kind>`. Action names may not take these names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FallbackKind {
+    /// The body is not JSON.
+    InvalidJson,
+    /// The message carries no envelope headers.
+    MissingEnvelope,
+    /// Envelope headers are present but malformed (a bad traceparent, retry count, time...).
+    InvalidEnvelope,
+    /// The envelope names a flow this service does not hold.
+    UnknownFlow,
+    /// The envelope's source node is not in the flow, or has no successor here.
+    UnknownNode,
+}
+
+impl FallbackKind {
+    /// Every fallback kind.
+    pub const ALL: [FallbackKind; 5] = [
+        FallbackKind::InvalidJson,
+        FallbackKind::MissingEnvelope,
+        FallbackKind::InvalidEnvelope,
+        FallbackKind::UnknownFlow,
+        FallbackKind::UnknownNode,
+    ];
+
+    /// The subject token and the `kind` field of the DLQ entry.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FallbackKind::InvalidJson => "invalid_json",
+            FallbackKind::MissingEnvelope => "missing_envelope",
+            FallbackKind::InvalidEnvelope => "invalid_envelope",
+            FallbackKind::UnknownFlow => "unknown_flow",
+            FallbackKind::UnknownNode => "unknown_node",
+        }
+    }
+
+    /// The kind whose name is `s`.
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl fmt::Display for FallbackKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Checks that `value` can be one subject token and one JetStream name: not empty, no whitespace or
+/// control characters, none of `.` `*` `>` (subject syntax) and `/` `\` (JetStream names are file
+/// names on the server).
+///
+/// # Errors
+/// [`SubjectError::InvalidToken`] naming `what` and the offending character.
+pub fn check_token(what: &'static str, value: &str) -> Result<(), SubjectError> {
+    let reason = if value.is_empty() {
+        Some("it is empty".to_owned())
+    } else {
+        value
+            .chars()
+            .find(|c| {
+                c.is_whitespace() || c.is_control() || matches!(c, '.' | '*' | '>' | '/' | '\\')
+            })
+            .map(|c| format!("it contains {c:?}"))
+    };
+    match reason {
+        None => Ok(()),
+        Some(reason) => Err(SubjectError::InvalidToken {
+            what,
+            value: value.to_owned(),
+            reason,
+        }),
+    }
+}
+
+/// Checks a service name: a valid token ([`check_token`]) and not a reserved name.
+///
+/// # Errors
+/// [`SubjectError::InvalidToken`] or [`SubjectError::Reserved`].
+pub fn check_service(service: &str) -> Result<(), SubjectError> {
+    check_token("service", service)?;
+    if RESERVED_SERVICE_NAMES.contains(&service) {
+        return Err(SubjectError::Reserved {
+            what: "service",
+            value: service.to_owned(),
+            reason: "it would collide with a locked subject (triggers.v2.flow.broadcast.all, triggers.v2.dlq.source.*)",
+        });
+    }
+    Ok(())
+}
+
+/// Checks an action name: a valid token and not one of the [`FallbackKind`] names, whose DLQ
+/// subjects it would share.
+///
+/// # Errors
+/// [`SubjectError::InvalidToken`] or [`SubjectError::Reserved`].
+pub fn check_action(action: &str) -> Result<(), SubjectError> {
+    check_token("action", action)?;
+    if FallbackKind::parse(action).is_some() {
+        return Err(SubjectError::Reserved {
+            what: "action",
+            value: action.to_owned(),
+            reason: "it is a DLQ fallback kind, and would share its subject",
+        });
+    }
+    Ok(())
+}
+
+/// `triggers.v2.flow.events.<flow_id>`: where completion events of a flow go.
+///
+/// # Errors
+/// When `flow_id` is not a valid token.
+pub fn flow_events(flow_id: &str) -> Result<String, SubjectError> {
+    check_token("flow_id", flow_id)?;
+    Ok(format!("{FLOW_EVENTS_PREFIX}{flow_id}"))
+}
+
+/// `triggers.v2.flow.broadcast.<service>`: flow updates for one service.
+///
+/// # Errors
+/// When `service` is not a valid service name.
+pub fn flow_broadcast(service: &str) -> Result<String, SubjectError> {
+    check_service(service)?;
+    Ok(format!("{FLOW_BROADCAST_PREFIX}{service}"))
+}
+
+/// `triggers.v2.dlq.<service>.<action>`: the per-action DLQ.
+///
+/// # Errors
+/// When `service` or `action` is not valid (so `source` and the fallback kinds are refused).
+pub fn dlq_action(service: &str, action: &str) -> Result<String, SubjectError> {
+    check_service(service)?;
+    check_action(action)?;
+    Ok(format!("{DLQ_PREFIX}{service}.{action}"))
+}
+
+/// `triggers.v2.dlq.<service>.<kind>`: the DLQ for a message with no action context.
+///
+/// # Errors
+/// When `service` is not a valid service name.
+pub fn dlq_fallback(service: &str, kind: FallbackKind) -> Result<String, SubjectError> {
+    check_service(service)?;
+    Ok(format!("{DLQ_PREFIX}{service}.{}", kind.as_str()))
+}
+
+/// The inbound JetStream stream: `triggers-sources-<service>`, or the override when one is given
+/// (the value of [`SOURCE_STREAM_ENV`], read by the caller).
+///
+/// # Errors
+/// When `service` or the override is not a valid name.
+pub fn stream_name(service: &str, override_name: Option<&str>) -> Result<String, SubjectError> {
+    check_service(service)?;
+    match override_name {
+        Some(name) => {
+            check_token("stream override", name)?;
+            Ok(name.to_owned())
+        }
+        None => Ok(format!("triggers-sources-{service}")),
+    }
+}
+
+/// The durable consumer for one source subject: `triggers-<service>-<safe-subject>`.
+///
+/// # Errors
+/// When `service` is not valid or `subject` is empty.
+pub fn consumer_name(service: &str, subject: &str) -> Result<String, SubjectError> {
+    check_service(service)?;
+    if subject.is_empty() {
+        return Err(SubjectError::InvalidToken {
+            what: "source subject",
+            value: String::new(),
+            reason: "it is empty".into(),
+        });
+    }
+    Ok(format!("triggers-{service}-{}", safe_subject(subject)))
+}
+
+/// A subject made safe for a consumer name: `.`, `>`, `*`, space, tab and `/` become `_`.
+#[must_use]
+pub fn safe_subject(subject: &str) -> String {
+    subject.replace(['.', '>', '*', ' ', '\t', '/'], "_")
+}
+
+/// What a subject under `triggers.v2.` is, as the conformance checker and the recorder need it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockedSubject {
+    /// [`MANIFEST_REGISTER`].
+    ManifestRegister,
+    /// [`MANIFEST_FETCH`].
+    ManifestFetch,
+    /// [`HEARTBEAT`].
+    Heartbeat,
+    /// A flow's completion events.
+    FlowEvents {
+        /// The flow id token.
+        flow_id: String,
+    },
+    /// A broadcast to one service, or to all (`service == "all"`).
+    FlowBroadcast {
+        /// The service token, or `all`.
+        service: String,
+    },
+    /// A DLQ subject: per action, per fallback kind, or the orchestrator's `source` DLQ.
+    Dlq {
+        /// The service token (`source` for the orchestrator's).
+        service: String,
+        /// The action, kind or source id.
+        tail: String,
+    },
+}
+
+impl LockedSubject {
+    /// Classifies a subject. `None` for anything outside the locked table.
+    #[must_use]
+    pub fn parse(subject: &str) -> Option<Self> {
+        match subject {
+            MANIFEST_REGISTER => return Some(LockedSubject::ManifestRegister),
+            MANIFEST_FETCH => return Some(LockedSubject::ManifestFetch),
+            HEARTBEAT => return Some(LockedSubject::Heartbeat),
+            _ => {}
+        }
+        let single =
+            |rest: &str| (!rest.is_empty() && !rest.contains('.')).then(|| rest.to_owned());
+        if let Some(rest) = subject.strip_prefix(FLOW_EVENTS_PREFIX) {
+            return single(rest).map(|flow_id| LockedSubject::FlowEvents { flow_id });
+        }
+        if let Some(rest) = subject.strip_prefix(FLOW_BROADCAST_PREFIX) {
+            return single(rest).map(|service| LockedSubject::FlowBroadcast { service });
+        }
+        if let Some(rest) = subject.strip_prefix(DLQ_PREFIX) {
+            let (service, tail) = rest.split_once('.')?;
+            if service.is_empty() || tail.is_empty() || tail.contains('.') {
+                return None;
+            }
+            return Some(LockedSubject::Dlq {
+                service: service.to_owned(),
+                tail: tail.to_owned(),
+            });
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builders_follow_the_table() {
+        assert_eq!(flow_events("f1").unwrap(), "triggers.v2.flow.events.f1");
+        assert_eq!(
+            flow_broadcast("svc").unwrap(),
+            "triggers.v2.flow.broadcast.svc"
+        );
+        assert_eq!(
+            dlq_action("svc", "send").unwrap(),
+            "triggers.v2.dlq.svc.send"
+        );
+        assert_eq!(
+            dlq_fallback("svc", FallbackKind::InvalidJson).unwrap(),
+            "triggers.v2.dlq.svc.invalid_json"
+        );
+        assert_eq!(stream_name("svc", None).unwrap(), "triggers-sources-svc");
+        assert_eq!(stream_name("svc", Some("MY_STREAM")).unwrap(), "MY_STREAM");
+        assert_eq!(
+            consumer_name("svc", "triggers.v2.svc.>").unwrap(),
+            "triggers-svc-triggers_v2_svc__"
+        );
+        assert_eq!(safe_subject("a.b c\td/e*f>"), "a_b_c_d_e_f_");
+    }
+
+    #[test]
+    fn no_builder_reaches_the_orchestrators_source_dlq() {
+        assert!(matches!(
+            dlq_action("source", "x"),
+            Err(SubjectError::Reserved { .. })
+        ));
+        assert!(dlq_fallback("source", FallbackKind::UnknownFlow).is_err());
+        assert!(flow_broadcast("all").is_err());
+        assert!(dlq_action("svc", "unknown_flow").is_err());
+        assert!(dlq_action("svc.source", "x").is_err());
+        for bad in ["", "a.b", "a*", "a>", "a b", "a/b", "a\\b", "a\nb"] {
+            assert!(check_token("t", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn locked_subjects_are_classified() {
+        assert_eq!(
+            LockedSubject::parse("triggers.v2.dlq.source.src1"),
+            Some(LockedSubject::Dlq {
+                service: "source".into(),
+                tail: "src1".into()
+            })
+        );
+        assert_eq!(
+            LockedSubject::parse(HEARTBEAT),
+            Some(LockedSubject::Heartbeat)
+        );
+        assert_eq!(LockedSubject::parse("triggers.v2.flow.events.a.b"), None);
+        assert_eq!(LockedSubject::parse("triggers.v2.other"), None);
+    }
+}
