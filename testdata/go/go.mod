@@ -1,0 +1,3 @@
+module triggers-lab/crosscheck
+
+go 1.19
