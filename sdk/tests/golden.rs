@@ -141,7 +141,8 @@ fn reencode(name: &str, bytes: &[u8]) -> Vec<u8> {
         let value: T = triggers_sdk::wire::decode::from_slice("golden", bytes).unwrap();
         json::to_vec(&value).unwrap()
     }
-    let prefixes: [(&str, fn(&[u8]) -> Vec<u8>); 9] = [
+    type Reencode = fn(&[u8]) -> Vec<u8>;
+    let prefixes: [(&str, Reencode); 9] = [
         ("heartbeat", again::<Heartbeat>),
         ("completion_event", again::<CompletionEvent>),
         ("dlq_entry", again::<DlqEntry>),
