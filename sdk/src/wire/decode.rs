@@ -5,7 +5,10 @@
 //! marks as always present must be there (as a key; `null` counts as present, as Go writes nil
 //! slices and maps that way).
 
-use serde::de::DeserializeOwned;
+use std::marker::PhantomData;
+
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{DeserializeOwned, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use crate::error::{DecodeError, DecodeErrorKind};
@@ -19,7 +22,7 @@ pub fn from_slice<T: DeserializeOwned>(
     bytes: &[u8],
 ) -> Result<T, DecodeError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut de)
+    let Strict(value) = serde_path_to_error::deserialize(&mut de)
         .map_err(|e| DecodeError::from_path_error(shape, e))?;
     de.end()
         .map_err(|e| DecodeError::from_json(shape, String::new(), e))?;
@@ -62,7 +65,8 @@ impl DecodeError {
             kind,
             path,
             line: e.line(),
-            column: e.column(),
+            // serde_json says column 0 for an error at a line's start; editors count from 1.
+            column: e.column().max(1),
             message,
         }
     }
@@ -75,6 +79,53 @@ where
     T: Deserialize<'de> + Default,
 {
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// A struct that must come as a JSON object.
+///
+/// serde's derived `Deserialize` also takes a JSON array, filling fields by position; Go refuses
+/// that ("cannot unmarshal array into Go value"), and so do we: every wire struct is decoded
+/// through this wrapper, at the top and in every nested field.
+pub(crate) struct Strict<T>(pub(crate) T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Strict<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ObjectOnly<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectOnly<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer
+            .deserialize_map(ObjectOnly(PhantomData))
+            .map(Strict)
+    }
+}
+
+/// A nested struct field: an object, or `null` for the zero value.
+pub(crate) fn strict_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<Strict<T>>::deserialize(deserializer)?
+        .map(|s| s.0)
+        .unwrap_or_default())
+}
+
+/// A list of structs: each an object; `null` for an empty list.
+pub(crate) fn strict_list<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Vec<Strict<T>>>::deserialize(deserializer)?
+        .map(|v| v.into_iter().map(|s| s.0).collect())
+        .unwrap_or_default())
 }
 
 /// A JSON object or `null` (Go's `map[string]any`): anything else is refused, as Go refuses it.
@@ -114,5 +165,21 @@ mod tests {
         assert_eq!(err.kind, DecodeErrorKind::Eof);
         let err = from_str::<Outer>("test", "{\"inner\": []} x").unwrap_err();
         assert_eq!(err.kind, DecodeErrorKind::Syntax);
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Nested {
+        #[serde(deserialize_with = "strict_list")]
+        inner: Vec<Inner>,
+    }
+
+    #[test]
+    fn structs_must_be_objects_not_arrays() {
+        let err = from_str::<Outer>("test", "[[]]").unwrap_err();
+        assert!(err.message.contains("expected a JSON object"), "{err}");
+        let err = from_str::<Nested>("test", r#"{"inner": [[1]]}"#).unwrap_err();
+        assert_eq!(err.path, "inner[0]");
+        assert!(from_str::<Nested>("test", r#"{"inner": null}"#).is_ok());
     }
 }

@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::error::{DecodeError, JsonError, ManifestIssue};
-use crate::wire::decode::{self, null_default, object_or_null};
+use crate::wire::decode::{self, null_default, object_or_null, strict_default, strict_list};
 use crate::wire::json::{self, go_any_opt};
 use crate::wire::result_event;
 use crate::wire::subject;
@@ -85,10 +85,10 @@ pub struct Manifest {
     )]
     pub tags: Vec<String>,
     /// The actions the service runs.
-    #[serde(deserialize_with = "null_default")]
+    #[serde(deserialize_with = "strict_list")]
     pub actions: Vec<Action>,
     /// Where the service takes its inbound messages.
-    #[serde(deserialize_with = "null_default")]
+    #[serde(deserialize_with = "strict_list")]
     pub service_sources: Vec<ServiceSource>,
     /// Node types the SDK evaluates locally.
     #[serde(deserialize_with = "null_default")]
@@ -160,7 +160,7 @@ pub struct Action {
     #[serde(deserialize_with = "null_default")]
     pub timeout_ms: i64,
     /// Retry policy.
-    #[serde(deserialize_with = "null_default")]
+    #[serde(deserialize_with = "strict_default")]
     pub retry: Retry,
     /// The action's DLQ subject, `triggers.v2.dlq.<service>.<action>`.
     #[serde(deserialize_with = "null_default")]
@@ -267,10 +267,10 @@ pub struct Lookup {
     )]
     pub description: String,
     /// Its parameters.
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(default, deserialize_with = "strict_list")]
     pub params: Vec<InputField>,
     /// The fields of its result.
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(default, deserialize_with = "strict_list")]
     pub result_fields: Vec<InputField>,
 }
 

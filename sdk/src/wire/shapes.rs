@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{DecodeError, JsonError};
-use crate::wire::decode::{self, null_default};
+use crate::wire::decode::{self, null_default, strict_default, strict_list};
 use crate::wire::header::Envelope;
 use crate::wire::json::{self, RawJson, go_any};
 use crate::wire::time::GoTime;
@@ -106,7 +106,7 @@ pub struct DlqEntry {
     #[serde(deserialize_with = "null_default")]
     pub kind: String,
     /// The full envelope of the message, as an object.
-    #[serde(deserialize_with = "null_default")]
+    #[serde(deserialize_with = "strict_default")]
     pub envelope: Envelope,
     /// The original input, as raw JSON.
     pub body: RawJson,
@@ -146,7 +146,7 @@ pub struct RegisterReply {
     /// The flows that involve the service. `null` when there are none (a Go nil slice).
     #[serde(
         default,
-        deserialize_with = "null_default",
+        deserialize_with = "strict_list",
         serialize_with = "nil_if_empty"
     )]
     pub flows: Vec<FlowEnvelope>,
