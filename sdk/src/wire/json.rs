@@ -122,53 +122,66 @@ fn push_f32(out: &mut Vec<u8>, f: f32) {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// What each byte needs: 0 nothing, `u` a `\u00xx` escape, `E` a look at U+2028/U+2029 (0xE2
+/// starts both), anything else the letter of a short escape. A table, as in serde_json: the common
+/// case is one load and one compare per byte.
+static ESCAPE: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = b'u';
+        b += 1;
+    }
+    table[b'\n' as usize] = b'n';
+    table[b'\r' as usize] = b'r';
+    table[b'\t' as usize] = b't';
+    table[0x08] = b'b';
+    table[0x0c] = b'f';
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table[0xe2] = b'E';
+    table
+};
+
 /// Appends `s` as a Go JSON string literal (quotes included), HTML escaping off.
 pub(crate) fn push_str(out: &mut Vec<u8>, s: &str) {
+    out.reserve(s.len() + 2);
     out.push(b'"');
     let bytes = s.as_bytes();
     let mut start = 0;
     let mut i = 0;
     while i < bytes.len() {
         let b = bytes[i];
-        let escape: Option<&[u8]> = match b {
-            b'"' => Some(b"\\\""),
-            b'\\' => Some(b"\\\\"),
-            b'\n' => Some(b"\\n"),
-            b'\r' => Some(b"\\r"),
-            b'\t' => Some(b"\\t"),
-            0x08 => Some(b"\\b"),
-            0x0c => Some(b"\\f"),
-            0x00..=0x1f => None,
-            // U+2028 and U+2029 are E2 80 A8 / E2 80 A9 in UTF-8.
-            0xe2 if bytes.get(i + 1) == Some(&0x80)
-                && matches!(bytes.get(i + 2), Some(0xa8 | 0xa9)) =>
-            {
-                out.extend_from_slice(&bytes[start..i]);
-                out.extend_from_slice(if bytes[i + 2] == 0xa8 {
-                    b"\\u2028"
-                } else {
-                    b"\\u2029"
-                });
-                i += 3;
-                start = i;
-                continue;
+        let escape = ESCAPE[usize::from(b)];
+        if escape == 0 {
+            i += 1;
+            continue;
+        }
+        if escape == b'E' {
+            // U+2028 and U+2029 are E2 80 A8 / E2 80 A9; other E2 sequences stay literal.
+            match (bytes.get(i + 1), bytes.get(i + 2)) {
+                (Some(0x80), Some(&last @ (0xa8 | 0xa9))) => {
+                    out.extend_from_slice(&bytes[start..i]);
+                    out.extend_from_slice(if last == 0xa8 { b"\\u2028" } else { b"\\u2029" });
+                    i += 3;
+                    start = i;
+                }
+                _ => i += 1,
             }
-            _ => {
-                i += 1;
-                continue;
-            }
-        };
+            continue;
+        }
         out.extend_from_slice(&bytes[start..i]);
-        match escape {
-            Some(e) => out.extend_from_slice(e),
-            None => out.extend_from_slice(&[
+        if escape == b'u' {
+            out.extend_from_slice(&[
                 b'\\',
                 b'u',
                 b'0',
                 b'0',
                 HEX[usize::from(b >> 4)],
                 HEX[usize::from(b & 0xf)],
-            ]),
+            ]);
+        } else {
+            out.extend_from_slice(&[b'\\', escape]);
         }
         i += 1;
         start = i;
@@ -211,11 +224,20 @@ impl Compound<'_> {
     }
 }
 
-/// Writes a map: Go sorts map keys byte-wise, so entries are buffered and sorted on `end`.
+/// Writes a map: Go sorts map keys byte-wise.
+///
+/// Entries are written straight to the output and their spans remembered. Maps usually arrive
+/// sorted already (`serde_json::Map` is a `BTreeMap`, whose `String` order is byte-wise), and then
+/// nothing more is done; otherwise the spans are reordered on `end`.
 struct SortedMap<'w> {
     writer: &'w mut Writer,
-    entries: Vec<(String, Vec<u8>)>,
-    pending_key: Option<String>,
+    /// Offset just after the `{`.
+    start: usize,
+    /// Every key, raw, one after the other (one buffer for the map, not one per key).
+    keys: String,
+    /// Each entry's key span in `keys` and the span of its `"key":value` text in the output.
+    entries: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
+    in_order: bool,
 }
 
 impl Writer {
@@ -269,11 +291,13 @@ impl<'w> ser::Serializer for &'w mut Writer {
         self.serialize_i64(i64::from(v))
     }
     fn serialize_i64(self, v: i64) -> Result<(), JsonError> {
-        self.out.extend_from_slice(v.to_string().as_bytes());
+        self.out
+            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
         Ok(())
     }
     fn serialize_i128(self, v: i128) -> Result<(), JsonError> {
-        self.out.extend_from_slice(v.to_string().as_bytes());
+        self.out
+            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
         Ok(())
     }
     fn serialize_u8(self, v: u8) -> Result<(), JsonError> {
@@ -286,11 +310,13 @@ impl<'w> ser::Serializer for &'w mut Writer {
         self.serialize_u64(u64::from(v))
     }
     fn serialize_u64(self, v: u64) -> Result<(), JsonError> {
-        self.out.extend_from_slice(v.to_string().as_bytes());
+        self.out
+            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
         Ok(())
     }
     fn serialize_u128(self, v: u128) -> Result<(), JsonError> {
-        self.out.extend_from_slice(v.to_string().as_bytes());
+        self.out
+            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
         Ok(())
     }
     fn serialize_f32(self, v: f32) -> Result<(), JsonError> {
@@ -393,10 +419,13 @@ impl<'w> ser::Serializer for &'w mut Writer {
         Ok(self.open(b'[', b"]}"))
     }
     fn serialize_map(self, len: Option<usize>) -> Result<SortedMap<'w>, JsonError> {
+        self.out.push(b'{');
         Ok(SortedMap {
+            start: self.out.len(),
             writer: self,
+            keys: String::new(),
             entries: Vec::with_capacity(len.unwrap_or(0)),
-            pending_key: None,
+            in_order: true,
         })
     }
     fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<Compound<'w>, JsonError> {
@@ -496,46 +525,59 @@ impl ser::SerializeMap for SortedMap<'_> {
     type Ok = ();
     type Error = JsonError;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), JsonError> {
-        self.pending_key = Some(key.serialize(MapKey)?);
+        let key_start = self.keys.len();
+        key.serialize(MapKey(&mut self.keys))?;
+        let key_range = key_start..self.keys.len();
+        if let Some((last, _)) = self.entries.last() {
+            if self.keys.as_bytes()[key_range.clone()] < self.keys.as_bytes()[last.clone()] {
+                self.in_order = false;
+            }
+            self.writer.out.push(b',');
+        }
+        let begin = self.writer.out.len();
+        push_str(&mut self.writer.out, &self.keys[key_range.clone()]);
+        self.writer.out.push(b':');
+        self.entries.push((key_range, begin..usize::MAX));
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), JsonError> {
-        let key = self
-            .pending_key
-            .take()
-            .ok_or_else(|| JsonError::Custom("map value without a key".into()))?;
-        let mut writer = Writer::new();
-        value.serialize(&mut writer)?;
-        self.entries.push((key, writer.out));
+        value.serialize(&mut *self.writer)?;
+        if let Some((_, span)) = self.entries.last_mut() {
+            span.end = self.writer.out.len();
+        }
         Ok(())
     }
     fn end(mut self) -> Result<(), JsonError> {
-        // Byte-wise order, as Go's encoder sorts map keys. Stable, so a repeated key keeps both
-        // entries in insertion order (only a hand-written Serialize impl can produce one).
-        self.entries
-            .sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-        let out = &mut self.writer.out;
-        out.push(b'{');
-        for (i, (key, value)) in self.entries.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
+        if !self.in_order {
+            // Byte-wise order, as Go's encoder sorts map keys; stable for a repeated key, which
+            // only a hand-written Serialize impl can produce.
+            let keys = self.keys.as_bytes();
+            self.entries
+                .sort_by(|a, b| keys[a.0.clone()].cmp(&keys[b.0.clone()]));
+            let written = self.writer.out.split_off(self.start);
+            for (i, (_, span)) in self.entries.iter().enumerate() {
+                if i > 0 {
+                    self.writer.out.push(b',');
+                }
+                self.writer
+                    .out
+                    .extend_from_slice(&written[span.start - self.start..span.end - self.start]);
             }
-            push_str(out, key);
-            out.push(b':');
-            out.extend_from_slice(value);
         }
-        out.push(b'}');
+        self.writer.out.push(b'}');
         Ok(())
     }
 }
 
-/// Turns a map key into the string Go would use: strings as they are, integers as decimal text.
-struct MapKey;
+/// Appends a map key, as Go would write it, to the map's key buffer: strings as they are,
+/// integers as decimal text.
+struct MapKey<'k>(&'k mut String);
 
-macro_rules! key_from_display {
+macro_rules! key_from_integer {
     ($($method:ident: $ty:ty),*) => {
-        $(fn $method(self, v: $ty) -> Result<String, JsonError> {
-            Ok(v.to_string())
+        $(fn $method(self, v: $ty) -> Result<(), JsonError> {
+            self.0.push_str(itoa::Buffer::new().format(v));
+            Ok(())
         })*
     };
 }
@@ -549,52 +591,57 @@ macro_rules! key_refused {
     };
 }
 
-impl ser::Serializer for MapKey {
-    type Ok = String;
+impl ser::Serializer for MapKey<'_> {
+    type Ok = ();
     type Error = JsonError;
-    type SerializeSeq = ser::Impossible<String, JsonError>;
-    type SerializeTuple = ser::Impossible<String, JsonError>;
-    type SerializeTupleStruct = ser::Impossible<String, JsonError>;
-    type SerializeTupleVariant = ser::Impossible<String, JsonError>;
-    type SerializeMap = ser::Impossible<String, JsonError>;
-    type SerializeStruct = ser::Impossible<String, JsonError>;
-    type SerializeStructVariant = ser::Impossible<String, JsonError>;
+    type SerializeSeq = ser::Impossible<(), JsonError>;
+    type SerializeTuple = ser::Impossible<(), JsonError>;
+    type SerializeTupleStruct = ser::Impossible<(), JsonError>;
+    type SerializeTupleVariant = ser::Impossible<(), JsonError>;
+    type SerializeMap = ser::Impossible<(), JsonError>;
+    type SerializeStruct = ser::Impossible<(), JsonError>;
+    type SerializeStructVariant = ser::Impossible<(), JsonError>;
 
-    key_from_display!(
+    key_from_integer!(
         serialize_i8: i8, serialize_i16: i16, serialize_i32: i32, serialize_i64: i64,
-        serialize_u8: u8, serialize_u16: u16, serialize_u32: u32, serialize_u64: u64,
-        serialize_char: char
+        serialize_u8: u8, serialize_u16: u16, serialize_u32: u32, serialize_u64: u64
     );
 
-    fn serialize_str(self, v: &str) -> Result<String, JsonError> {
-        Ok(v.to_owned())
+    fn serialize_char(self, v: char) -> Result<(), JsonError> {
+        self.0.push(v);
+        Ok(())
+    }
+    fn serialize_str(self, v: &str) -> Result<(), JsonError> {
+        self.0.push_str(v);
+        Ok(())
     }
     fn serialize_unit_variant(
         self,
         _name: &'static str,
         _index: u32,
         variant: &'static str,
-    ) -> Result<String, JsonError> {
-        Ok(variant.to_owned())
+    ) -> Result<(), JsonError> {
+        self.0.push_str(variant);
+        Ok(())
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
         self,
         _name: &'static str,
         value: &T,
-    ) -> Result<String, JsonError> {
+    ) -> Result<(), JsonError> {
         value.serialize(self)
     }
 
     key_refused!(
-        serialize_bool(v: bool) -> String,
-        serialize_f32(v: f32) -> String,
-        serialize_f64(v: f64) -> String,
-        serialize_bytes(v: &[u8]) -> String,
-        serialize_none() -> String,
-        serialize_some<T>(v: &T) -> String,
-        serialize_unit() -> String,
-        serialize_unit_struct(name: &'static str) -> String,
-        serialize_newtype_variant<T>(name: &'static str, i: u32, variant: &'static str, v: &T) -> String,
+        serialize_bool(v: bool) -> (),
+        serialize_f32(v: f32) -> (),
+        serialize_f64(v: f64) -> (),
+        serialize_bytes(v: &[u8]) -> (),
+        serialize_none() -> (),
+        serialize_some<T>(v: &T) -> (),
+        serialize_unit() -> (),
+        serialize_unit_struct(name: &'static str) -> (),
+        serialize_newtype_variant<T>(name: &'static str, i: u32, variant: &'static str, v: &T) -> (),
         serialize_seq(len: Option<usize>) -> Self::SerializeSeq,
         serialize_tuple(len: usize) -> Self::SerializeTuple,
         serialize_tuple_struct(name: &'static str, len: usize) -> Self::SerializeTupleStruct,
@@ -766,6 +813,23 @@ mod tests {
         assert_eq!(
             to_string("\u{2027}\u{202a}").unwrap(),
             "\"\u{2027}\u{202a}\""
+        );
+    }
+
+    #[test]
+    fn unsorted_maps_are_sorted_whatever_their_values() {
+        let m: std::collections::HashMap<&str, Value> = [
+            ("b", json!({"y": 1, "x": [1, {"d": 1, "c": 2}]})),
+            ("a", json!("v")),
+            ("é", json!(null)),
+            ("Z", json!({})),
+            ("c", json!([])),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            to_string(&m).unwrap(),
+            r#"{"Z":{},"a":"v","b":{"x":[1,{"c":2,"d":1}],"y":1},"c":[],"é":null}"#
         );
     }
 
