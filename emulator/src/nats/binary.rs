@@ -1,0 +1,231 @@
+//! The binary backend: a `nats-server` process on free loopback ports, its JetStream store and log
+//! in a temporary directory that goes away with it.
+
+use std::fs::OpenOptions;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+use super::config::{ENV_SERVER_BIN, Resolved};
+use super::probe;
+use super::{ChosenBackend, SkippedBackend};
+use crate::error::NatsError;
+use crate::nats::Backend;
+
+/// Port races (another process binding the port we picked) are rare; three tries are plenty.
+const PORT_ATTEMPTS: usize = 3;
+/// nats-server shuts JetStream down in milliseconds; past this it is stuck and gets SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Finds the binary to run, or says why there is none.
+pub(crate) fn find(resolved: &Resolved) -> Result<PathBuf, SkippedBackend> {
+    let skip = |reason: String| SkippedBackend::new(Backend::Binary, reason);
+    if let Some((path, named_by)) = &resolved.server_bin {
+        return if path.is_file() {
+            Ok(path.clone())
+        } else {
+            Err(skip(format!(
+                "{named_by} names {}, which is not a file",
+                path.display()
+            )))
+        };
+    }
+    let on_path = std::env::var_os("PATH")
+        .map(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join("nats-server"))
+                .find(|candidate| candidate.is_file())
+        })
+        .unwrap_or_default();
+    on_path.ok_or_else(|| {
+        skip(format!(
+            "nats-server is not on PATH and {ENV_SERVER_BIN} is not set"
+        ))
+    })
+}
+
+/// A spawned nats-server. Dropping it kills the process, then removes its directory.
+pub(crate) struct BinaryServer {
+    path: PathBuf,
+    client_port: u16,
+    monitor_port: u16,
+    // Declared before `dir` so that, whatever Drop does, the process is gone before its store.
+    child: Option<Child>,
+    dir: TempDir,
+}
+
+impl BinaryServer {
+    /// Spawns the server on free ports and waits until it is ready.
+    pub(crate) async fn start(path: PathBuf, ready_timeout: Duration) -> Result<Self, NatsError> {
+        let dir = tempfile::Builder::new()
+            .prefix("triggers-nats-")
+            .tempdir()
+            .map_err(|source| NatsError::Io {
+                action: "create a temporary directory for nats-server".into(),
+                source,
+            })?;
+        let mut server = BinaryServer {
+            path,
+            client_port: 0,
+            monitor_port: 0,
+            child: None,
+            dir,
+        };
+        for attempt in 1..=PORT_ATTEMPTS {
+            let (client_port, monitor_port) =
+                probe::free_port_pair().map_err(|source| NatsError::Io {
+                    action: "find free ports on 127.0.0.1".into(),
+                    source,
+                })?;
+            server.client_port = client_port;
+            server.monitor_port = monitor_port;
+            server.spawn()?;
+            match server.wait_ready(ready_timeout).await {
+                Ok(()) => return Ok(server),
+                Err(e) if attempt < PORT_ATTEMPTS && server.lost_port_race() => {
+                    tracing::debug!(%e, "nats-server lost a port race; retrying on other ports");
+                    server.kill();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        unreachable!("the last attempt returns")
+    }
+
+    pub(crate) fn client_url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.client_port)
+    }
+
+    pub(crate) fn monitor_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.monitor_port)
+    }
+
+    pub(crate) fn backend(&self) -> ChosenBackend {
+        ChosenBackend::Binary {
+            path: self.path.clone(),
+        }
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("nats-server.log")
+    }
+
+    /// nats-server keeps JetStream in a `jetstream` directory below this.
+    fn store_dir(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+
+    /// Everything the server wrote to stdout and stderr, across restarts.
+    pub(crate) fn log(&self) -> String {
+        std::fs::read(self.log_path())
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .unwrap_or_default()
+    }
+
+    fn lost_port_race(&self) -> bool {
+        self.log().contains("address already in use")
+    }
+
+    fn spawn(&mut self) -> Result<(), NatsError> {
+        let log_path = self.log_path();
+        let io_error = |action: String| move |source| NatsError::Io { action, source };
+        // Append, so a restart keeps the earlier run's log: it is often the interesting part.
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(io_error(format!("open {}", log_path.display())))?;
+        let stderr = log
+            .try_clone()
+            .map_err(io_error(format!("open {}", log_path.display())))?;
+        let child = Command::new(&self.path)
+            .args(["-a", "127.0.0.1", "-p"])
+            .arg(self.client_port.to_string())
+            .arg("-m")
+            .arg(self.monitor_port.to_string())
+            .arg("-js")
+            .arg("--store_dir")
+            .arg(self.store_dir())
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(stderr)
+            .spawn()
+            .map_err(io_error(format!("start {}", self.path.display())))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    async fn wait_ready(&mut self, budget: Duration) -> Result<(), NatsError> {
+        let client_url = self.client_url();
+        let monitor_url = self.monitor_url();
+        let child = &mut self.child;
+        let result = probe::wait_ready(
+            &client_url,
+            Some(&monitor_url),
+            budget,
+            async || match child.as_mut().map(Child::try_wait) {
+                None => Some("the process is not running".to_string()),
+                Some(Ok(Some(status))) => Some(format!("nats-server exited early ({status})")),
+                Some(Ok(None)) => None,
+                Some(Err(e)) => Some(format!("cannot check the process: {e}")),
+            },
+        )
+        .await;
+        result.map_err(|reason| NatsError::NotReady {
+            backend: self.backend(),
+            waited: budget,
+            reason,
+            log: self.log(),
+        })
+    }
+
+    /// Stops the process (gracefully, so JetStream flushes its store) and starts it again on the
+    /// same ports with the same store.
+    pub(crate) async fn restart(&mut self, ready_timeout: Duration) -> Result<(), NatsError> {
+        self.stop().await;
+        self.spawn()?;
+        self.wait_ready(ready_timeout).await
+    }
+
+    /// SIGTERM, then SIGKILL if the server has not exited within [`STOP_GRACE`].
+    pub(crate) async fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        #[cfg(unix)]
+        {
+            let pid = i32::try_from(child.id())
+                .ok()
+                .and_then(rustix::process::Pid::from_raw);
+            if let Some(pid) = pid
+                && rustix::process::kill_process(pid, rustix::process::Signal::TERM).is_ok()
+            {
+                let deadline = tokio::time::Instant::now() + STOP_GRACE;
+                while tokio::time::Instant::now() < deadline {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// SIGKILL and reap: synchronous, so the ports are free when it returns.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for BinaryServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

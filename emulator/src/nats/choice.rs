@@ -1,0 +1,100 @@
+//! What was chosen, and what was passed over: for logs, CLI output and error messages.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use super::Backend;
+
+/// The backend a running [`NatsServer`](super::NatsServer) came from, with what identifies it.
+///
+/// Displays as `docker (triggers-lab/nats-server:local)`, `binary (/usr/bin/nats-server)` or
+/// `external (nats://127.0.0.1:4222)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ChosenBackend {
+    /// A server someone else runs; the emulator never stops it.
+    External {
+        /// Its client URL.
+        url: String,
+    },
+    /// A container the emulator started.
+    Docker {
+        /// The image it runs, `name:tag`.
+        image: String,
+    },
+    /// A process the emulator spawned.
+    Binary {
+        /// The binary it runs.
+        path: PathBuf,
+    },
+}
+
+impl ChosenBackend {
+    /// Which [`Backend`] this is, for matching without the details.
+    pub fn kind(&self) -> Backend {
+        match self {
+            ChosenBackend::External { .. } => Backend::External,
+            ChosenBackend::Docker { .. } => Backend::Docker,
+            ChosenBackend::Binary { .. } => Backend::Binary,
+        }
+    }
+}
+
+impl fmt::Display for ChosenBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChosenBackend::External { url } => write!(f, "external ({url})"),
+            ChosenBackend::Docker { image } => write!(f, "docker ({image})"),
+            ChosenBackend::Binary { path } => write!(f, "binary ({})", path.display()),
+        }
+    }
+}
+
+/// A backend that was looked at and passed over, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedBackend {
+    /// The backend passed over.
+    pub backend: Backend,
+    /// Why, in words a user can act on.
+    pub reason: String,
+}
+
+impl SkippedBackend {
+    pub(crate) fn new(backend: Backend, reason: impl Into<String>) -> Self {
+        SkippedBackend {
+            backend,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for SkippedBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.backend, self.reason)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backends_display_with_what_identifies_them() {
+        let docker = ChosenBackend::Docker {
+            image: "triggers-lab/nats-server:local".into(),
+        };
+        assert_eq!(
+            docker.to_string(),
+            "docker (triggers-lab/nats-server:local)"
+        );
+        let binary = ChosenBackend::Binary {
+            path: "/usr/bin/nats-server".into(),
+        };
+        assert_eq!(binary.to_string(), "binary (/usr/bin/nats-server)");
+        let external = ChosenBackend::External {
+            url: "nats://127.0.0.1:4222".into(),
+        };
+        assert_eq!(external.to_string(), "external (nats://127.0.0.1:4222)");
+        assert_eq!(external.kind(), Backend::External);
+    }
+}

@@ -1,0 +1,237 @@
+//! What the caller asks for ([`NatsConfig`]) and how it is merged with the environment.
+//!
+//! Explicit config always wins over an environment variable, so a test that forces a backend is
+//! not redirected by whatever the CI machine exports.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::error::NatsError;
+
+/// Names a server someone else runs; its value is a client URL such as `nats://127.0.0.1:4222`.
+pub const ENV_URL: &str = "TRIGGERS_NATS_URL";
+/// The monitoring URL (`http://host:8222`) of the server named by [`ENV_URL`], to check `/healthz`.
+pub const ENV_MONITOR_URL: &str = "TRIGGERS_NATS_MONITOR_URL";
+/// Forces a backend: `docker`, `binary` or `url` (also `external`, `auto`).
+pub const ENV_BACKEND: &str = "TRIGGERS_NATS_BACKEND";
+/// Names the Docker image (`name:tag`) the Docker backend runs.
+pub const ENV_IMAGE: &str = "TRIGGERS_NATS_IMAGE";
+/// Path of the `nats-server` binary the binary backend spawns.
+pub const ENV_SERVER_BIN: &str = "TRIGGERS_NATS_SERVER_BIN";
+
+/// The image `emulator/docker/build-nats-image.sh` builds: FROM scratch around a static binary.
+pub const LOCAL_IMAGE: &str = "triggers-lab/nats-server:local";
+/// The official image, used when a tag of it is present locally or can be pulled.
+pub const OFFICIAL_IMAGE: &str = "nats";
+
+const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_PULL_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Which way to get a nats-server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// Use `TRIGGERS_NATS_BACKEND` if set; otherwise the first that works of external (a URL is
+    /// configured), Docker (an engine answers and an image is at hand), binary (one is found).
+    #[default]
+    Auto,
+    /// A server someone else runs, named by [`NatsConfig::url`] or `TRIGGERS_NATS_URL`.
+    External,
+    /// A container on the local Docker engine, through testcontainers.
+    Docker,
+    /// A `nats-server` process spawned from a binary on this machine.
+    Binary,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Auto => "auto",
+            Backend::External => "external",
+            Backend::Docker => "docker",
+            Backend::Binary => "binary",
+        })
+    }
+}
+
+impl FromStr for Backend {
+    type Err = NatsError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(Backend::Auto),
+            "url" | "external" => Ok(Backend::External),
+            "docker" => Ok(Backend::Docker),
+            "binary" | "bin" => Ok(Backend::Binary),
+            _ => Err(NatsError::InvalidConfig {
+                setting: ENV_BACKEND,
+                value: s.to_string(),
+                expected: "one of docker, binary, url (or auto)",
+            }),
+        }
+    }
+}
+
+/// How to provision a nats-server. Fill what you need and end with `..Default::default()`.
+///
+/// Every `None` falls back to an environment variable, then to a built-in default, so
+/// `NatsConfig::default()` does what a developer's shell or CI asks for.
+#[derive(Debug, Clone, Default)]
+pub struct NatsConfig {
+    /// Which backend to use. [`Backend::Auto`] (the default) reads `TRIGGERS_NATS_BACKEND`
+    /// (`docker`, `binary` or `url`) and, without it, tries external, Docker, binary in turn.
+    pub backend: Backend,
+    /// Client URL of a server someone else runs (`nats://host:4222`). Setting it makes
+    /// [`Backend::Auto`] use that server. `None` reads `TRIGGERS_NATS_URL`.
+    pub url: Option<String>,
+    /// Monitoring URL of that external server (`http://host:8222`); when known, its `/healthz` is
+    /// checked as well as a client connection. `None` reads `TRIGGERS_NATS_MONITOR_URL`.
+    pub monitor_url: Option<String>,
+    /// Docker image (`name:tag`) for the Docker backend. `None` reads `TRIGGERS_NATS_IMAGE`;
+    /// without it: a local tag of the official `nats` image, else `triggers-lab/nats-server:local`,
+    /// else a pull of `nats:latest` bounded by [`NatsConfig::pull_timeout`].
+    pub image: Option<String>,
+    /// The `nats-server` binary for the binary backend. `None` reads `TRIGGERS_NATS_SERVER_BIN`,
+    /// then looks for `nats-server` on `PATH`.
+    pub server_bin: Option<PathBuf>,
+    /// How long to wait for the server to answer `/healthz` and a client connection, at start and
+    /// after a restart. `None`: 30 seconds.
+    pub ready_timeout: Option<Duration>,
+    /// How long a pull of the official image may take when no image is present locally.
+    /// `None`: 15 seconds (a machine without a registry fails fast, one with it rarely needs more).
+    pub pull_timeout: Option<Duration>,
+}
+
+/// A [`NatsConfig`] with the environment and defaults applied: what the backends work from.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved {
+    pub(crate) backend: Backend,
+    pub(crate) url: Option<String>,
+    pub(crate) monitor_url: Option<String>,
+    /// The image named by config or environment; `None` lets the Docker backend choose.
+    pub(crate) image: Option<String>,
+    /// The binary named by config or environment (with where it was named, for messages).
+    pub(crate) server_bin: Option<(PathBuf, &'static str)>,
+    pub(crate) ready_timeout: Duration,
+    pub(crate) pull_timeout: Duration,
+}
+
+impl NatsConfig {
+    /// Applies `env` (a lookup such as `std::env::var`) under the explicit settings.
+    pub(crate) fn resolve(
+        &self,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Resolved, NatsError> {
+        // An empty variable counts as unset: `export TRIGGERS_NATS_URL=` is how shells clear one.
+        let env = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+        let backend = match self.backend {
+            // An explicit URL is a choice made in code; an exported variable must not override it.
+            Backend::Auto if self.url.is_some() => Backend::Auto,
+            Backend::Auto => match env(ENV_BACKEND) {
+                Some(v) => v.parse()?,
+                None => Backend::Auto,
+            },
+            forced => forced,
+        };
+        let server_bin = match &self.server_bin {
+            Some(path) => Some((path.clone(), "NatsConfig::server_bin")),
+            None => env(ENV_SERVER_BIN).map(|p| (PathBuf::from(p), ENV_SERVER_BIN)),
+        };
+        Ok(Resolved {
+            backend,
+            url: self.url.clone().or_else(|| env(ENV_URL)),
+            monitor_url: self.monitor_url.clone().or_else(|| env(ENV_MONITOR_URL)),
+            image: self.image.clone().or_else(|| env(ENV_IMAGE)),
+            server_bin,
+            ready_timeout: self.ready_timeout.unwrap_or(DEFAULT_READY_TIMEOUT),
+            pull_timeout: self.pull_timeout.unwrap_or(DEFAULT_PULL_TIMEOUT),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn environment_fills_what_config_leaves_open() {
+        let resolved = NatsConfig::default()
+            .resolve(env(&[
+                (ENV_BACKEND, "url"),
+                (ENV_URL, "nats://10.0.0.1:4222"),
+                (ENV_SERVER_BIN, "/opt/nats-server"),
+            ]))
+            .unwrap();
+        assert_eq!(resolved.backend, Backend::External);
+        assert_eq!(resolved.url.as_deref(), Some("nats://10.0.0.1:4222"));
+        assert_eq!(
+            resolved.server_bin,
+            Some((PathBuf::from("/opt/nats-server"), ENV_SERVER_BIN))
+        );
+        assert_eq!(resolved.ready_timeout, DEFAULT_READY_TIMEOUT);
+    }
+
+    #[test]
+    fn explicit_config_beats_the_environment() {
+        let config = NatsConfig {
+            backend: Backend::Binary,
+            server_bin: Some("/here/nats-server".into()),
+            ready_timeout: Some(Duration::from_secs(3)),
+            ..Default::default()
+        };
+        let resolved = config
+            .resolve(env(&[
+                (ENV_BACKEND, "docker"),
+                (ENV_SERVER_BIN, "/there/nats-server"),
+            ]))
+            .unwrap();
+        assert_eq!(resolved.backend, Backend::Binary);
+        assert_eq!(
+            resolved.server_bin.unwrap().0,
+            PathBuf::from("/here/nats-server")
+        );
+        assert_eq!(resolved.ready_timeout, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn an_explicit_url_is_not_overridden_by_the_backend_variable() {
+        let config = NatsConfig {
+            url: Some("nats://127.0.0.1:4222".into()),
+            ..Default::default()
+        };
+        let resolved = config.resolve(env(&[(ENV_BACKEND, "docker")])).unwrap();
+        assert_eq!(resolved.backend, Backend::Auto);
+        assert_eq!(resolved.url.as_deref(), Some("nats://127.0.0.1:4222"));
+    }
+
+    #[test]
+    fn empty_variables_count_as_unset() {
+        let resolved = NatsConfig::default()
+            .resolve(env(&[(ENV_URL, ""), (ENV_BACKEND, " ")]))
+            .unwrap();
+        assert_eq!(resolved.backend, Backend::Auto);
+        assert_eq!(resolved.url, None);
+    }
+
+    #[test]
+    fn an_unknown_backend_name_is_an_error_naming_the_variable() {
+        let err = NatsConfig::default()
+            .resolve(env(&[(ENV_BACKEND, "podman")]))
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains(ENV_BACKEND) && text.contains("podman"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,474 @@
+//! The Docker backend: a nats-server container started through testcontainers.
+//!
+//! Host ports are fixed at start (free ports picked here, mapped explicitly) rather than left to
+//! Docker, because Docker hands out new random ports when a container is started again: a restart
+//! must keep the URL so that connected clients reconnect to the same address.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use testcontainers::bollard::Docker;
+use testcontainers::bollard::models::HostConfig;
+use testcontainers::bollard::query_parameters::{
+    ListContainersOptionsBuilder, ListImagesOptionsBuilder, RemoveContainerOptionsBuilder,
+};
+use testcontainers::core::IntoContainerPort;
+use testcontainers::core::client::docker_client_instance;
+use testcontainers::runners::AsyncRunner;
+use testcontainers::{ContainerAsync, GenericImage, ImageExt, TestcontainersError};
+use tokio::io::AsyncBufReadExt;
+use tokio::task::JoinHandle;
+use tokio::time::timeout;
+
+use super::config::{ENV_IMAGE, LOCAL_IMAGE, OFFICIAL_IMAGE, Resolved};
+use super::{Backend, ChosenBackend, SkippedBackend, probe};
+use crate::error::NatsError;
+
+/// Ports inside the container; the image's EXPOSE and our command line agree on them.
+const CLIENT_PORT: u16 = 4222;
+const MONITOR_PORT: u16 = 8222;
+/// A scratch image has no /tmp, where nats-server would put the store by default. The store
+/// lives in the container's own filesystem, which `docker stop` / `docker start` keep.
+const STORE_DIR: &str = "/data";
+/// Marks our containers, and one start attempt, so a failed attempt can clean up after itself.
+const LABEL: &str = "org.triggers-lab.nats-server";
+/// A local engine answers a ping in milliseconds; a missing one fails at once. Only a hung
+/// engine needs this bound.
+const PING_TIMEOUT: Duration = Duration::from_secs(3);
+const PORT_ATTEMPTS: usize = 3;
+const BUILD_HINT: &str = "build it with emulator/docker/build-nats-image.sh";
+
+fn skip(reason: impl Into<String>) -> SkippedBackend {
+    SkippedBackend::new(Backend::Docker, reason)
+}
+
+fn docker_error(action: impl Into<String>) -> impl FnOnce(TestcontainersError) -> NatsError {
+    let action = action.into();
+    move |source| NatsError::Docker {
+        action,
+        source: Box::new(source),
+    }
+}
+
+/// A client for the engine testcontainers uses, if that engine answers.
+pub(crate) async fn engine() -> Result<Docker, SkippedBackend> {
+    let docker = docker_client_instance()
+        .await
+        .map_err(|e| skip(format!("no Docker client could be set up: {e}")))?;
+    match timeout(PING_TIMEOUT, docker.ping()).await {
+        Ok(Ok(_)) => Ok(docker),
+        Ok(Err(e)) => Err(skip(format!(
+            "no Docker engine answers ({e}); start it, or point DOCKER_HOST at one"
+        ))),
+        Err(_) => Err(skip(format!(
+            "the Docker engine did not answer a ping within {PING_TIMEOUT:?}"
+        ))),
+    }
+}
+
+/// Picks the image to run: the one named by config or `TRIGGERS_NATS_IMAGE`; else a local tag of
+/// the official image; else the local scratch image; else a bounded pull of the official one.
+pub(crate) async fn choose_image(
+    docker: &Docker,
+    resolved: &Resolved,
+) -> Result<String, SkippedBackend> {
+    if let Some(image) = &resolved.image {
+        if docker.inspect_image(image).await.is_ok() {
+            return Ok(image.clone());
+        }
+        return match pull(image, resolved.pull_timeout).await {
+            Ok(()) => Ok(image.clone()),
+            Err(e) => Err(skip(format!(
+                "the image {image} (from NatsConfig::image or {ENV_IMAGE}) is not present locally \
+                 and could not be pulled: {e}; {BUILD_HINT}"
+            ))),
+        };
+    }
+    if let Some(official) = local_official_tag(docker).await {
+        return Ok(official);
+    }
+    if docker.inspect_image(LOCAL_IMAGE).await.is_ok() {
+        return Ok(LOCAL_IMAGE.to_string());
+    }
+    let official = format!("{OFFICIAL_IMAGE}:latest");
+    match pull(&official, resolved.pull_timeout).await {
+        Ok(()) => Ok(official),
+        Err(e) => Err(skip(format!(
+            "neither the official {OFFICIAL_IMAGE} image nor {LOCAL_IMAGE} is present locally, \
+             and pulling {official} failed: {e}; {BUILD_HINT}"
+        ))),
+    }
+}
+
+/// Any local tag of the official image, `latest` first.
+async fn local_official_tag(docker: &Docker) -> Option<String> {
+    let filters = HashMap::from([("reference", vec![OFFICIAL_IMAGE])]);
+    let options = ListImagesOptionsBuilder::new().filters(&filters).build();
+    let images = docker.list_images(Some(options)).await.ok()?;
+    let prefix = format!("{OFFICIAL_IMAGE}:");
+    let tags: Vec<String> = images
+        .into_iter()
+        .flat_map(|image| image.repo_tags)
+        .filter(|tag| tag.starts_with(&prefix))
+        .collect();
+    let latest = format!("{OFFICIAL_IMAGE}:latest");
+    tags.iter()
+        .find(|tag| **tag == latest)
+        .or(tags.first())
+        .cloned()
+}
+
+async fn pull(image: &str, bound: Duration) -> Result<(), String> {
+    let (name, tag) = split_image(image);
+    match timeout(bound, GenericImage::new(name, tag).pull_image()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {bound:?}")),
+    }
+}
+
+/// `name:tag`, where a colon before the last `/` belongs to a registry host, not a tag.
+fn split_image(image: &str) -> (&str, &str) {
+    match image.rfind(':') {
+        Some(colon) if !image[colon..].contains('/') => (&image[..colon], &image[colon + 1..]),
+        _ => (image, "latest"),
+    }
+}
+
+/// Whether published ports can be bound to 127.0.0.1: only when the engine runs on this machine.
+/// A test server has no business listening on every interface.
+fn engine_is_local() -> bool {
+    match std::env::var("DOCKER_HOST") {
+        Ok(host) => host.is_empty() || host.starts_with("unix://") || host.starts_with("npipe://"),
+        Err(_) => true,
+    }
+}
+
+fn bind_loopback(config: &mut HostConfig) {
+    if let Some(bindings) = config.port_bindings.as_mut() {
+        for binding in bindings.values_mut().flatten().flatten() {
+            binding.host_ip = Some("127.0.0.1".to_string());
+        }
+    }
+}
+
+fn is_port_conflict(error: &TestcontainersError) -> bool {
+    let text = format!("{error} {error:?}");
+    text.contains("port is already allocated") || text.contains("address already in use")
+}
+
+/// A label value unique to one start attempt in this process.
+fn attempt_label() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!(
+        "{}-{}-{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Removes what a failed attempt left: testcontainers does not remove a container it created but
+/// could not start (a port race, say).
+async fn remove_attempt(docker: &Docker, attempt: &str) {
+    let filters = HashMap::from([("label", vec![format!("{LABEL}={attempt}")])]);
+    let options = ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let Ok(containers) = docker.list_containers(Some(options)).await else {
+        return;
+    };
+    for id in containers.into_iter().filter_map(|c| c.id) {
+        let options = RemoveContainerOptionsBuilder::new().force(true).build();
+        let _ = docker.remove_container(&id, Some(options)).await;
+    }
+}
+
+/// The container's log as it streams in. Docker replays a container's whole log (every run) when
+/// it is followed again after a restart, so each follow starts a new generation that replaces the
+/// text; a follower of an older generation can no longer write.
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<Mutex<(u64, Vec<u8>)>>);
+
+impl LogBuffer {
+    fn new_generation(&self) -> u64 {
+        let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        state.0 += 1;
+        state.1.clear();
+        state.0
+    }
+
+    fn append(&self, generation: u64, bytes: &[u8]) {
+        let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.0 == generation {
+            state.1.extend_from_slice(bytes);
+        }
+    }
+
+    fn replace(&self, bytes: Vec<u8>) {
+        let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        state.0 += 1;
+        state.1 = bytes;
+    }
+
+    fn text(&self) -> String {
+        let state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        String::from_utf8_lossy(&state.1).into_owned()
+    }
+}
+
+/// A running container. Dropping it removes the container (testcontainers' Drop does).
+pub(crate) struct DockerServer {
+    image: String,
+    host: String,
+    client_port: u16,
+    monitor_port: u16,
+    log: LogBuffer,
+    followers: Vec<JoinHandle<()>>,
+    container: Option<ContainerAsync<GenericImage>>,
+}
+
+impl DockerServer {
+    /// Starts a container from `image` on free host ports and waits until it is ready.
+    pub(crate) async fn start(
+        docker: &Docker,
+        image: String,
+        ready_timeout: Duration,
+    ) -> Result<Self, NatsError> {
+        let (name, tag) = split_image(&image);
+        for attempt in 1..=PORT_ATTEMPTS {
+            let (client_port, monitor_port) =
+                probe::free_port_pair().map_err(|source| NatsError::Io {
+                    action: "find free ports on 127.0.0.1".into(),
+                    source,
+                })?;
+            let attempt_id = attempt_label();
+            let request = GenericImage::new(name, tag)
+                .with_cmd(["-js", "-m", "8222", "--store_dir", STORE_DIR])
+                .with_mapped_port(client_port, CLIENT_PORT.tcp())
+                .with_mapped_port(monitor_port, MONITOR_PORT.tcp())
+                .with_label(LABEL, attempt_id.as_str())
+                .with_startup_timeout(ready_timeout);
+            let request = if engine_is_local() {
+                request.with_host_config_modifier(bind_loopback)
+            } else {
+                request
+            };
+            let container = match request.start().await {
+                Ok(container) => container,
+                Err(e) => {
+                    remove_attempt(docker, &attempt_id).await;
+                    if attempt < PORT_ATTEMPTS && is_port_conflict(&e) {
+                        tracing::debug!(%e, "nats container lost a port race; retrying");
+                        continue;
+                    }
+                    return Err(docker_error(format!("start a container from {image}"))(e));
+                }
+            };
+            let host = match container.get_host().await {
+                Ok(host) => host.to_string(),
+                Err(e) => return Err(docker_error("find the container's host")(e)),
+            };
+            let mut server = DockerServer {
+                image,
+                // The client would try ::1 first for "localhost"; the ports are bound on IPv4.
+                host: if host == "localhost" {
+                    "127.0.0.1".to_string()
+                } else {
+                    host
+                },
+                client_port,
+                monitor_port,
+                log: LogBuffer::default(),
+                followers: Vec::new(),
+                container: Some(container),
+            };
+            server.follow_logs();
+            // On failure `server` is dropped here, which removes the container.
+            server.wait_ready(ready_timeout).await?;
+            return Ok(server);
+        }
+        unreachable!("the last attempt returns")
+    }
+
+    pub(crate) fn client_url(&self) -> String {
+        format!("nats://{}:{}", self.host, self.client_port)
+    }
+
+    pub(crate) fn monitor_url(&self) -> String {
+        format!("http://{}:{}", self.host, self.monitor_port)
+    }
+
+    pub(crate) fn backend(&self) -> ChosenBackend {
+        ChosenBackend::Docker {
+            image: self.image.clone(),
+        }
+    }
+
+    pub(crate) fn log(&self) -> String {
+        self.log.text()
+    }
+
+    fn follow_logs(&mut self) {
+        for follower in self.followers.drain(..) {
+            follower.abort();
+        }
+        let Some(container) = &self.container else {
+            return;
+        };
+        let generation = self.log.new_generation();
+        // nats-server logs to stderr; stdout is followed too so nothing printed is lost.
+        for mut reader in [container.stderr(true), container.stdout(true)] {
+            let log = self.log.clone();
+            self.followers.push(tokio::spawn(async move {
+                let mut line = Vec::new();
+                loop {
+                    line.clear();
+                    match reader.read_until(b'\n', &mut line).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => log.append(generation, &line),
+                    }
+                }
+            }));
+        }
+    }
+
+    async fn wait_ready(&mut self, budget: Duration) -> Result<(), NatsError> {
+        let Some(container) = &self.container else {
+            return Ok(());
+        };
+        let client_url = self.client_url();
+        let monitor_url = self.monitor_url();
+        let result = probe::wait_ready(&client_url, Some(&monitor_url), budget, async || {
+            match container.is_running().await {
+                Ok(false) => Some(match container.exit_code().await {
+                    Ok(Some(code)) => format!("the container exited with code {code}"),
+                    _ => "the container stopped".to_string(),
+                }),
+                // An engine hiccup is no reason to give up; the deadline still holds.
+                _ => None,
+            }
+        })
+        .await;
+        match result {
+            Ok(()) => Ok(()),
+            Err(reason) => {
+                // The followers may lag behind a container that just died; read the log whole.
+                if let (Ok(mut all), Ok(stdout)) = (
+                    container.stderr_to_vec().await,
+                    container.stdout_to_vec().await,
+                ) {
+                    all.extend(stdout);
+                    self.log.replace(all);
+                }
+                Err(NatsError::NotReady {
+                    backend: self.backend(),
+                    waited: budget,
+                    reason,
+                    log: self.log(),
+                })
+            }
+        }
+    }
+
+    /// `docker stop` (SIGTERM, so JetStream flushes) and `docker start` of the same container:
+    /// same ports, same store in the container's filesystem.
+    pub(crate) async fn restart(&mut self, ready_timeout: Duration) -> Result<(), NatsError> {
+        if let Some(container) = &self.container {
+            container
+                .stop()
+                .await
+                .map_err(docker_error("stop the nats container"))?;
+            container
+                .start()
+                .await
+                .map_err(docker_error("start the nats container again"))?;
+        }
+        self.follow_logs();
+        self.wait_ready(ready_timeout).await
+    }
+
+    /// Stops the server gracefully and removes the container.
+    pub(crate) async fn stop(&mut self) -> Result<(), NatsError> {
+        for follower in self.followers.drain(..) {
+            follower.abort();
+        }
+        if let Some(container) = self.container.take() {
+            // If stop fails, rm below still removes the container (it forces).
+            let stopped = container.stop().await;
+            container
+                .rm()
+                .await
+                .map_err(docker_error("remove the nats container"))?;
+            stopped.map_err(docker_error("stop the nats container"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DockerServer {
+    fn drop(&mut self) {
+        for follower in self.followers.drain(..) {
+            follower.abort();
+        }
+        let Some(container) = self.container.take() else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            drop(container);
+            return;
+        }
+        // testcontainers' Drop removes the container from inside a Tokio runtime and panics
+        // outside one, e.g. when the handle outlives the runtime that made it. Lend it one.
+        match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime.block_on(async move { drop(container) }),
+            Err(e) => {
+                tracing::warn!(%e, "no runtime to remove the nats container; it is left running");
+                std::mem::forget(container);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_image_handles_registries_and_missing_tags() {
+        assert_eq!(split_image("nats:2.10"), ("nats", "2.10"));
+        assert_eq!(
+            split_image("triggers-lab/nats-server:local"),
+            ("triggers-lab/nats-server", "local")
+        );
+        assert_eq!(split_image("nats"), ("nats", "latest"));
+        assert_eq!(
+            split_image("registry:5000/nats"),
+            ("registry:5000/nats", "latest")
+        );
+        assert_eq!(
+            split_image("registry:5000/nats:2"),
+            ("registry:5000/nats", "2")
+        );
+    }
+
+    #[test]
+    fn a_new_log_generation_silences_the_old_follower() {
+        let log = LogBuffer::default();
+        let first = log.new_generation();
+        log.append(first, b"run 1\n");
+        let second = log.new_generation();
+        log.append(first, b"late line from run 1\n");
+        log.append(second, b"run 1\nrun 2\n");
+        assert_eq!(log.text(), "run 1\nrun 2\n");
+    }
+}
