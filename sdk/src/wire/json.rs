@@ -687,6 +687,27 @@ impl RawJson {
         Self::from_text(text)
     }
 
+    /// The body of a DLQ entry for a message's raw bytes, losing nothing: the bytes themselves when
+    /// they are one JSON value, else a JSON string holding them (UTF-8 text as is, other bytes as
+    /// `hex:` and their lowercase hex).
+    #[must_use]
+    pub fn from_message_body(bytes: &[u8]) -> Self {
+        if let Ok(raw) = Self::from_slice(bytes) {
+            return raw;
+        }
+        let text = match std::str::from_utf8(bytes) {
+            Ok(text) => text.to_owned(),
+            Err(_) => format!("hex:{}", hex::encode(bytes)),
+        };
+        let mut out = Vec::with_capacity(text.len() + 2);
+        push_str(&mut out, &text);
+        RawJson(
+            String::from_utf8(out)
+                .expect("escaped JSON is UTF-8")
+                .into_boxed_str(),
+        )
+    }
+
     /// Encodes `value` with the Go writer and keeps the bytes.
     ///
     /// # Errors
@@ -895,6 +916,15 @@ mod tests {
             r#"{"body":{"b":1.50,"a":"x y\" "}}"#
         );
         assert!(RawJson::from_text("{").is_err());
+        assert_eq!(RawJson::from_message_body(b" [1] ").get(), " [1] ");
+        assert_eq!(
+            RawJson::from_message_body(b"not json {").get(),
+            "\"not json {\""
+        );
+        assert_eq!(
+            RawJson::from_message_body(&[0xff, 0x00]).get(),
+            "\"hex:ff00\""
+        );
         assert!(RawJson::from_text("1 2").is_err());
     }
 }
