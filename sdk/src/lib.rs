@@ -1,6 +1,8 @@
 //! The Rust SDK for services on the triggers platform, byte-compatible with the Go reference SDK.
 //!
 //! - [`wire`]: the locked wire contract (pure, no I/O; usable with default features off).
+//! - [`flow`]: the flow model and the evaluation of mapping and condition nodes (pure).
 
 pub mod error;
+pub mod flow;
 pub mod wire;
