@@ -134,3 +134,122 @@ fn log_block(log: &str) -> String {
         tail.trim_end()
     )
 }
+
+/// An emulator operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmulatorError {
+    /// A NATS or JetStream call failed.
+    #[error("cannot {action}: {reason}")]
+    Nats {
+        /// What the emulator was doing.
+        action: &'static str,
+        /// The client's error.
+        reason: String,
+    },
+    /// The release was refused; every problem is listed with its stable code.
+    #[error("release refused:\n{}", .0.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n"))]
+    Release(Vec<crate::release::ReleaseProblem>),
+    /// No deployed flow has this id.
+    #[error("no flow {0:?} is deployed; deploy it first")]
+    UnknownFlow(String),
+    /// The flow has no service-in to start at (or not the one asked for).
+    #[error("flow {flow:?} has no service-in entry {}", .entry.as_ref().map(|e| format!("{e:?}")).unwrap_or_default())]
+    NoEntry {
+        /// The flow.
+        flow: String,
+        /// The entry asked for.
+        entry: Option<String>,
+    },
+    /// A publish to a service's inbound subject failed.
+    #[error("cannot publish to {subject}: {reason}")]
+    Publish {
+        /// The subject.
+        subject: String,
+        /// Why.
+        reason: String,
+    },
+    /// `advance` on the real clock.
+    #[error(
+        "the emulator runs on the real clock, which cannot be advanced; use ClockMode::Virtual"
+    )]
+    RealClock,
+    /// A value could not be written as JSON.
+    #[error("cannot encode JSON: {0}")]
+    Encode(triggers_sdk::error::JsonError),
+}
+
+impl EmulatorError {
+    pub(crate) fn nats(action: &'static str, e: impl std::fmt::Display) -> Self {
+        EmulatorError::Nats {
+            action,
+            reason: e.to_string(),
+        }
+    }
+
+    /// The release problems, if this is a refused release.
+    #[must_use]
+    pub fn release_problems(&self) -> Option<&[crate::release::ReleaseProblem]> {
+        match self {
+            EmulatorError::Release(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+/// A `wait_*` call gave up.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum WaitError {
+    /// Nothing matching arrived in time.
+    #[error("waited {waited:?} for {waiting_for}, in vain; {saw}")]
+    Timeout {
+        /// How long it waited.
+        waited: Duration,
+        /// What it waited for.
+        waiting_for: String,
+        /// A readable account of what did arrive.
+        saw: String,
+    },
+}
+
+/// The harness could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HarnessError {
+    /// No nats-server (the message says how to get one).
+    #[error(transparent)]
+    Nats(#[from] NatsError),
+    /// The server started but no client could connect.
+    #[error("cannot connect to {url}: {reason}")]
+    Connect {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The emulator could not start.
+    #[error(transparent)]
+    Emulator(#[from] EmulatorError),
+}
+
+/// A control API call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// No emulator answered on the control subjects.
+    #[error(
+        "no triggers-lab emulator answers on {url} ({reason}); start one with `triggers-lab up`, or point --nats / TRIGGERS_NATS_URL at it"
+    )]
+    NoEmulator {
+        /// The NATS URL.
+        url: String,
+        /// The client's error.
+        reason: String,
+    },
+    /// The emulator answered with an error.
+    #[error("{0}")]
+    Refused(String),
+    /// The reply could not be read.
+    #[error("unreadable reply from the emulator: {0}")]
+    BadReply(String),
+}

@@ -1,11 +1,54 @@
 //! The triggers orchestrator emulator: it runs inside a test process (or as `triggers-lab up`) in
 //! place of the real orchestrator, against a real nats-server.
 //!
-//! This crate provides, so far, [`nats`]: a nats-server with JetStream from Docker, a local binary
-//! or an external URL, behind one handle that stops it on drop.
+//! - [`nats`]: a nats-server with JetStream from Docker, a local binary or an external URL, behind
+//!   one handle that stops it on drop.
+//! - [`Emulator`]: registration, heartbeats, releases and broadcasts, flow runs, Durable Timers on
+//!   a virtual clock, a recorder with waiters, and a conformance checker over everything an SDK
+//!   sends.
+//! - [`Harness`]: both together, for a `#[tokio::test]`.
+//! - [`control`]: the control API other processes (the CLI, the terminal UI) use.
+//!
+//! ```no_run
+//! use serde_json::json;
+//! use triggers_emulator::Harness;
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let lab = Harness::start().await?;
+//! // ... start the service under test against lab.url(), then:
+//! lab.emulator().wait_for_registration("shop").await?;
+//! let flow = serde_json::from_value(json!({"id": "order", "nodes": [
+//!     {"id": "in", "type": "service-in", "service": "shop"},
+//!     {"id": "pay", "type": "action", "service": "shop", "action": "charge"}],
+//!   "edges": [{"id": "e1", "from": "in", "to": "pay"}]}))?;
+//! lab.emulator().deploy(flow).await?;
+//! let run = lab.emulator().trigger("order", &json!({"amount": 12})).await?;
+//! let step = lab.emulator().wait_for_node(&run, "pay").await?;
+//! assert_eq!(step.status, "succeeded");
+//! lab.emulator().assert_conformant();
+//! # Ok(())
+//! # }
+//! ```
 
+mod clock;
+pub mod conformance;
+pub mod control;
+mod emulator;
 mod error;
+mod harness;
 pub mod nats;
+pub mod recorder;
+pub mod release;
+mod timers;
+mod wait;
 
-pub use error::NatsError;
+pub use clock::ClockMode;
+pub use emulator::{
+    DLQ_STREAM, Deployment, Emulator, EmulatorConfig, FiredTimer, HashMismatchPolicy, RunId,
+    TriggerOptions, describe_violations,
+};
+pub use error::{EmulatorError, NatsError, WaitError};
+pub use harness::Harness;
 pub use nats::{Backend, ChosenBackend, NatsConfig, NatsServer, SkippedBackend};
+pub use release::{ReleaseCode, ReleaseProblem};
+pub use wait::{DlqFilter, DlqRecord};

@@ -1,0 +1,498 @@
+//! The JSON messages an SDK sends: manifest registration, heartbeat, completion event, DLQ entry.
+//! Each is checked field by field (see `object`), then by the rules of its shape, then byte by byte
+//! against Go's encoding of what it decodes to.
+
+use triggers_sdk::error::DecodeError;
+use triggers_sdk::flow::NodeType;
+use triggers_sdk::wire::header::{self, names};
+use triggers_sdk::wire::manifest::is_hash_text;
+use triggers_sdk::wire::shapes::{dlq_kind, status};
+use triggers_sdk::wire::subject::{self, FallbackKind};
+use triggers_sdk::wire::{CompletionEvent, DlqEntry, Heartbeat, Manifest};
+
+use super::object::{
+    self, COMPLETION_EVENT, DLQ_ENTRY, Explained, HEARTBEAT, Object, Shape, check_fields,
+};
+use super::{Context, Report};
+
+/// The top-level fields of a manifest, in Go's order.
+const MANIFEST_FIELDS: [&str; 14] = [
+    "protocol_version",
+    "service",
+    "service_version",
+    "manifest_hash",
+    "display_name",
+    "description",
+    "owner",
+    "tags",
+    "actions",
+    "service_sources",
+    "supports_nodes",
+    "supports_rate_limit",
+    "runtime_capabilities",
+    "runtime_lookups",
+];
+
+/// The DLQ kinds of an action failure (the entry is on the action's subject).
+const ACTION_KINDS: [&str; 6] = [
+    dlq_kind::ACTION_FAILED,
+    dlq_kind::ACTION_TIMEOUT,
+    dlq_kind::ACTION_PANICKED,
+    dlq_kind::INVALID_INPUT,
+    dlq_kind::DURABLE_TIMER_REJECTED,
+    dlq_kind::ROUTING_FAILED,
+];
+
+/// Names a completion event's body might go by; none is allowed.
+const RESULT_FIELDS: [&str; 4] = ["result", "output", "results", "outputs"];
+
+/// The payload as an object, or an `undecodable` violation carrying the typed decoder's error
+/// (JSON path, line and column).
+fn read_object<T>(
+    report: &mut Report<'_>,
+    shape: &Shape,
+    decode: fn(&[u8]) -> Result<T, DecodeError>,
+) -> Option<Object> {
+    match Object::parse(report.payload) {
+        Ok(object) => Some(object),
+        Err(json_error) => {
+            let why = match decode(report.payload) {
+                Err(e) => e.to_string(),
+                Ok(_) => format!("{}: {json_error}", shape.name),
+            };
+            report.push(
+                "undecodable",
+                format!(
+                    "{why}; a {} is one JSON object {{{}}}",
+                    shape.name,
+                    shape
+                        .fields
+                        .iter()
+                        .map(|f| f.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// The typed value, or (when nothing reported so far explains the failure) `undecodable`.
+fn decode_typed<T>(
+    report: &mut Report<'_>,
+    reported_before: usize,
+    decode: fn(&[u8]) -> Result<T, DecodeError>,
+) -> Option<T> {
+    match decode(report.payload) {
+        Ok(value) => Some(value),
+        Err(e) => {
+            if report.count() == reported_before {
+                report.push("undecodable", e.to_string());
+            }
+            None
+        }
+    }
+}
+
+fn go_bytes(
+    report: &mut Report<'_>,
+    shape: &str,
+    go: Option<Vec<u8>>,
+    explained: &Explained,
+    nested: &[&str],
+) {
+    let Some(go) = go else { return };
+    if let Some(how) = object::go_bytes_difference(report.payload, &go, explained, nested) {
+        report.push(
+            "not_go_bytes",
+            format!("the {shape} is not what Go writes for the same value: {how}"),
+        );
+    }
+}
+
+fn service_name(report: &mut Report<'_>, ctx: &Context<'_>, what: &str, service: &str) {
+    if let Err(e) = subject::check_service(service) {
+        report.push("service_invalid", format!("the {what}'s service: {e}"));
+    } else if !ctx.manifests.contains_key(service) {
+        report.push(
+            "service_unregistered",
+            format!(
+                "service {service:?} has not registered; an SDK registers on {} before it sends \
+                 anything else",
+                subject::MANIFEST_REGISTER
+            ),
+        );
+    }
+}
+
+/// `triggers.v2.manifest.register`.
+pub(super) fn manifest(_ctx: &Context<'_>, report: &mut Report<'_>) {
+    let manifest = match Manifest::from_json(report.payload) {
+        Ok(m) => m,
+        Err(e) => {
+            report.push("undecodable", e.to_string());
+            return;
+        }
+    };
+    let Ok(object) = Object::parse(report.payload) else {
+        return;
+    };
+    let mut explained = Explained::new();
+    for key in object.0.iter().map(|(k, _)| k.as_str()) {
+        if explained.contains(key) {
+            continue;
+        }
+        let count = object.0.iter().filter(|(k, _)| k == key).count();
+        if count > 1 {
+            report.push(
+                "duplicate_field",
+                format!("`{key}` appears {count} times in the manifest; Go writes it once"),
+            );
+            explained.insert(key.to_owned());
+        } else if !MANIFEST_FIELDS.contains(&key) {
+            report.push(
+                "manifest_unknown_field",
+                format!(
+                    "`{key}` is not a manifest field (Go's decoder ignores it, Go's SDK never \
+                     writes it); the fields are {}",
+                    MANIFEST_FIELDS.join(", ")
+                ),
+            );
+            explained.insert(key.to_owned());
+        }
+    }
+    let major = manifest.protocol_major();
+    if let Some(major) = major.filter(|m| *m != 1) {
+        report.push(
+            "protocol_major",
+            format!(
+                "protocol_version is {:?}: major {major}; the orchestrator speaks major 1 ({}) and \
+                 refuses other majors",
+                manifest.protocol_version,
+                triggers_sdk::wire::manifest::PROTOCOL_VERSION
+            ),
+        );
+    }
+    for issue in manifest.validate() {
+        // A parseable foreign major has its own rule above.
+        if issue.path == "protocol_version" && major.is_some() {
+            continue;
+        }
+        report.push(
+            "manifest_invalid",
+            format!("`{}`: {}", issue.path, issue.message),
+        );
+    }
+    if let Ok(computed) = manifest.compute_hash()
+        && manifest.manifest_hash != computed
+    {
+        report.push(
+            "manifest_hash_mismatch",
+            format!(
+                "manifest_hash is {:?}; the hash of this manifest is {computed:?} (SHA-256 of the \
+                 canonical hash input, see docs/wire.md)",
+                manifest.manifest_hash
+            ),
+        );
+        explained.insert("manifest_hash".to_owned());
+    }
+    go_bytes(report, "manifest", manifest.to_json().ok(), &explained, &[]);
+}
+
+/// `triggers.v2.heartbeat`.
+pub(super) fn heartbeat(ctx: &Context<'_>, report: &mut Report<'_>) {
+    let Some(object) = read_object(report, &HEARTBEAT, Heartbeat::from_json) else {
+        return;
+    };
+    let before = report.count();
+    let mut explained = Explained::new();
+    check_fields(
+        report,
+        &HEARTBEAT,
+        &object,
+        "",
+        |_| "unknown_field",
+        &mut explained,
+    );
+    let Some(hb) = decode_typed(report, before, Heartbeat::from_json) else {
+        return;
+    };
+    let fine = |field: &str| !explained.contains(field);
+    if fine("service") {
+        service_name(report, ctx, "heartbeat", &hb.service);
+    }
+    if fine("manifest_hash") {
+        if !is_hash_text(&hb.manifest_hash) {
+            report.push(
+                "heartbeat_hash_form",
+                format!(
+                    "manifest_hash is {:?}; it is the registered manifest's hash, \
+                     sha256:<64 lowercase hex>",
+                    hb.manifest_hash
+                ),
+            );
+        } else if let Some(m) = ctx.manifests.get(&hb.service) {
+            let computed = m.compute_hash().unwrap_or_default();
+            if hb.manifest_hash != m.manifest_hash && hb.manifest_hash != computed {
+                report.push(
+                    "heartbeat_hash_unknown",
+                    format!(
+                        "manifest_hash is {}; {}'s registered manifest hashes to {}: this \
+                         replica runs another manifest than the one registered last",
+                        hb.manifest_hash, hb.service, computed
+                    ),
+                );
+            }
+        }
+    }
+    if fine("started_at") && fine("now") && hb.now.unix_nanos() < hb.started_at.unix_nanos() {
+        report.push(
+            "heartbeat_time_order",
+            format!("now ({}) is before started_at ({})", hb.now, hb.started_at),
+        );
+    }
+    go_bytes(report, "heartbeat", hb.to_json().ok(), &explained, &[]);
+}
+
+/// `triggers.v2.flow.events.<flow_id>`.
+pub(super) fn completion(ctx: &Context<'_>, report: &mut Report<'_>, flow_id: &str) {
+    let Some(object) = read_object(report, &COMPLETION_EVENT, CompletionEvent::from_json) else {
+        return;
+    };
+    let before = report.count();
+    let mut explained = Explained::new();
+    check_fields(
+        report,
+        &COMPLETION_EVENT,
+        &object,
+        "",
+        |key| {
+            if RESULT_FIELDS.contains(&key) {
+                "completion_has_result"
+            } else {
+                "unknown_field"
+            }
+        },
+        &mut explained,
+    );
+    let Some(ev) = decode_typed(report, before, CompletionEvent::from_json) else {
+        return;
+    };
+    let fine = |field: &str| !explained.contains(field);
+    if fine("service") {
+        service_name(report, ctx, "completion event", &ev.service);
+    }
+    if fine("flow_id") && ev.flow_id != flow_id {
+        report.push(
+            "completion_flow_mismatch",
+            format!(
+                "flow_id is {:?} but the event is on the subject of flow {flow_id:?}; completion \
+                 events go to triggers.v2.flow.events.<flow_id> of their own flow",
+                ev.flow_id
+            ),
+        );
+    }
+    for (field, value) in [("flow_run_id", &ev.flow_run_id), ("node_id", &ev.node_id)] {
+        if fine(field) && value.is_empty() {
+            report.push(
+                "completion_field_empty",
+                format!("{field} is empty; a completion event names the run and node it reports"),
+            );
+        }
+    }
+    if fine("node_type")
+        && serde_json::from_value::<NodeType>(serde_json::Value::String(ev.node_type.clone()))
+            .is_err()
+    {
+        report.push(
+            "completion_node_type_unknown",
+            format!(
+                "node_type is {:?}; the node types are service-in, action, mapping, condition, \
+                 lookup, timer, output",
+                ev.node_type
+            ),
+        );
+    }
+    if fine("status") && !status::ALL.contains(&ev.status.as_str()) {
+        report.push(
+            "completion_status_unknown",
+            format!(
+                "status is {:?}; the statuses are {}",
+                ev.status,
+                status::ALL.join(", ")
+            ),
+        );
+    }
+    if fine("trace_id")
+        && !ev.trace_id.is_empty()
+        && !(ev.trace_id.len() == 32
+            && ev
+                .trace_id
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+    {
+        report.push(
+            "trace_id_form",
+            format!(
+                "trace_id is {:?}; it is the run's W3C trace id, 32 lowercase hex digits",
+                ev.trace_id
+            ),
+        );
+    }
+    if fine("started_at")
+        && fine("finished_at")
+        && ev.finished_at.unix_nanos() < ev.started_at.unix_nanos()
+    {
+        report.push(
+            "completion_time_order",
+            format!(
+                "finished_at ({}) is before started_at ({})",
+                ev.finished_at, ev.started_at
+            ),
+        );
+    }
+    go_bytes(
+        report,
+        "completion event",
+        ev.to_json().ok(),
+        &explained,
+        &[],
+    );
+}
+
+/// `triggers.v2.dlq.<service>.<tail>` (not `source`: the caller reports that).
+pub(super) fn dlq(ctx: &Context<'_>, report: &mut Report<'_>, service: &str, tail: &str) {
+    let fallback = FallbackKind::parse(tail);
+    if let Err(e) = subject::check_service(service) {
+        report.push("service_invalid", format!("the DLQ subject's service: {e}"));
+    } else if let Some(m) = ctx.manifests.get(service) {
+        if fallback.is_none() && m.action(tail).is_none() {
+            let actions: Vec<&str> = m.actions.iter().map(|a| a.name.as_str()).collect();
+            report.push(
+                "dlq_subject_unknown_tail",
+                format!(
+                    "{tail:?} is neither an action of {service} ({}) nor a fallback kind ({})",
+                    actions.join(", "),
+                    FallbackKind::ALL.map(FallbackKind::as_str).join(", ")
+                ),
+            );
+        }
+    } else {
+        report.push(
+            "service_unregistered",
+            format!("service {service:?} has not registered, yet dead-letters"),
+        );
+    }
+    let payload = report.payload;
+    // The key is read from the JSON as it stands, so the Nats-Msg-Id is judged even when the
+    // entry is otherwise broken.
+    let entry_key: Option<String> = serde_json::from_slice::<serde_json::Value>(payload)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/envelope/idempotency_key")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        });
+    check_dlq_msg_id(report, entry_key.as_deref());
+
+    let Some(object) = read_object(report, &DLQ_ENTRY, DlqEntry::from_json) else {
+        return;
+    };
+    let before = report.count();
+    let mut explained = Explained::new();
+    check_fields(
+        report,
+        &DLQ_ENTRY,
+        &object,
+        "",
+        |_| "unknown_field",
+        &mut explained,
+    );
+    let Some(entry) = decode_typed(report, before, DlqEntry::from_json) else {
+        return;
+    };
+    if !explained.contains("kind") {
+        match fallback {
+            Some(kind) if entry.kind != kind.as_str() => report.push(
+                "dlq_kind_mismatch",
+                format!(
+                    "kind is {:?} on the {kind} fallback subject; the entry's kind is the \
+                     subject's kind",
+                    entry.kind
+                ),
+            ),
+            None if !ACTION_KINDS.contains(&entry.kind.as_str()) => report.push(
+                "dlq_kind_unknown",
+                format!(
+                    "kind is {:?} on an action's DLQ subject; an action failure is one of {} \
+                     (fallback kinds go to triggers.v2.dlq.<service>.<kind>)",
+                    entry.kind,
+                    ACTION_KINDS.join(", ")
+                ),
+            ),
+            _ => {}
+        }
+    }
+    go_bytes(
+        report,
+        "DLQ entry",
+        entry.to_json().ok(),
+        &explained,
+        &["envelope"],
+    );
+}
+
+/// The `Nats-Msg-Id` of a DLQ publish: `<idempotency_key>:dlq:<unix_ns>`. A misspelt name is
+/// reported by the header checks; its value is judged here all the same.
+fn check_dlq_msg_id(report: &mut Report<'_>, entry_key: Option<&str>) {
+    let Some(id) = report.headers.get(names::NATS_MSG_ID) else {
+        report.push(
+            "dlq_msg_id_missing",
+            format!(
+                "a DLQ publish carries no {}; it must be <idempotency_key>:dlq:<unix_ns> so that \
+                 repeated writes of one failure collapse under JetStream dedup",
+                names::NATS_MSG_ID
+            ),
+        );
+        return;
+    };
+    let key = match header::parse_dlq_msg_id(id) {
+        Some((key, _)) => key,
+        // Go formats an empty key as ":dlq:<ns>" too: right for an entry whose envelope has none.
+        None if entry_key == Some("")
+            && id
+                .strip_prefix(":dlq:")
+                .is_some_and(|ns| !ns.is_empty() && ns.bytes().all(|b| b.is_ascii_digit())) =>
+        {
+            ""
+        }
+        None => {
+            report.push(
+                "dlq_msg_id_form",
+                format!(
+                    "{} is {id:?}; on a DLQ publish it is <idempotency_key>:dlq:<unix_ns> \
+                     (e.g. {:?})",
+                    names::NATS_MSG_ID,
+                    header::dlq_msg_id(
+                        entry_key.unwrap_or("run-1:send"),
+                        1_779_805_845_000_000_000
+                    )
+                ),
+            );
+            return;
+        }
+    };
+    if let Some(entry_key) = entry_key
+        && key != entry_key
+    {
+        report.push(
+            "dlq_msg_id_key_mismatch",
+            format!(
+                "{} is {id:?}, keyed {key:?}; the entry's envelope.idempotency_key is \
+                 {entry_key:?}",
+                names::NATS_MSG_ID
+            ),
+        );
+    }
+}

@@ -1,0 +1,469 @@
+//! The control API: how other processes (the `triggers-lab` CLI, the terminal UI) drive a running
+//! emulator over NATS. Ours, not the platform's: it lives under `triggerslab.v1.`, outside the
+//! locked `triggers.v2.` namespace.
+//!
+//! Requests are JSON on `triggerslab.v1.control.<op>`; every reply is
+//! `{"ok": true, "result": ...}` or `{"ok": false, "error": "..."}`. Every record is also published,
+//! as JSON, on `triggerslab.v1.records`.
+//!
+//! | op | request | result |
+//! |---|---|---|
+//! | `state` | `{}` | [`StateSummary`] |
+//! | `deploy` | `{"flow": Flow}` | the released flow and broadcast subject, or `{"problems": [...]}` in the error |
+//! | `check_release` | `{"flow": Flow}` | the resolved flow |
+//! | `trigger` | `{"flow_id", "payload", "entry"?}` | `{"run_id"}` |
+//! | `advance` | `{"duration_ms"}` | the timers fired |
+//! | `runs` | `{}` | every run |
+//! | `run` | `{"run_id"}` | the run |
+//! | `records` | `{"since": seq, "limit": n}` | records after `since` |
+//! | `violations` | `{}` | every conformance violation |
+
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use triggers_sdk::flow::Flow;
+use triggers_sdk::wire::GoTime;
+
+use crate::clock::ClockMode;
+use crate::emulator::{Emulator, TriggerOptions};
+use crate::error::{ControlError, EmulatorError};
+use crate::recorder::{Liveness, Record, Run, RunStatus};
+
+/// The prefix of every control subject.
+pub const PREFIX: &str = "triggerslab.v1.control";
+/// Where every record is published as JSON.
+pub const RECORDS_SUBJECT: &str = "triggerslab.v1.records";
+
+/// A service in the state summary.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServiceSummary {
+    /// The name.
+    pub name: String,
+    /// `service_version`.
+    pub version: String,
+    /// The registered manifest's hash.
+    pub manifest_hash: String,
+    /// `runtime_capabilities`.
+    pub capabilities: Vec<String>,
+    /// Its actions.
+    pub actions: Vec<String>,
+    /// Liveness from heartbeats.
+    pub liveness: Liveness,
+    /// When the last heartbeat arrived, wall clock.
+    pub last_seen: Option<GoTime>,
+    /// Replicas seen (distinct `started_at`).
+    pub replicas: usize,
+}
+
+/// A run in the state summary.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// The run id.
+    pub id: String,
+    /// The flow.
+    pub flow_id: String,
+    /// Where it is.
+    pub status: RunStatus,
+    /// When it started (emulator clock).
+    pub started_at: GoTime,
+    /// When it settled.
+    pub settled_at: Option<GoTime>,
+    /// Nodes that failed.
+    pub failed: Vec<String>,
+    /// Steps so far.
+    pub steps: usize,
+}
+
+/// Everything a viewer needs at a glance.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StateSummary {
+    /// The emulator's clock.
+    pub clock: GoTime,
+    /// Virtual or real.
+    pub clock_mode: ClockMode,
+    /// Registered services.
+    pub services: Vec<ServiceSummary>,
+    /// Deployed flows.
+    pub flows: Vec<Flow>,
+    /// Runs, in start order.
+    pub runs: Vec<RunSummary>,
+    /// Conformance violations so far.
+    pub violations: usize,
+    /// The last record's sequence number.
+    pub last_seq: u64,
+    /// Records dropped off the ring.
+    pub dropped_records: u64,
+}
+
+impl Emulator {
+    /// The state summary the control API serves.
+    #[must_use]
+    pub fn summary(&self) -> StateSummary {
+        let state = self.lock();
+        let now = GoTime::now();
+        StateSummary {
+            clock: state.clock.now(),
+            clock_mode: state.clock.mode(),
+            services: state
+                .services
+                .iter()
+                .map(|(name, s)| ServiceSummary {
+                    name: name.clone(),
+                    version: s.manifest.service_version.clone(),
+                    manifest_hash: s.manifest.manifest_hash.clone(),
+                    capabilities: s.manifest.runtime_capabilities.clone(),
+                    actions: s.manifest.actions.iter().map(|a| a.name.clone()).collect(),
+                    liveness: s.liveness(now, self.config().heartbeat_interval),
+                    last_seen: s.last_seen,
+                    replicas: s.replicas.len(),
+                })
+                .collect(),
+            flows: state.flows.values().cloned().collect(),
+            runs: state
+                .run_order
+                .iter()
+                .filter_map(|id| state.runs.get(id))
+                .map(run_summary)
+                .collect(),
+            violations: state.violations.len(),
+            last_seq: state.seq,
+            dropped_records: state.dropped_records,
+        }
+    }
+}
+
+fn run_summary(r: &Run) -> RunSummary {
+    RunSummary {
+        id: r.id.clone(),
+        flow_id: r.flow_id.clone(),
+        status: r.status,
+        started_at: r.started_at,
+        settled_at: r.settled_at,
+        failed: r.failed.iter().cloned().collect(),
+        steps: r.timeline.len(),
+    }
+}
+
+#[derive(Deserialize)]
+struct FlowRequest {
+    flow: Flow,
+}
+
+#[derive(Deserialize)]
+struct TriggerRequest {
+    flow_id: String,
+    #[serde(default)]
+    payload: Value,
+    #[serde(default)]
+    entry: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct AdvanceRequest {
+    duration_ms: u64,
+}
+
+#[derive(Deserialize)]
+struct RunRequest {
+    run_id: String,
+}
+
+#[derive(Deserialize)]
+struct RecordsRequest {
+    #[serde(default)]
+    since: u64,
+    #[serde(default = "default_limit")]
+    limit: usize,
+}
+
+fn default_limit() -> usize {
+    1000
+}
+
+fn parse<T: DeserializeOwned>(payload: &[u8]) -> Result<T, String> {
+    let payload = if payload.iter().all(u8::is_ascii_whitespace) {
+        b"{}".as_slice()
+    } else {
+        payload
+    };
+    serde_json::from_slice(payload).map_err(|e| format!("bad request: {e}"))
+}
+
+fn to_value<T: Serialize>(v: T) -> Result<Value, String> {
+    serde_json::to_value(v).map_err(|e| e.to_string())
+}
+
+async fn handle(emulator: &Emulator, op: &str, payload: &[u8]) -> Result<Value, Value> {
+    let err = |e: String| Value::from(e);
+    match op {
+        "state" => to_value(emulator.summary()).map_err(err),
+        "deploy" => {
+            let req: FlowRequest = parse(payload).map_err(err)?;
+            match emulator.deploy(req.flow).await {
+                Ok(d) => to_value(d).map_err(err),
+                Err(EmulatorError::Release(problems)) => Err(json!({
+                    "message": format!("release refused: {}", problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")),
+                    "problems": problems,
+                })),
+                Err(e) => Err(err(e.to_string())),
+            }
+        }
+        "check_release" => {
+            let req: FlowRequest = parse(payload).map_err(err)?;
+            match emulator.check_release(&req.flow) {
+                Ok(flow) => to_value(flow).map_err(err),
+                Err(problems) => Err(json!({
+                    "message": "release refused",
+                    "problems": problems,
+                })),
+            }
+        }
+        "trigger" => {
+            let req: TriggerRequest = parse(payload).map_err(err)?;
+            let bytes =
+                triggers_sdk::wire::json::to_vec(&triggers_sdk::wire::json::GoAny(&req.payload))
+                    .map_err(|e| err(e.to_string()))?;
+            let run = emulator
+                .trigger_bytes(
+                    &req.flow_id,
+                    bytes,
+                    TriggerOptions {
+                        entry: req.entry,
+                        run_id: None,
+                    },
+                )
+                .await
+                .map_err(|e| err(e.to_string()))?;
+            Ok(json!({"run_id": run.0}))
+        }
+        "advance" => {
+            let req: AdvanceRequest = parse(payload).map_err(err)?;
+            let fired = emulator
+                .advance(Duration::from_millis(req.duration_ms))
+                .await
+                .map_err(|e| err(e.to_string()))?;
+            Ok(json!({"fired": fired, "clock": emulator.now()}))
+        }
+        "runs" => to_value(emulator.runs()).map_err(err),
+        "run" => {
+            let req: RunRequest = parse(payload).map_err(err)?;
+            match emulator.run(&req.run_id) {
+                Some(run) => to_value(run).map_err(err),
+                None => Err(err(format!("no run {:?}", req.run_id))),
+            }
+        }
+        "records" => {
+            let req: RecordsRequest = parse(payload).map_err(err)?;
+            to_value(emulator.records_since(req.since, req.limit)).map_err(err)
+        }
+        "violations" => to_value(emulator.violations()).map_err(err),
+        other => Err(err(format!(
+            "unknown control op {other:?}; ops: state, deploy, check_release, trigger, advance, runs, run, records, violations"
+        ))),
+    }
+}
+
+/// Subscribes the control subjects; returns the task that serves them and forwards records.
+pub(crate) async fn serve(
+    emulator: Emulator,
+) -> Result<impl std::future::Future<Output = ()> + Send + 'static, EmulatorError> {
+    let client = emulator.client().clone();
+    let mut requests = client
+        .subscribe(format!("{PREFIX}.*"))
+        .await
+        .map_err(|e| EmulatorError::nats("subscribe to the control API", e))?;
+    let mut records = emulator.subscribe_records();
+    Ok(async move {
+        let forward_client = client.clone();
+        let forward = async move {
+            loop {
+                match records.recv().await {
+                    Ok(record) => {
+                        if let Ok(bytes) = serde_json::to_vec(&record) {
+                            let _ = forward_client.publish(RECORDS_SUBJECT, bytes.into()).await;
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        };
+        let serve = async move {
+            while let Some(msg) = requests.next().await {
+                let op = msg
+                    .subject
+                    .as_str()
+                    .rsplit('.')
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                let reply = match handle(&emulator, &op, &msg.payload).await {
+                    Ok(result) => json!({"ok": true, "result": result}),
+                    Err(error) => json!({"ok": false, "error": error}),
+                };
+                if let Some(to) = msg.reply {
+                    let bytes = serde_json::to_vec(&reply).unwrap_or_default();
+                    let _ = client.publish(to, bytes.into()).await;
+                }
+            }
+        };
+        tokio::join!(forward, serve);
+    })
+}
+
+/// A client of the control API, for the CLI and the terminal UI.
+#[derive(Debug, Clone)]
+pub struct ControlClient {
+    client: async_nats::Client,
+    url: String,
+}
+
+impl ControlClient {
+    /// Connects to the NATS server a `triggers-lab up` runs on and checks an emulator answers.
+    ///
+    /// # Errors
+    /// [`ControlError::NoEmulator`] when nothing answers.
+    pub async fn connect(url: &str) -> Result<Self, ControlError> {
+        let client = async_nats::ConnectOptions::new()
+            .name("triggers-lab control")
+            .connection_timeout(Duration::from_secs(5))
+            .connect(url)
+            .await
+            .map_err(|e| ControlError::NoEmulator {
+                url: url.to_owned(),
+                reason: e.to_string(),
+            })?;
+        let this = ControlClient {
+            client,
+            url: url.to_owned(),
+        };
+        this.state().await?;
+        Ok(this)
+    }
+
+    /// Wraps an existing connection (no check).
+    #[must_use]
+    pub fn from_client(client: async_nats::Client, url: &str) -> Self {
+        ControlClient {
+            client,
+            url: url.to_owned(),
+        }
+    }
+
+    /// The NATS client underneath.
+    #[must_use]
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
+    async fn call<T: DeserializeOwned>(&self, op: &str, request: Value) -> Result<T, ControlError> {
+        let bytes =
+            serde_json::to_vec(&request).map_err(|e| ControlError::BadReply(e.to_string()))?;
+        let reply = tokio::time::timeout(
+            Duration::from_secs(30),
+            self.client.request(format!("{PREFIX}.{op}"), bytes.into()),
+        )
+        .await
+        .map_err(|_| ControlError::NoEmulator {
+            url: self.url.clone(),
+            reason: format!("no reply to {op} within 30 s"),
+        })?
+        .map_err(|e| ControlError::NoEmulator {
+            url: self.url.clone(),
+            reason: e.to_string(),
+        })?;
+        let value: Value = serde_json::from_slice(&reply.payload)
+            .map_err(|e| ControlError::BadReply(e.to_string()))?;
+        if value.get("ok") == Some(&Value::Bool(true)) {
+            serde_json::from_value(value.get("result").cloned().unwrap_or(Value::Null))
+                .map_err(|e| ControlError::BadReply(e.to_string()))
+        } else {
+            let error = value.get("error").cloned().unwrap_or(Value::Null);
+            let message = match &error {
+                Value::String(s) => s.clone(),
+                Value::Object(o) => o
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("refused")
+                    .to_owned(),
+                other => other.to_string(),
+            };
+            Err(ControlError::Refused(message))
+        }
+    }
+
+    /// The state summary.
+    ///
+    /// # Errors
+    /// When the call fails.
+    pub async fn state(&self) -> Result<StateSummary, ControlError> {
+        self.call("state", json!({})).await
+    }
+
+    /// Deploys a flow; returns the released flow.
+    ///
+    /// # Errors
+    /// The release problems, or a failed call.
+    pub async fn deploy(&self, flow: &Flow) -> Result<Value, ControlError> {
+        self.call("deploy", json!({"flow": flow})).await
+    }
+
+    /// Starts a run; returns its id.
+    ///
+    /// # Errors
+    /// When the call fails.
+    pub async fn trigger(&self, flow_id: &str, payload: &Value) -> Result<String, ControlError> {
+        let v: Value = self
+            .call("trigger", json!({"flow_id": flow_id, "payload": payload}))
+            .await?;
+        Ok(v.get("run_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned())
+    }
+
+    /// Advances the virtual clock; returns the timers fired and the new time.
+    ///
+    /// # Errors
+    /// When the call fails (the real clock cannot be advanced).
+    pub async fn advance(&self, by: Duration) -> Result<Value, ControlError> {
+        self.call("advance", json!({"duration_ms": by.as_millis() as u64}))
+            .await
+    }
+
+    /// A run.
+    ///
+    /// # Errors
+    /// When the call fails or there is no such run.
+    pub async fn run(&self, run_id: &str) -> Result<Run, ControlError> {
+        self.call("run", json!({"run_id": run_id})).await
+    }
+
+    /// Records after `since`.
+    ///
+    /// # Errors
+    /// When the call fails.
+    pub async fn records(&self, since: u64, limit: usize) -> Result<Vec<Record>, ControlError> {
+        self.call("records", json!({"since": since, "limit": limit}))
+            .await
+    }
+
+    /// Every record from now on, as the emulator publishes them.
+    ///
+    /// # Errors
+    /// When the subscription fails.
+    pub async fn follow(&self) -> Result<impl Stream<Item = Record> + use<>, ControlError> {
+        let sub =
+            self.client
+                .subscribe(RECORDS_SUBJECT)
+                .await
+                .map_err(|e| ControlError::NoEmulator {
+                    url: self.url.clone(),
+                    reason: e.to_string(),
+                })?;
+        Ok(sub.filter_map(|m| async move { serde_json::from_slice(&m.payload).ok() }))
+    }
+}

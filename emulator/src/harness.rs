@@ -1,0 +1,101 @@
+//! The test harness: a nats-server of its own, an emulator on it, and a client, in one value that
+//! stops everything when dropped.
+
+use std::ops::Deref;
+
+use crate::emulator::{Emulator, EmulatorConfig};
+use crate::error::HarnessError;
+use crate::nats::{NatsConfig, NatsServer};
+
+/// A nats-server (provisioned as [`NatsServer::start`] chooses) with an emulator running on it.
+///
+/// It dereferences to the [`Emulator`], so `lab.deploy(..)`, `lab.trigger(..)` and the
+/// `lab.wait_*` methods read as they should.
+pub struct Harness {
+    emulator: Emulator,
+    client: async_nats::Client,
+    nats: NatsServer,
+}
+
+impl std::fmt::Debug for Harness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Harness")
+            .field("url", &self.nats.url())
+            .field("backend", &self.nats.backend())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Harness {
+    /// Starts a nats-server and an emulator with the default settings (virtual clock, hash
+    /// mismatches refused).
+    ///
+    /// # Errors
+    /// When no nats-server can be had (the error says how to get one), or the emulator cannot
+    /// subscribe.
+    pub async fn start() -> Result<Self, HarnessError> {
+        Self::start_with(NatsConfig::default(), EmulatorConfig::default()).await
+    }
+
+    /// Starts with the given settings.
+    ///
+    /// # Errors
+    /// As [`Harness::start`].
+    pub async fn start_with(
+        nats: NatsConfig,
+        config: EmulatorConfig,
+    ) -> Result<Self, HarnessError> {
+        let nats = NatsServer::start(nats).await?;
+        let client = async_nats::ConnectOptions::new()
+            .name("triggers-lab emulator")
+            .retry_on_initial_connect()
+            .connect(nats.url())
+            .await
+            .map_err(|e| HarnessError::Connect {
+                url: nats.url().to_owned(),
+                reason: e.to_string(),
+            })?;
+        let emulator = Emulator::start(client.clone(), config).await?;
+        Ok(Harness {
+            emulator,
+            client,
+            nats,
+        })
+    }
+
+    /// The NATS client URL to give the service under test.
+    #[must_use]
+    pub fn url(&self) -> &str {
+        self.nats.url()
+    }
+
+    /// The emulator.
+    #[must_use]
+    pub fn emulator(&self) -> &Emulator {
+        &self.emulator
+    }
+
+    /// The emulator's NATS client (to publish or subscribe by hand in a test).
+    #[must_use]
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
+    /// The nats-server, to restart it or read its log.
+    #[must_use]
+    pub fn nats(&self) -> &NatsServer {
+        &self.nats
+    }
+
+    /// The nats-server, mutably (for [`NatsServer::restart`]).
+    pub fn nats_mut(&mut self) -> &mut NatsServer {
+        &mut self.nats
+    }
+}
+
+impl Deref for Harness {
+    type Target = Emulator;
+    fn deref(&self) -> &Emulator {
+        &self.emulator
+    }
+}

@@ -1,0 +1,433 @@
+//! Release validation: whether a flow may be deployed against the services registered now, and the
+//! resolved flow (owners assigned, inbound subjects written into the nodes) when it may.
+//!
+//! Every problem has a stable snake_case [`ReleaseCode`], so a test or a scenario can expect one.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+use serde_json::Value;
+use triggers_sdk::flow::{Flow, NodeType};
+use triggers_sdk::wire::Manifest;
+use triggers_sdk::wire::manifest::{DURABLE_TIMER_V1, TRANSPORT_NATS};
+
+/// Why a release is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReleaseCode {
+    /// The flow itself is malformed (ids, edges, settings, cycles).
+    InvalidFlow,
+    /// A node names a service that has not registered.
+    UnknownService,
+    /// An action node names an action its service does not declare.
+    UnknownAction,
+    /// A service of the flow declares no NATS service source, so nothing can reach it.
+    NoNatsSource,
+    /// A mapping, condition or lookup node belongs to a service whose `supports_nodes` lacks it.
+    UnsupportedNode,
+    /// A lookup node names a runtime lookup its service does not declare.
+    UnknownLookup,
+    /// A service-in's target is not the default of any of its service's NATS sources.
+    ServiceInTargetUnknown,
+    /// A service of a Durable Timer lineage does not declare exactly `durable_timer.v1`.
+    DurableTimerCapabilityMissing,
+    /// A business service-in of a Durable Timer lineage does not use transport `nats`.
+    DurableTimerTransportNotNats,
+    /// A business service-in of a Durable Timer lineage has no `config.target`.
+    DurableTimerTargetMissing,
+    /// A business service-in of a Durable Timer lineage matches its service's NATS source only in
+    /// transport: its target equals no active NATS source's default.
+    DurableTimerTargetMismatch,
+}
+
+impl ReleaseCode {
+    /// The stable code.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleaseCode::InvalidFlow => "invalid_flow",
+            ReleaseCode::UnknownService => "unknown_service",
+            ReleaseCode::UnknownAction => "unknown_action",
+            ReleaseCode::NoNatsSource => "no_nats_source",
+            ReleaseCode::UnsupportedNode => "unsupported_node",
+            ReleaseCode::UnknownLookup => "unknown_lookup",
+            ReleaseCode::ServiceInTargetUnknown => "service_in_target_unknown",
+            ReleaseCode::DurableTimerCapabilityMissing => "durable_timer_capability_missing",
+            ReleaseCode::DurableTimerTransportNotNats => "durable_timer_transport_not_nats",
+            ReleaseCode::DurableTimerTargetMissing => "durable_timer_target_missing",
+            ReleaseCode::DurableTimerTargetMismatch => "durable_timer_target_mismatch",
+        }
+    }
+
+    /// Every code, for docs and for parsing scenario files.
+    pub const ALL: [ReleaseCode; 11] = [
+        ReleaseCode::InvalidFlow,
+        ReleaseCode::UnknownService,
+        ReleaseCode::UnknownAction,
+        ReleaseCode::NoNatsSource,
+        ReleaseCode::UnsupportedNode,
+        ReleaseCode::UnknownLookup,
+        ReleaseCode::ServiceInTargetUnknown,
+        ReleaseCode::DurableTimerCapabilityMissing,
+        ReleaseCode::DurableTimerTransportNotNats,
+        ReleaseCode::DurableTimerTargetMissing,
+        ReleaseCode::DurableTimerTargetMismatch,
+    ];
+
+    /// The code named `s`.
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+impl fmt::Display for ReleaseCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One reason a release is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReleaseProblem {
+    /// The stable code.
+    pub code: ReleaseCode,
+    /// The node concerned, if one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The service concerned, if one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+impl fmt::Display for ReleaseProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.code)?;
+        if let Some(node) = &self.node {
+            write!(f, " (node {node})")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// The NATS source subjects of a manifest (the defaults of its `nats` service sources).
+pub(crate) fn nats_sources(manifest: &Manifest) -> Vec<&str> {
+    manifest
+        .service_sources
+        .iter()
+        .filter(|s| s.transport == TRANSPORT_NATS && !s.default.is_empty())
+        .map(|s| s.default.as_str())
+        .collect()
+}
+
+/// Checks a flow against the registered manifests; on success returns it resolved: owners
+/// assigned, each node's `inbound` set to its owner's first NATS source, and each service-in
+/// without a target given that source.
+///
+/// # Errors
+/// Every problem found, each with its code.
+pub fn check_release(
+    flow: &Flow,
+    manifests: &BTreeMap<String, Manifest>,
+) -> Result<Flow, Vec<ReleaseProblem>> {
+    let mut flow = flow.clone();
+    flow.assign_owners();
+    let mut problems: Vec<ReleaseProblem> = flow
+        .structural_issues()
+        .into_iter()
+        .map(|i| ReleaseProblem {
+            code: ReleaseCode::InvalidFlow,
+            node: None,
+            service: None,
+            message: i.to_string(),
+        })
+        .collect();
+    let mut problem = |code, node: Option<&str>, service: Option<&str>, message: String| {
+        problems.push(ReleaseProblem {
+            code,
+            node: node.map(str::to_owned),
+            service: service.map(str::to_owned),
+            message,
+        });
+    };
+
+    for service in flow.services() {
+        match manifests.get(service) {
+            None => problem(
+                ReleaseCode::UnknownService,
+                None,
+                Some(service),
+                format!(
+                    "service {service:?} has not registered; start it (or register its manifest) before deploying"
+                ),
+            ),
+            Some(m) if nats_sources(m).is_empty() => problem(
+                ReleaseCode::NoNatsSource,
+                None,
+                Some(service),
+                format!(
+                    "service {service:?} declares no NATS service source, so no message can reach it"
+                ),
+            ),
+            Some(_) => {}
+        }
+    }
+    let durable = flow.has_timer();
+    if durable {
+        for service in flow.services() {
+            if let Some(m) = manifests.get(service)
+                && !m.has_capability(DURABLE_TIMER_V1)
+            {
+                problem(
+                    ReleaseCode::DurableTimerCapabilityMissing,
+                    None,
+                    Some(service),
+                    format!(
+                        "the flow has a Durable Timer, and service {service:?} declares runtime_capabilities {:?}, not exactly {DURABLE_TIMER_V1:?}",
+                        m.runtime_capabilities
+                    ),
+                );
+            }
+        }
+    }
+
+    for node in &flow.body.nodes {
+        let Some(m) = manifests.get(&node.service) else {
+            continue;
+        };
+        let id = Some(node.id.as_str());
+        let svc = Some(node.service.as_str());
+        match node.node_type {
+            NodeType::Action if m.action(&node.action).is_none() => problem(
+                ReleaseCode::UnknownAction,
+                id,
+                svc,
+                format!(
+                    "service {:?} declares no action {:?} (it has {:?})",
+                    node.service,
+                    node.action,
+                    m.actions
+                        .iter()
+                        .map(|a| a.name.as_str())
+                        .collect::<Vec<_>>()
+                ),
+            ),
+            t if t.is_local() && !m.supports_nodes.iter().any(|n| n == t.as_str()) => problem(
+                ReleaseCode::UnsupportedNode,
+                id,
+                svc,
+                format!(
+                    "service {:?} evaluates {t} nodes but its supports_nodes is {:?}",
+                    node.service, m.supports_nodes
+                ),
+            ),
+            _ => {}
+        }
+        if node.node_type == NodeType::Lookup {
+            let name = node
+                .config
+                .get("lookup")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if !m.runtime_lookups.iter().any(|l| l.name == name) {
+                problem(
+                    ReleaseCode::UnknownLookup,
+                    id,
+                    svc,
+                    format!(
+                        "service {:?} declares no runtime lookup {name:?}",
+                        node.service
+                    ),
+                );
+            }
+        }
+        if node.node_type == NodeType::ServiceIn {
+            let sources = nats_sources(m);
+            let transport = node
+                .config
+                .get("transport")
+                .and_then(Value::as_str)
+                .unwrap_or(TRANSPORT_NATS);
+            let target = node
+                .config
+                .get("target")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if durable {
+                if transport != TRANSPORT_NATS {
+                    problem(
+                        ReleaseCode::DurableTimerTransportNotNats,
+                        id,
+                        svc,
+                        format!(
+                            "a business service-in of a Durable Timer lineage must use transport nats, not {transport:?}"
+                        ),
+                    );
+                } else if target.is_empty() {
+                    problem(
+                        ReleaseCode::DurableTimerTargetMissing,
+                        id,
+                        svc,
+                        format!(
+                            "a business service-in of a Durable Timer lineage needs config.target, one of {sources:?}"
+                        ),
+                    );
+                } else if !sources.contains(&target) {
+                    problem(
+                        ReleaseCode::DurableTimerTargetMismatch,
+                        id,
+                        svc,
+                        format!(
+                            "config.target {target:?} matches service {:?}'s NATS sources only in transport: it equals none of their defaults {sources:?}",
+                            node.service
+                        ),
+                    );
+                }
+            } else if !target.is_empty() && !sources.is_empty() && !sources.contains(&target) {
+                problem(
+                    ReleaseCode::ServiceInTargetUnknown,
+                    id,
+                    svc,
+                    format!(
+                        "config.target {target:?} is none of service {:?}'s NATS sources {sources:?}",
+                        node.service
+                    ),
+                );
+            }
+        }
+    }
+
+    if !problems.is_empty() {
+        problems.sort_by(|a, b| a.code.cmp(&b.code).then(a.node.cmp(&b.node)));
+        return Err(problems);
+    }
+    for node in &mut flow.body.nodes {
+        let Some(first) = manifests
+            .get(&node.service)
+            .and_then(|m| nats_sources(m).first().map(|s| (*s).to_owned()))
+        else {
+            continue;
+        };
+        if node.node_type == NodeType::ServiceIn {
+            node.config
+                .entry("transport")
+                .or_insert_with(|| Value::from(TRANSPORT_NATS));
+            let target = node
+                .config
+                .entry("target")
+                .or_insert_with(|| Value::from(first.clone()));
+            if target.as_str().is_some_and(str::is_empty) {
+                *target = Value::from(first.clone());
+            }
+            node.inbound = target.as_str().unwrap_or(&first).to_owned();
+        } else {
+            node.inbound = first;
+        }
+    }
+    Ok(flow)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn manifest(service: &str, caps: &[&str]) -> Manifest {
+        serde_json::from_value(json!({
+            "protocol_version": "1.0.0", "service": service, "service_version": "1",
+            "actions": [{"name": "act", "input_schema": null, "result_schema": null, "timeout_ms": 1000,
+                         "retry": {"max_attempts": 1, "initial_backoff_ms": 0, "backoff_factor": 1, "max_backoff_ms": 0},
+                         "dlq": format!("triggers.v2.dlq.{service}.act")}],
+            "service_sources": [{"name": "nats", "transport": "nats", "default": format!("{service}.in")}],
+            "supports_nodes": ["mapping"],
+            "runtime_capabilities": caps,
+        }))
+        .unwrap()
+    }
+
+    fn registry(entries: &[(&str, &[&str])]) -> BTreeMap<String, Manifest> {
+        entries
+            .iter()
+            .map(|(s, c)| ((*s).to_owned(), manifest(s, c)))
+            .collect()
+    }
+
+    fn timer_flow(target: &str, transport: &str) -> Flow {
+        serde_json::from_value(json!({"id": "f", "nodes": [
+            {"id": "in", "type": "service-in", "service": "a", "config": {"transport": "nats", "target": "a.in"}},
+            {"id": "x", "type": "action", "service": "a", "action": "act"},
+            {"id": "t", "type": "timer", "config": {"delay_ms": 10}},
+            {"id": "in2", "type": "service-in", "service": "b", "config": {"transport": transport, "target": target}},
+            {"id": "y", "type": "action", "service": "b", "action": "act"}
+        ], "edges": [
+            {"id": "e1", "from": "in", "to": "x"}, {"id": "e2", "from": "x", "to": "t"},
+            {"id": "e3", "from": "t", "to": "in2"}, {"id": "e4", "from": "in2", "to": "y"}
+        ]}))
+        .unwrap()
+    }
+
+    fn codes(r: Result<Flow, Vec<ReleaseProblem>>) -> Vec<&'static str> {
+        r.err()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| p.code.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn a_durable_timer_lineage_needs_the_capability_everywhere() {
+        let dt = ["durable_timer.v1"];
+        let ok = check_release(
+            &timer_flow("b.in", "nats"),
+            &registry(&[("a", &dt), ("b", &dt)]),
+        )
+        .unwrap();
+        assert_eq!(ok.node("y").unwrap().inbound, "b.in");
+        assert_eq!(
+            codes(check_release(
+                &timer_flow("b.in", "nats"),
+                &registry(&[("a", &dt), ("b", &[])])
+            )),
+            ["durable_timer_capability_missing"]
+        );
+        assert_eq!(
+            codes(check_release(
+                &timer_flow("b.in", "nats"),
+                &registry(&[("a", &dt), ("b", &["durable_timer.v2"])])
+            )),
+            ["durable_timer_capability_missing"]
+        );
+    }
+
+    #[test]
+    fn target_rules_for_business_service_ins() {
+        let dt = ["durable_timer.v1"];
+        let reg = registry(&[("a", &dt), ("b", &dt)]);
+        assert_eq!(
+            codes(check_release(&timer_flow("b.other", "nats"), &reg)),
+            ["durable_timer_target_mismatch"]
+        );
+        assert_eq!(
+            codes(check_release(&timer_flow("", "nats"), &reg)),
+            ["durable_timer_target_missing"]
+        );
+        assert_eq!(
+            codes(check_release(&timer_flow("b.in", "http"), &reg)),
+            ["durable_timer_transport_not_nats"]
+        );
+    }
+
+    #[test]
+    fn unknown_services_and_actions() {
+        let mut f = timer_flow("b.in", "nats");
+        f.body.nodes[1].action = "nope".into();
+        let c = codes(check_release(
+            &f,
+            &registry(&[("a", &["durable_timer.v1"])]),
+        ));
+        assert_eq!(c, ["unknown_service", "unknown_action"]);
+    }
+}

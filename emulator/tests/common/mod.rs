@@ -1,0 +1,178 @@
+//! Helpers for the emulator's integration tests: a harness on a real nats-server, manifests, and
+//! raw async-nats clients playing the SDK.
+#![allow(dead_code, unreachable_pub)]
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use triggers_emulator::{Backend, EmulatorConfig, Harness, NatsConfig};
+use triggers_sdk::flow::Flow;
+use triggers_sdk::transport;
+use triggers_sdk::wire::shapes::status;
+use triggers_sdk::wire::{
+    CompletionEvent, Envelope, GoTime, Headers, Manifest, RegisterReply, subject,
+};
+
+/// A harness on a nats-server binary of its own (the fastest backend; provisioning tests cover
+/// the others).
+pub async fn lab() -> Harness {
+    lab_with(EmulatorConfig::default()).await
+}
+
+pub async fn lab_with(config: EmulatorConfig) -> Harness {
+    Harness::start_with(
+        NatsConfig {
+            backend: Backend::Binary,
+            ..Default::default()
+        },
+        EmulatorConfig {
+            wait_timeout: Duration::from_secs(5),
+            ..config
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("cannot start the harness: {e}"))
+}
+
+pub async fn connect(lab: &Harness) -> async_nats::Client {
+    async_nats::connect(lab.url()).await.unwrap()
+}
+
+/// A sealed manifest: one NATS source `<service>.inbound`, the given actions (flat schemas).
+pub fn manifest(service: &str, actions: &[&str], capabilities: &[&str]) -> Manifest {
+    let mut m: Manifest = serde_json::from_value(json!({
+        "protocol_version": "1.0.0",
+        "service": service,
+        "service_version": "1.0.0",
+        "actions": actions.iter().map(|a| json!({
+            "name": a,
+            "input_schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+            "result_schema": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
+            "timeout_ms": 1000,
+            "retry": {"max_attempts": 2, "initial_backoff_ms": 10, "backoff_factor": 2.0, "max_backoff_ms": 100},
+            "dlq": format!("triggers.v2.dlq.{service}.{a}"),
+        })).collect::<Vec<_>>(),
+        "service_sources": [{"name": "nats", "transport": "nats", "default": format!("{service}.inbound")}],
+        "supports_nodes": ["condition", "lookup", "mapping"],
+        "runtime_capabilities": capabilities,
+    }))
+    .unwrap();
+    m.seal().unwrap();
+    m
+}
+
+pub async fn register_bytes(client: &async_nats::Client, bytes: Vec<u8>) -> RegisterReply {
+    let reply = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.request(subject::MANIFEST_REGISTER, bytes.into()),
+    )
+    .await
+    .expect("the emulator answers a registration within 10 s")
+    .expect("a reply");
+    RegisterReply::from_json(&reply.payload).expect("a RegisterReply")
+}
+
+pub async fn register(client: &async_nats::Client, m: &Manifest) -> RegisterReply {
+    register_bytes(client, m.to_json().unwrap()).await
+}
+
+pub fn flow(v: Value) -> Flow {
+    serde_json::from_value(v).unwrap()
+}
+
+/// in -> <action> on one service.
+pub fn one_step_flow(id: &str, service: &str, action: &str) -> Flow {
+    flow(json!({"id": id, "nodes": [
+        {"id": "in", "type": "service-in", "service": service},
+        {"id": "step", "type": "action", "service": service, "action": action}
+    ], "edges": [{"id": "e1", "from": "in", "to": "step"}]}))
+}
+
+/// A delivery taken from a service's inbound stream.
+pub struct Delivery {
+    pub subject: String,
+    pub headers: Headers,
+    pub payload: Vec<u8>,
+}
+
+/// Pulls the next message from the service's inbound stream (as an SDK's durable consumer
+/// would), acks it and returns it.
+pub async fn next_delivery(client: &async_nats::Client, service: &str) -> Delivery {
+    let js = jetstream::new(client.clone());
+    let stream = js
+        .get_stream(subject::stream_name(service, None).unwrap())
+        .await
+        .expect("the emulator created the inbound stream at registration");
+    let consumer: jetstream::consumer::PullConsumer = stream
+        .get_or_create_consumer(
+            "test",
+            jetstream::consumer::pull::Config {
+                durable_name: Some("test".into()),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut messages = consumer.messages().await.unwrap();
+    let msg = tokio::time::timeout(Duration::from_secs(5), messages.next())
+        .await
+        .expect("a delivery within 5 s")
+        .unwrap()
+        .unwrap();
+    msg.ack().await.unwrap();
+    Delivery {
+        subject: msg.subject.to_string(),
+        headers: transport::from_nats(msg.headers.as_ref()),
+        payload: msg.payload.to_vec(),
+    }
+}
+
+/// A Go-exact completion event for `node` of the run in `envelope`, published as an SDK would.
+pub async fn complete(
+    client: &async_nats::Client,
+    envelope: &Envelope,
+    service: &str,
+    node: &str,
+    node_type: &str,
+    status: &str,
+    error: &str,
+) {
+    let now = GoTime::now();
+    let event = CompletionEvent {
+        flow_run_id: envelope.flow_run_id.clone(),
+        flow_id: envelope.flow_id.clone(),
+        flow_version: envelope.flow_version,
+        node_id: node.into(),
+        node_type: node_type.into(),
+        service: service.into(),
+        started_at: now,
+        finished_at: now,
+        status: status.into(),
+        error: error.into(),
+        trace_id: envelope.trace_id.clone(),
+    };
+    client
+        .publish(
+            subject::flow_events(&envelope.flow_id).unwrap(),
+            event.to_json().unwrap().into(),
+        )
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+}
+
+pub async fn succeed(client: &async_nats::Client, envelope: &Envelope, service: &str, node: &str) {
+    complete(
+        client,
+        envelope,
+        service,
+        node,
+        "action",
+        status::SUCCEEDED,
+        "",
+    )
+    .await;
+}
