@@ -1,7 +1,10 @@
 //! `triggers-lab`: the one binary of triggers-lab. Thin: each subcommand delegates to a crate.
 
+mod files;
+mod lab_cmd;
 mod manifest_cmd;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -19,11 +22,74 @@ enum Command {
     /// Hash, canonicalise and check service manifests (the wire contract's manifest hash).
     #[command(subcommand)]
     Manifest(manifest_cmd::ManifestCommand),
+    /// Start a nats-server and the orchestrator emulator; run until Ctrl-C.
+    Up(lab_cmd::UpArgs),
+    /// Deploy a flow (JSON or YAML) to a running `up`.
+    Deploy {
+        #[command(flatten)]
+        control: lab_cmd::ControlArgs,
+        /// The flow file, or `-` for standard input.
+        file: PathBuf,
+    },
+    /// Start a run of a deployed flow on a running `up`; prints the run id.
+    Trigger {
+        #[command(flatten)]
+        control: lab_cmd::ControlArgs,
+        /// The flow id.
+        flow: String,
+        /// The payload: JSON text, or @FILE (JSON or YAML). Default `{}`.
+        payload: Option<String>,
+        /// Wait for the run to settle and print its timeline.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Move a running `up`'s virtual clock forward (e.g. 30s, 5m, 1h30m, 1d); due timers fire.
+    Advance {
+        #[command(flatten)]
+        control: lab_cmd::ControlArgs,
+        /// How far.
+        duration: String,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Manifest(cmd) => manifest_cmd::run(cmd),
+        other => {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let result = runtime.block_on(async move {
+                match other {
+                    Command::Up(args) => lab_cmd::up(args).await,
+                    Command::Deploy { control, file } => lab_cmd::deploy(control, file).await,
+                    Command::Trigger {
+                        control,
+                        flow,
+                        payload,
+                        wait,
+                    } => lab_cmd::trigger(control, flow, payload, wait).await,
+                    Command::Advance { control, duration } => {
+                        lab_cmd::advance(control, duration).await
+                    }
+                    Command::Manifest(_) => unreachable!("handled above"),
+                }
+            });
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
     }
 }

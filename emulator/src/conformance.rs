@@ -371,7 +371,7 @@ pub fn check(
         check_hop(&mut report, service);
     }
     match LockedSubject::parse(subject) {
-        Some(LockedSubject::ManifestRegister) => shapes::manifest(ctx, &mut report),
+        Some(LockedSubject::ManifestRegister) => shapes::manifest(&mut report),
         // The request body of a fetch is not part of the contract.
         Some(LockedSubject::ManifestFetch) => {}
         Some(LockedSubject::Heartbeat) => shapes::heartbeat(ctx, &mut report),
@@ -397,8 +397,7 @@ pub fn check(
             "unknown_subject",
             "not a subject of the locked table (manifest.register|fetch, heartbeat, \
              flow.events.<flow_id>, flow.broadcast.<service|all>, dlq.<service>.<action|kind>); \
-             anything of ours lives outside triggers.v2."
-                .to_owned(),
+             anything of ours lives outside triggers.v2.",
         ),
         None => {}
     }
@@ -547,8 +546,13 @@ fn check_hop(report: &mut Report<'_>, service: &str) {
             "hop_msg_id",
             format!(
                 "a hop carries no {}; JetStream dedups hops on it: set it to the idempotency key \
-                 ({key:?})",
-                names::NATS_MSG_ID
+                 ({})",
+                names::NATS_MSG_ID,
+                if key.is_empty() {
+                    format!("the {} header", names::IDEMPOTENCY_KEY)
+                } else {
+                    format!("{key:?}")
+                }
             ),
         ),
         Some(id) if id != key => report.push(

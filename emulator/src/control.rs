@@ -20,7 +20,8 @@
 
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -455,7 +456,7 @@ impl ControlClient {
     ///
     /// # Errors
     /// When the subscription fails.
-    pub async fn follow(&self) -> Result<impl Stream<Item = Record> + use<>, ControlError> {
+    pub async fn follow(&self) -> Result<BoxStream<'static, Record>, ControlError> {
         let sub =
             self.client
                 .subscribe(RECORDS_SUBJECT)
@@ -464,6 +465,8 @@ impl ControlClient {
                     url: self.url.clone(),
                     reason: e.to_string(),
                 })?;
-        Ok(sub.filter_map(|m| async move { serde_json::from_slice(&m.payload).ok() }))
+        Ok(sub
+            .filter_map(|m| async move { serde_json::from_slice(&m.payload).ok() })
+            .boxed())
     }
 }

@@ -984,8 +984,23 @@ impl Shared {
                 crate::timers::arm(self, &mut state, flow, &event.flow_run_id, &timer, now);
             }
         }
-        if let Some(run) = state.runs.get_mut(&event.flow_run_id) {
+        let settled = state.runs.get_mut(&event.flow_run_id).and_then(|run| {
+            let was = run.status.is_settled();
             run.refresh_status(now);
+            (!was && run.status.is_settled()).then(|| (run.flow_id.clone(), run.status))
+        });
+        if let Some((flow_id, status)) = settled {
+            self.push_locked(
+                &mut state,
+                "",
+                &Headers::new(),
+                &[],
+                RecordKind::RunSettled {
+                    run_id: event.flow_run_id.clone(),
+                    flow_id,
+                    status,
+                },
+            );
         }
     }
 
@@ -1107,9 +1122,10 @@ impl Shared {
             entry.manifest = manifest.clone();
             entry.registered_at = now;
             entry.registrations += 1;
+            // Subjects under triggers.v2. reach the catch-all subscription already.
             let fresh: Vec<String> = sources
                 .iter()
-                .filter(|s| !state.inbound.contains_key(*s))
+                .filter(|s| !state.inbound.contains_key(*s) && !s.starts_with(subject::PREFIX))
                 .cloned()
                 .collect();
             for s in &sources {

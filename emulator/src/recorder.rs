@@ -132,6 +132,15 @@ pub enum RecordKind {
         /// The service-in it resumed into.
         resume_node_id: String,
     },
+    /// A run settled: every path ended.
+    RunSettled {
+        /// The run.
+        run_id: String,
+        /// Its flow.
+        flow_id: String,
+        /// `succeeded` or `failed`.
+        status: RunStatus,
+    },
     /// The clock moved.
     ClockAdvanced {
         /// To this time.
@@ -164,6 +173,7 @@ impl RecordKind {
             RecordKind::Hop { .. } => "hop",
             RecordKind::TimerArmed { .. } => "timer_armed",
             RecordKind::TimerFired { .. } => "timer_fired",
+            RecordKind::RunSettled { .. } => "run_settled",
             RecordKind::ClockAdvanced { .. } => "clock_advanced",
             RecordKind::Violation { .. } => "violation",
         }

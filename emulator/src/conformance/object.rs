@@ -270,12 +270,14 @@ fn check_value(
         if matches!(field.kind, Kind::Any) {
             return false;
         }
+        let go_writes = if field.omitempty {
+            "leaves it out when empty".to_owned()
+        } else {
+            format!("writes {} (the zero value)", zero_text(field.kind))
+        };
         report.push(
             "null_field",
-            format!(
-                "`{at}` is null; Go writes {} (the zero value), never null",
-                zero_text(field.kind)
-            ),
+            format!("`{at}` is null; Go {go_writes}, never null"),
         );
         return true;
     }
@@ -443,25 +445,47 @@ pub(super) fn compact(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The first byte at which `a` and `b` differ, and a snippet of each around it.
+/// Where `a` and `b` first differ, and the differing stretch of each with a little context: the
+/// common prefix and suffix are trimmed, so `…"factor":2.0,"max…` faces `…"factor":2,"max…`.
 pub(super) fn first_difference(a: &[u8], b: &[u8]) -> (usize, String, String) {
-    let at = a
+    const CONTEXT: usize = 12;
+    let prefix = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let max_suffix = a.len().min(b.len()) - prefix;
+    let suffix = a
         .iter()
-        .zip(b)
-        .position(|(x, y)| x != y)
-        .unwrap_or(a.len().min(b.len()));
-    let snippet = |bytes: &[u8]| {
-        let start = at.saturating_sub(16);
-        let end = (at + 24).min(bytes.len());
-        let text = String::from_utf8_lossy(bytes.get(start..end).unwrap_or_default());
+        .rev()
+        .zip(b.iter().rev())
+        .take(max_suffix)
+        .take_while(|(x, y)| x == y)
+        .count();
+    let window = |bytes: &[u8]| {
+        let start = prefix.saturating_sub(CONTEXT);
+        // A long stretch (keys reordered) is cut: the start of it says enough.
+        let end = (bytes.len() - suffix + CONTEXT)
+            .min(prefix + 3 * CONTEXT)
+            .min(bytes.len());
         format!(
             "{}{}{}",
             if start > 0 { "…" } else { "" },
-            text.escape_debug(),
+            printable(&bytes[start..end]),
             if end < bytes.len() { "…" } else { "" }
         )
     };
-    (at, snippet(a), snippet(b))
+    (prefix, window(a), window(b))
+}
+
+/// Bytes as text for a message: invalid UTF-8 replaced, control characters escaped.
+fn printable(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes)
+        .chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// Compares the received bytes with `go`, the Go encoding of the value they decode to, and says how
@@ -479,13 +503,12 @@ pub(super) fn go_bytes_difference(
     let (Ok(ours), Ok(gos)) = (Object::parse(received), Object::parse(go)) else {
         return None;
     };
-    let mut reasons = Vec::new();
+    let mut reasons: Vec<Reason> = Vec::new();
     let compacted = compact(received);
     if compacted != received {
-        reasons.push(
-            "insignificant whitespace (Go writes compact JSON, without a trailing newline)"
-                .to_owned(),
-        );
+        reasons.push(Reason::text(
+            "insignificant whitespace (Go writes compact JSON, without a trailing newline)",
+        ));
     }
     // Keys re-escaped as Go escapes them, values as written: any difference is in a key's text.
     let mut rebuilt = b"{".to_vec();
@@ -499,17 +522,43 @@ pub(super) fn go_bytes_difference(
     }
     rebuilt.push(b'}');
     if rebuilt != compacted {
-        reasons.push("a key is escaped otherwise than Go escapes it".to_owned());
+        reasons.push(Reason::text(
+            "a key is escaped otherwise than Go escapes it",
+        ));
     }
     compare_level(&ours, &gos, "", explained, nested, &mut reasons);
     if reasons.is_empty() {
         return None;
     }
     let (at, got, want) = first_difference(received, go);
+    let reasons: Vec<String> = reasons
+        .into_iter()
+        .map(|r| match r.snippets {
+            // The snippet that closes the message says it already.
+            Some(pair) if pair == (got.clone(), want.clone()) => r.text,
+            Some((ours, gos)) => format!("{}: `{ours}` where Go writes `{gos}`", r.text),
+            None => r.text,
+        })
+        .collect();
     Some(format!(
         "{}; first difference at byte {at}: got `{got}`, Go writes `{want}`",
         reasons.join("; ")
     ))
+}
+
+/// One way the bytes differ from Go's; a differing value carries its snippets.
+struct Reason {
+    text: String,
+    snippets: Option<(String, String)>,
+}
+
+impl Reason {
+    fn text(text: impl Into<String>) -> Self {
+        Reason {
+            text: text.into(),
+            snippets: None,
+        }
+    }
 }
 
 fn compare_level(
@@ -518,7 +567,7 @@ fn compare_level(
     prefix: &str,
     explained: &Explained,
     nested: &[&str],
-    reasons: &mut Vec<String>,
+    reasons: &mut Vec<Reason>,
 ) {
     let path = |key: &str| format!("{prefix}{key}");
     let our_keys: Vec<&str> = ours
@@ -532,10 +581,16 @@ fn compare_level(
         .filter(|k| !explained.contains(&path(k)))
         .collect();
     for key in our_keys.iter().filter(|k| !go_keys.contains(k)) {
-        reasons.push(format!("`{}` is written; Go leaves it out", path(key)));
+        reasons.push(Reason::text(format!(
+            "`{}` is written; Go leaves it out",
+            path(key)
+        )));
     }
     for key in go_keys.iter().filter(|k| !our_keys.contains(k)) {
-        reasons.push(format!("`{}` is left out; Go writes it", path(key)));
+        reasons.push(Reason::text(format!(
+            "`{}` is left out; Go writes it",
+            path(key)
+        )));
     }
     let our_order: Vec<&str> = our_keys
         .iter()
@@ -548,7 +603,7 @@ fn compare_level(
         .filter(|k| our_keys.contains(k))
         .collect();
     if our_order != go_order {
-        reasons.push(format!(
+        reasons.push(Reason::text(format!(
             "{} fields in the order {}; Go writes {}",
             if prefix.is_empty() {
                 "top-level".to_owned()
@@ -557,7 +612,7 @@ fn compare_level(
             },
             our_order.join(", "),
             go_order.join(", ")
-        ));
+        )));
     }
     for key in go_order {
         let (Some(our_raw), Some(go_raw)) = (ours.get(key), gos.get(key)) else {
@@ -590,6 +645,9 @@ fn compare_level(
             continue;
         }
         let (_, got, want) = first_difference(&our_text, go_text);
-        reasons.push(format!("`{at}` is written `{got}`; Go writes `{want}`"));
+        reasons.push(Reason {
+            text: format!("`{at}` differs"),
+            snippets: Some((got, want)),
+        });
     }
 }

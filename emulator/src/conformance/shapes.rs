@@ -127,7 +127,7 @@ fn service_name(report: &mut Report<'_>, ctx: &Context<'_>, what: &str, service:
 }
 
 /// `triggers.v2.manifest.register`.
-pub(super) fn manifest(_ctx: &Context<'_>, report: &mut Report<'_>) {
+pub(super) fn manifest(report: &mut Report<'_>) {
     let manifest = match Manifest::from_json(report.payload) {
         Ok(m) => m,
         Err(e) => {

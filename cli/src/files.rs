@@ -1,0 +1,165 @@
+//! Reading the files users write: flows (and payloads) as JSON or YAML, with errors that say
+//! file, line and column.
+
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+
+/// A file that could not be read or parsed: the message already names the file and position.
+#[derive(Debug)]
+pub(crate) struct FileError(pub(crate) String);
+
+impl std::fmt::Display for FileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for FileError {}
+
+/// YAML options: YAML 1.2 booleans only (`yes` is a string), duplicate keys refused.
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        strict_booleans: true,
+        duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
+    }
+}
+
+/// Parses text as JSON when it looks like JSON (or the name ends in .json), else as YAML.
+pub(crate) fn parse_text<T: DeserializeOwned>(name: &str, text: &str) -> Result<T, FileError> {
+    let looks_json = name.ends_with(".json") || text.trim_start().starts_with(['{', '[']);
+    if looks_json {
+        let mut de = serde_json::Deserializer::from_str(text);
+        return serde_path_to_error::deserialize(&mut de)
+            .map_err(|e| {
+                let inner = e.inner();
+                let path = e.path().to_string();
+                let at = if path == "." {
+                    String::new()
+                } else {
+                    format!(" at {path}")
+                };
+                FileError(format!(
+                    "{name}:{}:{}: {}{at}",
+                    inner.line(),
+                    inner.column().max(1),
+                    strip_position(&inner.to_string())
+                ))
+            })
+            .and_then(|v| {
+                de.end().map_err(|e| {
+                    FileError(format!("{name}:{}:{}: {e}", e.line(), e.column().max(1)))
+                })?;
+                Ok(v)
+            });
+    }
+    serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| {
+        let at = e
+            .location()
+            .map(|l| format!("{name}:{}:{}", l.line(), l.column()))
+            .unwrap_or_else(|| name.to_owned());
+        FileError(format!(
+            "{at}: {}",
+            strip_position(&e.without_snippet().to_string())
+        ))
+    })
+}
+
+/// Reads and parses a file (`-` is standard input).
+pub(crate) fn read<T: DeserializeOwned>(path: &Path) -> Result<T, FileError> {
+    let (name, text) = if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| FileError(format!("<stdin>: cannot read: {e}")))?;
+        ("<stdin>".to_owned(), text)
+    } else {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| FileError(format!("{}: cannot read: {e}", path.display())))?;
+        (path.display().to_string(), text)
+    };
+    parse_text(&name, &text)
+}
+
+fn strip_position(message: &str) -> String {
+    // Both parsers append the position in words; the caller puts it in front as file:line:col.
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+/// Parses `250ms`, `30s`, `5m`, `2h`, `1d` (or a bare number of seconds), or combinations like
+/// `1h30m`.
+pub(crate) fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("{text:?} is not a duration: write e.g. 250ms, 30s, 5m, 2h, 1d or 1h30m");
+    let text = text.trim();
+    if let Ok(secs) = text.parse::<f64>() {
+        return if secs.is_finite() && secs >= 0.0 {
+            Ok(std::time::Duration::from_secs_f64(secs))
+        } else {
+            Err(bad())
+        };
+    }
+    let mut total = 0f64;
+    let mut rest = text;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        if digits == 0 {
+            return Err(bad());
+        }
+        let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            "d" => 86400.0,
+            _ => return Err(bad()),
+        };
+        total += number * seconds;
+        rest = &rest[unit_len..];
+    }
+    Ok(std::time::Duration::from_secs_f64(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("1d").unwrap(), Duration::from_secs(86400));
+        for bad in ["", "x", "5y", "-1", "m5"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn yaml_and_json_errors_say_where() {
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct T {
+            a: u32,
+        }
+        let e = parse_text::<T>("f.yaml", "a: 1\na: 2\n").unwrap_err();
+        assert!(e.0.starts_with("f.yaml:2:"), "{e}");
+        let e = parse_text::<T>("f.yaml", "a: yes\n").unwrap_err();
+        assert!(e.0.starts_with("f.yaml:1:"), "{e}");
+        let e = parse_text::<T>("f.json", "{\n \"a\": \"x\"}").unwrap_err();
+        assert!(e.0.starts_with("f.json:2:"), "{e}");
+        assert!(parse_text::<T>("f.yaml", "a: 3").is_ok());
+    }
+}
