@@ -1,12 +1,11 @@
 //! The orchestrator emulator: registration, heartbeats, releases, broadcasts, flow runs, Durable
 //! Timers, the recorder and the conformance checker, on one NATS connection.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_nats::jetstream;
-use futures::StreamExt;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
@@ -15,15 +14,13 @@ use triggers_sdk::flow::{Flow, NodeType};
 use triggers_sdk::transport;
 use triggers_sdk::wire::durable_timer::{self, RootContext, TimerContext};
 use triggers_sdk::wire::header::{Traceparent, names};
-use triggers_sdk::wire::subject::{self, LockedSubject};
-use triggers_sdk::wire::{
-    CompletionEvent, DlqEntry, Envelope, GoTime, Headers, Heartbeat, Manifest, RegisterReply, json,
-};
+use triggers_sdk::wire::subject::{self};
+use triggers_sdk::wire::{CompletionEvent, Envelope, GoTime, Headers, Manifest, json};
 
 use crate::clock::{Clock, ClockMode};
-use crate::conformance::{self, Origin, Severity, Violation};
+use crate::conformance::{Severity, Violation};
 use crate::error::EmulatorError;
-use crate::recorder::{Record, RecordKind, Run, RunStatus, ServiceState};
+use crate::recorder::{Record, RecordKind, Run, ServiceState};
 use crate::release::{self, ReleaseProblem};
 
 /// What to do when a registration's `manifest_hash` is not the hash of its contents.
@@ -140,12 +137,12 @@ pub(crate) struct State {
     pub(crate) dropped_records: u64,
     pub(crate) violations: Vec<Violation>,
     /// `Nats-Msg-Id`s of the emulator's own publishes on inbound subjects.
-    own_msg_ids: HashSet<String>,
+    pub(crate) own_msg_ids: HashSet<String>,
     fences: u64,
 }
 
 impl State {
-    fn manifests(&self) -> BTreeMap<String, Manifest> {
+    pub(crate) fn manifests(&self) -> BTreeMap<String, Manifest> {
         self.services
             .iter()
             .map(|(k, v)| (k.clone(), v.manifest.clone()))
@@ -160,7 +157,7 @@ pub(crate) struct Shared {
     state: Mutex<State>,
     changed: watch::Sender<u64>,
     records_tx: broadcast::Sender<Record>,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
+    pub(crate) tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// Aborts the emulator's tasks when the last handle goes.
@@ -322,101 +319,6 @@ impl Emulator {
 
     pub(crate) fn changes(&self) -> watch::Receiver<u64> {
         self.shared.changed.subscribe()
-    }
-
-    // ---- registration ----------------------------------------------------------------------
-
-    async fn serve_register(shared: Arc<Shared>, mut sub: async_nats::Subscriber) {
-        while let Some(msg) = sub.next().await {
-            let reply = shared.register(&msg).await;
-            if let Some(reply_to) = msg.reply {
-                let bytes = reply.to_json().unwrap_or_default();
-                if let Err(e) = shared.client.publish(reply_to, bytes.into()).await {
-                    tracing::warn!("cannot reply to a registration: {e}");
-                }
-            }
-        }
-    }
-
-    async fn serve_fetch(shared: Arc<Shared>, mut sub: async_nats::Subscriber) {
-        while let Some(msg) = sub.next().await {
-            let asked = serde_json::from_slice::<Value>(&msg.payload)
-                .ok()
-                .and_then(|v| v.get("service").and_then(Value::as_str).map(str::to_owned))
-                .unwrap_or_else(|| String::from_utf8_lossy(&msg.payload).trim().to_owned());
-            let manifest = shared
-                .lock()
-                .services
-                .get(&asked)
-                .map(|s| s.manifest.clone());
-            let bytes = match &manifest {
-                Some(m) => m.to_json().unwrap_or_default(),
-                None => json::to_vec(&RegisterReply {
-                    error: format!(
-                        "unknown service {asked:?}: it has not registered (send {{\"service\": \"<name>\"}})"
-                    ),
-                    flows: vec![],
-                })
-                .unwrap_or_default(),
-            };
-            shared.push(
-                &msg.subject,
-                &transport::from_nats(msg.headers.as_ref()),
-                &msg.payload,
-                RecordKind::Fetch {
-                    service: asked,
-                    found: manifest.is_some(),
-                },
-            );
-            if let Some(reply_to) = msg.reply {
-                let _ = shared.client.publish(reply_to, bytes.into()).await;
-            }
-        }
-    }
-
-    // ---- observation -----------------------------------------------------------------------
-
-    async fn observe_all(shared: Arc<Shared>, mut sub: async_nats::Subscriber) {
-        while let Some(msg) = sub.next().await {
-            let headers = transport::from_nats(msg.headers.as_ref());
-            shared.observe(&msg.subject, &headers, &msg.payload);
-        }
-    }
-
-    async fn record_dlq(shared: Arc<Shared>, mut messages: jetstream::consumer::pull::Ordered) {
-        while let Some(next) = messages.next().await {
-            let Ok(msg) = next else {
-                // The ordered consumer recreates itself after a server restart.
-                continue;
-            };
-            let headers = transport::from_nats(msg.headers.as_ref());
-            let msg_id = headers
-                .get(names::NATS_MSG_ID)
-                .unwrap_or_default()
-                .to_owned();
-            let entry = DlqEntry::from_json(&msg.payload).ok();
-            let run = entry.as_ref().map(|e| e.envelope.flow_run_id.clone());
-            let seq = shared.push(
-                &msg.subject,
-                &headers,
-                &msg.payload,
-                RecordKind::Dlq { entry, msg_id },
-            );
-            if let Some(run) = run {
-                let mut state = shared.lock();
-                if let Some(r) = state.runs.get_mut(&run) {
-                    r.dlq.push(seq);
-                }
-            }
-            shared.notify();
-        }
-    }
-
-    async fn observe_inbound(shared: Arc<Shared>, mut sub: async_nats::Subscriber) {
-        while let Some(msg) = sub.next().await {
-            let headers = transport::from_nats(msg.headers.as_ref());
-            shared.observe(&msg.subject, &headers, &msg.payload);
-        }
     }
 
     // ---- releases --------------------------------------------------------------------------
@@ -851,159 +753,6 @@ impl Shared {
         Ok(())
     }
 
-    fn check(&self, subject: &str, headers: &Headers, payload: &[u8]) {
-        let violations = {
-            let state = self.lock();
-            let manifests = state.manifests();
-            let origin = if headers
-                .get(names::NATS_MSG_ID)
-                .is_some_and(|id| state.own_msg_ids.contains(id))
-                || (subject.starts_with("triggers.v2.flow.broadcast.") && headers.is_empty())
-            {
-                Origin::Emulator
-            } else {
-                Origin::Peer
-            };
-            let ctx = conformance::Context {
-                manifests: &manifests,
-                inbound: &state.inbound,
-            };
-            conformance::check(&ctx, subject, headers, payload, origin)
-        };
-        for v in violations {
-            let kind = RecordKind::Violation {
-                severity: v.severity.to_string(),
-                rule: v.rule.to_owned(),
-                message: v.message.clone(),
-            };
-            self.lock().violations.push(v);
-            self.push(subject, headers, payload, kind);
-        }
-    }
-
-    /// Everything seen on `triggers.v2.>` and on inbound subjects.
-    fn observe(&self, subject: &str, headers: &Headers, payload: &[u8]) {
-        self.check(subject, headers, payload);
-        match LockedSubject::parse(subject) {
-            Some(LockedSubject::Heartbeat) => {
-                if let Ok(hb) = Heartbeat::from_json(payload) {
-                    {
-                        let mut state = self.lock();
-                        if let Some(s) = state.services.get_mut(&hb.service) {
-                            s.last_seen = Some(GoTime::now());
-                            s.heartbeats += 1;
-                            s.replicas.insert(hb.started_at.to_string(), hb.now);
-                            s.last_heartbeat = Some(hb.clone());
-                        }
-                    }
-                    self.push(
-                        subject,
-                        headers,
-                        payload,
-                        RecordKind::Heartbeat { heartbeat: hb },
-                    );
-                }
-            }
-            Some(LockedSubject::FlowEvents { .. }) => {
-                if let Ok(event) = CompletionEvent::from_json(payload) {
-                    let seq = self.push(
-                        subject,
-                        headers,
-                        payload,
-                        RecordKind::Completion {
-                            event: event.clone(),
-                        },
-                    );
-                    self.track(&event, seq);
-                }
-            }
-            Some(_) => {}
-            None => {
-                let (inbound, from_emulator) = {
-                    let state = self.lock();
-                    let own = headers
-                        .get(names::NATS_MSG_ID)
-                        .is_some_and(|id| state.own_msg_ids.contains(id));
-                    (state.inbound.contains_key(subject), own)
-                };
-                if inbound {
-                    let env = Envelope::from_headers(headers).ok();
-                    self.push(
-                        subject,
-                        headers,
-                        payload,
-                        RecordKind::Hop {
-                            run_id: env
-                                .as_ref()
-                                .map(|e| e.flow_run_id.clone())
-                                .unwrap_or_default(),
-                            source_node_id: env.map(|e| e.source_node_id).unwrap_or_default(),
-                            from_emulator,
-                        },
-                    );
-                }
-            }
-        }
-        self.notify();
-    }
-
-    /// Run tracking from a completion event.
-    fn track(&self, event: &CompletionEvent, seq: u64) {
-        let mut state = self.lock();
-        let now = state.clock.now();
-        let flow = state.flows.get(&event.flow_id).cloned();
-        if !state.runs.contains_key(&event.flow_run_id) {
-            // A run the emulator did not start (another orchestrator, or a test publishing
-            // events by hand): follow it from here.
-            let run = Run {
-                id: event.flow_run_id.clone(),
-                flow_id: event.flow_id.clone(),
-                flow_version: event.flow_version,
-                trace_id: event.trace_id.clone(),
-                status: RunStatus::Running,
-                started_at: event.started_at,
-                settled_at: None,
-                pending: BTreeSet::new(),
-                completed: BTreeSet::new(),
-                failed: BTreeSet::new(),
-                timers: Vec::new(),
-                timeline: Vec::new(),
-                dlq: Vec::new(),
-                snapshot: Vec::new(),
-            };
-            state.runs.insert(event.flow_run_id.clone(), run);
-            state.run_order.push(event.flow_run_id.clone());
-        }
-        let to_arm = state
-            .runs
-            .get_mut(&event.flow_run_id)
-            .map(|run| run.apply(flow.as_ref(), event, seq))
-            .unwrap_or_default();
-        if let Some(flow) = &flow {
-            for timer in to_arm {
-                crate::timers::arm(self, &mut state, flow, &event.flow_run_id, &timer, now);
-            }
-        }
-        let settled = state.runs.get_mut(&event.flow_run_id).and_then(|run| {
-            let was = run.status.is_settled();
-            run.refresh_status(now);
-            (!was && run.status.is_settled()).then(|| (run.flow_id.clone(), run.status))
-        });
-        if let Some((flow_id, status)) = settled {
-            self.push_locked(
-                &mut state,
-                "",
-                &Headers::new(),
-                &[],
-                RecordKind::RunSettled {
-                    run_id: event.flow_run_id.clone(),
-                    flow_id,
-                    status,
-                },
-            );
-        }
-    }
-
     pub(crate) fn next_fence(state: &mut State) -> u64 {
         state.fences += 1;
         state.fences
@@ -1011,199 +760,5 @@ impl Shared {
 
     pub(crate) fn remember_own(state: &mut State, msg_id: &str) {
         state.own_msg_ids.insert(msg_id.to_owned());
-    }
-
-    /// Handles one registration request; returns the reply.
-    async fn register(self: &Arc<Self>, msg: &async_nats::Message) -> RegisterReply {
-        let headers = transport::from_nats(msg.headers.as_ref());
-        let refuse = |error: String, service: String, hash: String| {
-            self.push(
-                &msg.subject,
-                &headers,
-                &msg.payload,
-                RecordKind::Registration {
-                    service,
-                    accepted: false,
-                    error: Some(error.clone()),
-                    manifest_hash: hash,
-                },
-            );
-            self.notify();
-            RegisterReply {
-                error,
-                flows: vec![],
-            }
-        };
-        let manifest = match Manifest::from_json(&msg.payload) {
-            Ok(m) => m,
-            Err(e) => {
-                return refuse(
-                    format!("invalid manifest: {e}"),
-                    String::new(),
-                    String::new(),
-                );
-            }
-        };
-        let service = manifest.service.clone();
-        let hash = manifest.manifest_hash.clone();
-        match manifest.protocol_major() {
-            Some(1) => {}
-            Some(major) => {
-                return refuse(
-                    format!(
-                        "protocol major {major} is not supported (protocol_version {:?}); this orchestrator speaks major 1",
-                        manifest.protocol_version
-                    ),
-                    service,
-                    hash,
-                );
-            }
-            None => {
-                return refuse(
-                    format!(
-                        "protocol_version {:?} is not MAJOR.MINOR.PATCH",
-                        manifest.protocol_version
-                    ),
-                    service,
-                    hash,
-                );
-            }
-        }
-        let issues: Vec<String> = manifest
-            .validate()
-            .into_iter()
-            .filter(|i| i.path != "manifest_hash" && i.path != "protocol_version")
-            .map(|i| i.to_string())
-            .collect();
-        if !issues.is_empty() {
-            return refuse(
-                format!("invalid manifest: {}", issues.join("; ")),
-                service,
-                hash,
-            );
-        }
-        let computed = manifest.compute_hash().unwrap_or_default();
-        if manifest.manifest_hash != computed
-            && self.config.hash_mismatch == HashMismatchPolicy::Reject
-        {
-            return refuse(
-                format!(
-                    "manifest_hash mismatch: the manifest says {:?}, its contents hash to {computed}",
-                    manifest.manifest_hash
-                ),
-                service,
-                hash,
-            );
-        }
-        let sources: Vec<String> = release::nats_sources(&manifest)
-            .into_iter()
-            .map(str::to_owned)
-            .collect();
-        if !sources.is_empty()
-            && let Err(e) = self.ensure_stream(&service, &sources).await
-        {
-            return refuse(e, service, hash);
-        }
-        let new_subjects: Vec<String> = {
-            let mut state = self.lock();
-            let now = GoTime::now();
-            let entry = state
-                .services
-                .entry(service.clone())
-                .or_insert_with(|| ServiceState {
-                    manifest: manifest.clone(),
-                    registered_at: now,
-                    registrations: 0,
-                    last_heartbeat: None,
-                    last_seen: None,
-                    heartbeats: 0,
-                    replicas: BTreeMap::new(),
-                });
-            entry.manifest = manifest.clone();
-            entry.registered_at = now;
-            entry.registrations += 1;
-            // Subjects under triggers.v2. reach the catch-all subscription already.
-            let fresh: Vec<String> = sources
-                .iter()
-                .filter(|s| !state.inbound.contains_key(*s) && !s.starts_with(subject::PREFIX))
-                .cloned()
-                .collect();
-            for s in &sources {
-                state.inbound.insert(s.clone(), service.clone());
-            }
-            fresh
-        };
-        for s in new_subjects {
-            match self.client.subscribe(s.clone()).await {
-                Ok(sub) => {
-                    let handle = tokio::spawn(Emulator::observe_inbound(self.clone(), sub));
-                    self.tasks
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(handle);
-                }
-                Err(e) => tracing::warn!("cannot observe inbound subject {s}: {e}"),
-            }
-        }
-        let flows = {
-            let state = self.lock();
-            state
-                .flows
-                .values()
-                .filter(|f| f.services().contains(service.as_str()))
-                .map(Flow::to_envelope)
-                .collect()
-        };
-        self.push(
-            &msg.subject,
-            &headers,
-            &msg.payload,
-            RecordKind::Registration {
-                service,
-                accepted: true,
-                error: None,
-                manifest_hash: hash,
-            },
-        );
-        self.notify();
-        RegisterReply {
-            error: String::new(),
-            flows,
-        }
-    }
-
-    /// Creates the service's inbound stream, or updates its subjects.
-    async fn ensure_stream(&self, service: &str, sources: &[String]) -> Result<(), String> {
-        let name = subject::stream_name(service, None).map_err(|e| e.to_string())?;
-        let config = jetstream::stream::Config {
-            name: name.clone(),
-            subjects: sources.to_vec(),
-            duplicate_window: Duration::from_secs(120),
-            ..Default::default()
-        };
-        match self.js.get_stream(&name).await {
-            Ok(mut stream) => {
-                let current = stream
-                    .info()
-                    .await
-                    .map_err(|e| format!("cannot read stream {name}: {e}"))?;
-                let mut have = current.config.subjects.clone();
-                let mut want = sources.to_vec();
-                have.sort();
-                want.sort();
-                if have != want {
-                    self.js.update_stream(config).await.map_err(|e| {
-                        format!("cannot update stream {name} to subjects {sources:?}: {e}")
-                    })?;
-                }
-                Ok(())
-            }
-            Err(_) => self
-                .js
-                .create_stream(config)
-                .await
-                .map(|_| ())
-                .map_err(|e| format!("cannot create stream {name} for subjects {sources:?}: {e}")),
-        }
     }
 }

@@ -37,7 +37,9 @@ mod emulator;
 mod error;
 mod harness;
 pub mod nats;
+mod observe;
 pub mod recorder;
+mod registration;
 pub mod release;
 mod timers;
 mod wait;
@@ -47,7 +49,7 @@ pub use emulator::{
     DLQ_STREAM, Deployment, Emulator, EmulatorConfig, FiredTimer, HashMismatchPolicy, RunId,
     TriggerOptions, describe_violations,
 };
-pub use error::{EmulatorError, NatsError, WaitError};
+pub use error::{ControlError, EmulatorError, HarnessError, NatsError, WaitError};
 pub use harness::Harness;
 pub use nats::{Backend, ChosenBackend, NatsConfig, NatsServer, SkippedBackend};
 pub use release::{ReleaseCode, ReleaseProblem};

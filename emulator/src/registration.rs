@@ -1,0 +1,264 @@
+//! Registration (`triggers.v2.manifest.register`) and manifest fetches: validation, the
+//! protocol-major check, the hash policy, the service's inbound stream, and the reply.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use futures::StreamExt;
+use serde_json::Value;
+use triggers_sdk::flow::Flow;
+use triggers_sdk::transport;
+use triggers_sdk::wire::subject;
+use triggers_sdk::wire::{GoTime, Manifest, RegisterReply, json};
+
+use crate::emulator::{Emulator, HashMismatchPolicy, Shared};
+use crate::recorder::{RecordKind, ServiceState};
+use crate::release;
+
+impl Emulator {
+    pub(crate) async fn serve_register(shared: Arc<Shared>, mut sub: async_nats::Subscriber) {
+        while let Some(msg) = sub.next().await {
+            let reply = shared.register(&msg).await;
+            if let Some(reply_to) = msg.reply {
+                let bytes = reply.to_json().unwrap_or_default();
+                if let Err(e) = shared.client.publish(reply_to, bytes.into()).await {
+                    tracing::warn!("cannot reply to a registration: {e}");
+                }
+            }
+        }
+    }
+
+    pub(crate) async fn serve_fetch(shared: Arc<Shared>, mut sub: async_nats::Subscriber) {
+        while let Some(msg) = sub.next().await {
+            let asked = serde_json::from_slice::<Value>(&msg.payload)
+                .ok()
+                .and_then(|v| v.get("service").and_then(Value::as_str).map(str::to_owned))
+                .unwrap_or_else(|| String::from_utf8_lossy(&msg.payload).trim().to_owned());
+            let manifest = shared
+                .lock()
+                .services
+                .get(&asked)
+                .map(|s| s.manifest.clone());
+            let bytes = match &manifest {
+                Some(m) => m.to_json().unwrap_or_default(),
+                None => json::to_vec(&RegisterReply {
+                    error: format!(
+                        "unknown service {asked:?}: it has not registered (send {{\"service\": \"<name>\"}})"
+                    ),
+                    flows: vec![],
+                })
+                .unwrap_or_default(),
+            };
+            shared.push(
+                &msg.subject,
+                &transport::from_nats(msg.headers.as_ref()),
+                &msg.payload,
+                RecordKind::Fetch {
+                    service: asked,
+                    found: manifest.is_some(),
+                },
+            );
+            if let Some(reply_to) = msg.reply {
+                let _ = shared.client.publish(reply_to, bytes.into()).await;
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Handles one registration request; returns the reply.
+    async fn register(self: &Arc<Self>, msg: &async_nats::Message) -> RegisterReply {
+        let headers = transport::from_nats(msg.headers.as_ref());
+        let refuse = |error: String, service: String, hash: String| {
+            self.push(
+                &msg.subject,
+                &headers,
+                &msg.payload,
+                RecordKind::Registration {
+                    service,
+                    accepted: false,
+                    error: Some(error.clone()),
+                    manifest_hash: hash,
+                },
+            );
+            self.notify();
+            RegisterReply {
+                error,
+                flows: vec![],
+            }
+        };
+        let manifest = match Manifest::from_json(&msg.payload) {
+            Ok(m) => m,
+            Err(e) => {
+                return refuse(
+                    format!("invalid manifest: {e}"),
+                    String::new(),
+                    String::new(),
+                );
+            }
+        };
+        let service = manifest.service.clone();
+        let hash = manifest.manifest_hash.clone();
+        match manifest.protocol_major() {
+            Some(1) => {}
+            Some(major) => {
+                return refuse(
+                    format!(
+                        "protocol major {major} is not supported (protocol_version {:?}); this orchestrator speaks major 1",
+                        manifest.protocol_version
+                    ),
+                    service,
+                    hash,
+                );
+            }
+            None => {
+                return refuse(
+                    format!(
+                        "protocol_version {:?} is not MAJOR.MINOR.PATCH",
+                        manifest.protocol_version
+                    ),
+                    service,
+                    hash,
+                );
+            }
+        }
+        let issues: Vec<String> = manifest
+            .validate()
+            .into_iter()
+            .filter(|i| i.path != "manifest_hash" && i.path != "protocol_version")
+            .map(|i| i.to_string())
+            .collect();
+        if !issues.is_empty() {
+            return refuse(
+                format!("invalid manifest: {}", issues.join("; ")),
+                service,
+                hash,
+            );
+        }
+        let computed = manifest.compute_hash().unwrap_or_default();
+        if manifest.manifest_hash != computed
+            && self.config.hash_mismatch == HashMismatchPolicy::Reject
+        {
+            return refuse(
+                format!(
+                    "manifest_hash mismatch: the manifest says {:?}, its contents hash to {computed}",
+                    manifest.manifest_hash
+                ),
+                service,
+                hash,
+            );
+        }
+        let sources: Vec<String> = release::nats_sources(&manifest)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        if !sources.is_empty()
+            && let Err(e) = self.ensure_stream(&service, &sources).await
+        {
+            return refuse(e, service, hash);
+        }
+        let new_subjects: Vec<String> = {
+            let mut state = self.lock();
+            let now = GoTime::now();
+            let entry = state
+                .services
+                .entry(service.clone())
+                .or_insert_with(|| ServiceState {
+                    manifest: manifest.clone(),
+                    registered_at: now,
+                    registrations: 0,
+                    last_heartbeat: None,
+                    last_seen: None,
+                    heartbeats: 0,
+                    replicas: BTreeMap::new(),
+                });
+            entry.manifest = manifest.clone();
+            entry.registered_at = now;
+            entry.registrations += 1;
+            // Subjects under triggers.v2. reach the catch-all subscription already.
+            let fresh: Vec<String> = sources
+                .iter()
+                .filter(|s| !state.inbound.contains_key(*s) && !s.starts_with(subject::PREFIX))
+                .cloned()
+                .collect();
+            for s in &sources {
+                state.inbound.insert(s.clone(), service.clone());
+            }
+            fresh
+        };
+        for s in new_subjects {
+            match self.client.subscribe(s.clone()).await {
+                Ok(sub) => {
+                    let handle = tokio::spawn(Emulator::observe_inbound(self.clone(), sub));
+                    self.tasks
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(handle);
+                }
+                Err(e) => tracing::warn!("cannot observe inbound subject {s}: {e}"),
+            }
+        }
+        let flows = {
+            let state = self.lock();
+            state
+                .flows
+                .values()
+                .filter(|f| f.services().contains(service.as_str()))
+                .map(Flow::to_envelope)
+                .collect()
+        };
+        self.push(
+            &msg.subject,
+            &headers,
+            &msg.payload,
+            RecordKind::Registration {
+                service,
+                accepted: true,
+                error: None,
+                manifest_hash: hash,
+            },
+        );
+        self.notify();
+        RegisterReply {
+            error: String::new(),
+            flows,
+        }
+    }
+
+    /// Creates the service's inbound stream, or updates its subjects.
+    async fn ensure_stream(&self, service: &str, sources: &[String]) -> Result<(), String> {
+        let name = subject::stream_name(service, None).map_err(|e| e.to_string())?;
+        let config = jetstream::stream::Config {
+            name: name.clone(),
+            subjects: sources.to_vec(),
+            duplicate_window: Duration::from_secs(120),
+            ..Default::default()
+        };
+        match self.js.get_stream(&name).await {
+            Ok(mut stream) => {
+                let current = stream
+                    .info()
+                    .await
+                    .map_err(|e| format!("cannot read stream {name}: {e}"))?;
+                let mut have = current.config.subjects.clone();
+                let mut want = sources.to_vec();
+                have.sort();
+                want.sort();
+                if have != want {
+                    self.js.update_stream(config).await.map_err(|e| {
+                        format!("cannot update stream {name} to subjects {sources:?}: {e}")
+                    })?;
+                }
+                Ok(())
+            }
+            Err(_) => self
+                .js
+                .create_stream(config)
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("cannot create stream {name} for subjects {sources:?}: {e}")),
+        }
+    }
+}
