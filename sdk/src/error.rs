@@ -247,3 +247,90 @@ pub enum DurableTimerError {
         actual: String,
     },
 }
+
+/// A configuration value (from the environment) is not understood.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{setting}={value:?} is not valid: expected {expected}")]
+pub struct ConfigError {
+    /// The variable or field.
+    pub setting: &'static str,
+    /// The value found.
+    pub value: String,
+    /// What would be accepted.
+    pub expected: &'static str,
+}
+
+/// A service definition is refused by `ServiceBuilder::build`.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum BuildError {
+    /// A name cannot become a subject token.
+    #[error(transparent)]
+    Name(#[from] SubjectError),
+    /// Two actions, lookups or sources share a name.
+    #[error("{what} {name:?} is defined twice")]
+    Duplicate {
+        /// `action`, `lookup` or `source`.
+        what: &'static str,
+        /// The name.
+        name: String,
+    },
+    /// An action's input or output type has no finite JSON Schema.
+    #[error("action {action:?}: {reason}")]
+    Schema {
+        /// The action.
+        action: String,
+        /// Why.
+        reason: String,
+    },
+    /// The result event cannot be derived (or is invalid).
+    #[error(transparent)]
+    ResultEvent(#[from] ResultEventError),
+    /// The manifest would not pass the orchestrator's validation.
+    #[error("the manifest is not valid: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Manifest(Vec<ManifestIssue>),
+    /// The service declares no NATS source, so nothing can reach it.
+    #[error("service {0:?} has no NATS source: add one with .nats_source(name, subject)")]
+    NoNatsSource(String),
+}
+
+/// Starting a service failed. Each variant says what to do.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum StartError {
+    /// A configuration value is not understood.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// No connection to NATS.
+    #[error(
+        "cannot connect to NATS at {url}: {reason}; is the server running (triggers-lab up), and is TRIGGERS_NATS_URL right?"
+    )]
+    Connect {
+        /// The URL tried.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// Nobody answered the registration in time.
+    #[error(
+        "registration timed out after {0:?}: an orchestrator listens on triggers.v2.manifest.register but did not answer"
+    )]
+    RegisterTimeout(std::time::Duration),
+    /// Nobody listens on the registration subject.
+    #[error(
+        "no orchestrator listens on triggers.v2.manifest.register: start one (triggers-lab up) or check TRIGGERS_NATS_URL"
+    )]
+    NoResponders,
+    /// The orchestrator refused the registration.
+    #[error("the orchestrator refused the registration: {0}")]
+    Refused(String),
+    /// The reply is not a RegisterReply.
+    #[error("the registration reply is not a RegisterReply: {0}")]
+    BadReply(String),
+    /// A NATS or JetStream call failed.
+    #[error("cannot {action}: {reason}")]
+    Nats {
+        /// What the runtime was doing.
+        action: &'static str,
+        /// Why.
+        reason: String,
+    },
+}

@@ -50,16 +50,19 @@ pub enum FallbackKind {
     UnknownFlow,
     /// The envelope's source node is not in the flow, or has no successor here.
     UnknownNode,
+    /// A mapping, condition, lookup or output node failed (it has no action DLQ of its own).
+    NodeFailed,
 }
 
 impl FallbackKind {
     /// Every fallback kind.
-    pub const ALL: [FallbackKind; 5] = [
+    pub const ALL: [FallbackKind; 6] = [
         FallbackKind::InvalidJson,
         FallbackKind::MissingEnvelope,
         FallbackKind::InvalidEnvelope,
         FallbackKind::UnknownFlow,
         FallbackKind::UnknownNode,
+        FallbackKind::NodeFailed,
     ];
 
     /// The subject token and the `kind` field of the DLQ entry.
@@ -71,6 +74,7 @@ impl FallbackKind {
             FallbackKind::InvalidEnvelope => "invalid_envelope",
             FallbackKind::UnknownFlow => "unknown_flow",
             FallbackKind::UnknownNode => "unknown_node",
+            FallbackKind::NodeFailed => "node_failed",
         }
     }
 

@@ -1,0 +1,45 @@
+//! Shared fixtures for the end-to-end tests and benchmarks: the SDK runtime against the emulator,
+//! both on a real nats-server. The tests themselves are in `tests/`.
+
+use std::time::Duration;
+
+use triggers_emulator::{Backend, EmulatorConfig, Harness, NatsConfig};
+use triggers_sdk::runtime::RuntimeConfig;
+
+/// A harness on a nats-server binary of its own, waits bounded at 10 s.
+///
+/// # Panics
+/// When no nats-server can be started (the message says how to get one).
+pub async fn lab() -> Harness {
+    lab_with(EmulatorConfig::default()).await
+}
+
+/// As [`lab`] with emulator settings.
+///
+/// # Panics
+/// As [`lab`].
+pub async fn lab_with(config: EmulatorConfig) -> Harness {
+    Harness::start_with(
+        NatsConfig {
+            backend: Backend::Binary,
+            ..Default::default()
+        },
+        EmulatorConfig {
+            wait_timeout: Duration::from_secs(10),
+            ..config
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("cannot start the harness: {e}"))
+}
+
+/// Runtime settings for a service under test: the harness's URL, fast heartbeats.
+#[must_use]
+pub fn config(lab: &Harness) -> RuntimeConfig {
+    RuntimeConfig {
+        nats_url: Some(lab.url().to_owned()),
+        heartbeat_interval: Some(Duration::from_millis(200)),
+        shutdown_grace: Some(Duration::from_secs(5)),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,477 @@
+//! The SDK runtime against the emulator on a real nats-server: registration, broadcasts and the
+//! shared work queue, retries and DLQ, fallback kinds, chaining, condition and mapping nodes, HTTP
+//! outputs, the Durable Timer triplet, graceful shutdown. Every test ends with the emulator's
+//! conformance checker finding nothing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use triggers_emulator::{DlqFilter, TriggerOptions};
+use triggers_integration::{config, lab};
+use triggers_sdk::error::StartError;
+use triggers_sdk::flow::Flow;
+use triggers_sdk::runtime::{ActionContext, ActionDef, ActionError, Retry, RuntimeConfig, Service};
+use triggers_sdk::wire::header::names;
+use triggers_sdk::wire::{Envelope, Headers, subject};
+
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+struct Order {
+    order_id: String,
+    amount: i64,
+}
+
+#[derive(Debug, Deserialize, Serialize, JsonSchema)]
+struct Charged {
+    order_id: String,
+    charged: bool,
+}
+
+async fn charge(order: Order, _ctx: ActionContext) -> Result<Charged, ActionError> {
+    Ok(Charged {
+        order_id: order.order_id,
+        charged: order.amount > 0,
+    })
+}
+
+fn shop() -> triggers_sdk::runtime::ServiceBuilder {
+    Service::builder("shop", "1.0.0")
+        .action(ActionDef::new("charge", charge))
+        .nats_source("nats", "shop.inbound")
+}
+
+fn flow(v: serde_json::Value) -> Flow {
+    serde_json::from_value(v).unwrap()
+}
+
+fn one_step(id: &str, service: &str, action: &str) -> Flow {
+    flow(json!({"id": id, "nodes": [
+        {"id": "in", "type": "service-in", "service": service},
+        {"id": "step", "type": "action", "service": service, "action": action}
+    ], "edges": [{"id": "e1", "from": "in", "to": "step"}]}))
+}
+
+#[tokio::test]
+async fn registers_runs_an_action_and_reports_its_completion() {
+    let lab = lab().await;
+    let service = shop().config(config(&lab)).build().unwrap();
+    let expected_hash = service.manifest().compute_hash().unwrap();
+    let running = service.start().await.unwrap();
+    let registered = lab.wait_for_registration("shop").await.unwrap();
+    assert_eq!(registered.manifest.manifest_hash, expected_hash);
+    lab.wait_for_heartbeat("shop", |hb| !hb.shutting_down)
+        .await
+        .unwrap();
+
+    lab.deploy(one_step("order", "shop", "charge"))
+        .await
+        .unwrap();
+    let run = lab
+        .trigger("order", &json!({"order_id": "o-1", "amount": 5}))
+        .await
+        .unwrap();
+    let step = lab.wait_for_node(&run, "step").await.unwrap();
+    assert_eq!(
+        (step.status.as_str(), step.service.as_str()),
+        ("succeeded", "shop")
+    );
+    lab.wait_run_settled(&run).await.unwrap();
+    running.shutdown().await;
+    lab.assert_conformant();
+}
+
+#[tokio::test]
+async fn registration_fails_fast_on_an_error_reply_no_responders_and_a_timeout() {
+    let lab = lab().await;
+    // An error reply: a second service with the same name but a manifest the emulator refuses.
+    let bad = Service::builder("shop", "1.0.0")
+        .action(ActionDef::new("charge", charge))
+        .nats_source("nats", "triggers.v2.flow.events.x")
+        .config(config(&lab))
+        .build();
+    // The builder already refuses a locked subject as a source; say so rather than start.
+    assert!(
+        bad.is_err(),
+        "a locked subject as a NATS source is refused at build time"
+    );
+
+    // No responders: a nats-server with no orchestrator.
+    let bare = triggers_emulator::NatsServer::start(triggers_emulator::NatsConfig {
+        backend: triggers_emulator::Backend::Binary,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let err = shop()
+        .config(RuntimeConfig {
+            nats_url: Some(bare.url().into()),
+            ..Default::default()
+        })
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .unwrap_err();
+    assert_eq!(err, StartError::NoResponders);
+    assert!(err.to_string().contains("triggers-lab up"), "{err}");
+
+    // A timeout: someone listens on the subject but never answers.
+    let silent = async_nats::connect(bare.url()).await.unwrap();
+    let _sub = silent.subscribe(subject::MANIFEST_REGISTER).await.unwrap();
+    silent.flush().await.unwrap();
+    let started = tokio::time::Instant::now();
+    let err = shop()
+        .config(RuntimeConfig {
+            nats_url: Some(bare.url().into()),
+            register_timeout: Some(Duration::from_millis(300)),
+            ..Default::default()
+        })
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StartError::RegisterTimeout(_)), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // An error reply from the orchestrator: a wrong protocol major, sent by hand.
+    let client = async_nats::connect(lab.url()).await.unwrap();
+    let mut manifest = shop().build().unwrap().manifest().clone();
+    manifest.protocol_version = "2.0.0".into();
+    manifest.seal().unwrap();
+    let reply = client
+        .request(
+            subject::MANIFEST_REGISTER,
+            manifest.to_json().unwrap().into(),
+        )
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&reply.payload).contains("protocol major 2"));
+    // And the runtime's own mapping of an error reply: refused names the reason.
+    let refused = StartError::Refused("protocol major 2 is not supported".into());
+    assert!(refused.to_string().contains("refused the registration"));
+}
+
+#[tokio::test]
+async fn two_replicas_both_get_broadcasts_and_share_the_work() {
+    let lab = lab().await;
+    let counts = [Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0))];
+    let mut replicas = Vec::new();
+    for count in &counts {
+        let count = count.clone();
+        let service = Service::builder("shop", "1.0.0")
+            .action(ActionDef::new(
+                "charge",
+                move |o: Order, _ctx: ActionContext| {
+                    let count = count.clone();
+                    async move {
+                        count.fetch_add(1, Ordering::SeqCst);
+                        // Hold the message a little, so the other replica takes the next ones.
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        Ok::<_, ActionError>(Charged {
+                            order_id: o.order_id,
+                            charged: true,
+                        })
+                    }
+                },
+            ))
+            .nats_source("nats", "shop.inbound")
+            .config(config(&lab))
+            .build()
+            .unwrap();
+        replicas.push(service.start().await.unwrap());
+    }
+    let deployed = lab
+        .deploy(one_step("order", "shop", "charge"))
+        .await
+        .unwrap();
+    for r in &replicas {
+        assert!(
+            r.wait_for_flow("order", deployed.flow.version, Duration::from_secs(5))
+                .await,
+            "every replica got the broadcast"
+        );
+    }
+    let mut runs = Vec::new();
+    for i in 0..20 {
+        runs.push(
+            lab.trigger("order", &json!({"order_id": format!("o-{i}"), "amount": 1}))
+                .await
+                .unwrap(),
+        );
+    }
+    for run in &runs {
+        lab.wait_run_settled(run).await.unwrap();
+    }
+    let (a, b) = (
+        counts[0].load(Ordering::SeqCst),
+        counts[1].load(Ordering::SeqCst),
+    );
+    assert_eq!(a + b, 20, "each message handled exactly once");
+    assert!(a > 0 && b > 0, "both replicas took work: {a} and {b}");
+    // A redeploy reaches both replicas too.
+    let again = lab
+        .deploy(one_step("order", "shop", "charge"))
+        .await
+        .unwrap();
+    for r in &replicas {
+        assert!(
+            r.wait_for_flow("order", again.flow.version, Duration::from_secs(5))
+                .await
+        );
+    }
+    lab.assert_conformant();
+}
+
+#[tokio::test]
+async fn retries_then_dead_letters_with_the_right_subject_body_and_message_id() {
+    let lab = lab().await;
+    let attempts = Arc::new(AtomicU32::new(0));
+    let seen = attempts.clone();
+    let service = Service::builder("shop", "1.0.0")
+        .action(
+            ActionDef::new("charge", move |_o: Order, ctx: ActionContext| {
+                let seen = seen.clone();
+                async move {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    assert_eq!(ctx.envelope.retry_count, i64::from(ctx.attempt - 1));
+                    Err::<Charged, _>(ActionError::retryable(format!(
+                        "card declined (attempt {})",
+                        ctx.attempt
+                    )))
+                }
+            })
+            .retry(Retry {
+                max_attempts: 3,
+                initial_backoff_ms: 10,
+                backoff_factor: 2.0,
+                max_backoff_ms: 50,
+            }),
+        )
+        .nats_source("nats", "shop.inbound")
+        .config(config(&lab))
+        .build()
+        .unwrap();
+    let _running = service.start().await.unwrap();
+    lab.deploy(one_step("order", "shop", "charge"))
+        .await
+        .unwrap();
+    let run = lab
+        .trigger("order", &json!({"order_id": "o-9", "amount": 3}))
+        .await
+        .unwrap();
+    let dlq = lab.wait_dlq(DlqFilter::run(&run)).await.unwrap();
+    assert_eq!(dlq.subject, "triggers.v2.dlq.shop.charge");
+    let entry = dlq.entry.unwrap();
+    assert_eq!(entry.kind, "action_failed");
+    assert_eq!(entry.body.get(), r#"{"amount":3,"order_id":"o-9"}"#);
+    assert_eq!(entry.envelope.retry_count, 2);
+    assert!(
+        entry.err_msg.contains("card declined (attempt 3)"),
+        "{}",
+        entry.err_msg
+    );
+    let (key, _) =
+        triggers_sdk::wire::header::parse_dlq_msg_id(&dlq.msg_id).expect("<key>:dlq:<ns>");
+    assert_eq!(key, entry.envelope.idempotency_key);
+    assert_eq!(attempts.load(Ordering::SeqCst), 3);
+    let settled = lab.wait_run_settled(&run).await.unwrap();
+    let statuses: Vec<&str> = settled
+        .node_entries("step")
+        .map(|e| e.status.as_str())
+        .collect();
+    assert_eq!(statuses, ["retrying", "retrying", "failed"]);
+    lab.assert_conformant();
+}
+
+#[tokio::test]
+async fn a_panicking_or_slow_handler_is_a_failed_attempt_not_a_dead_service() {
+    let lab = lab().await;
+    let service = Service::builder("shop", "1.0.0")
+        .action(
+            ActionDef::new("boom", |o: Order, _ctx: ActionContext| async move {
+                if o.amount < 0 {
+                    panic!("negative amount {}", o.amount);
+                }
+                Ok::<_, ActionError>(Charged {
+                    order_id: o.order_id,
+                    charged: true,
+                })
+            })
+            .max_attempts(1),
+        )
+        .action(
+            ActionDef::new("slow", |o: Order, _ctx: ActionContext| async move {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Ok::<_, ActionError>(Charged {
+                    order_id: o.order_id,
+                    charged: true,
+                })
+            })
+            .max_attempts(1)
+            .timeout(Duration::from_millis(100)),
+        )
+        .nats_source("nats", "shop.inbound")
+        .config(config(&lab))
+        .build()
+        .unwrap();
+    let _running = service.start().await.unwrap();
+    lab.deploy(one_step("boom", "shop", "boom")).await.unwrap();
+    lab.deploy(one_step("slow", "shop", "slow")).await.unwrap();
+    let run = lab
+        .trigger("boom", &json!({"order_id": "o", "amount": -1}))
+        .await
+        .unwrap();
+    let dlq = lab.wait_dlq(DlqFilter::run(&run)).await.unwrap();
+    assert_eq!(dlq.entry.as_ref().unwrap().kind, "action_panicked");
+    assert!(dlq.entry.unwrap().err_msg.contains("negative amount -1"));
+    let run = lab
+        .trigger("slow", &json!({"order_id": "o", "amount": 1}))
+        .await
+        .unwrap();
+    assert_eq!(
+        lab.wait_dlq(DlqFilter::run(&run))
+            .await
+            .unwrap()
+            .entry
+            .unwrap()
+            .kind,
+        "action_timeout"
+    );
+    // Still serving.
+    let run = lab
+        .trigger("boom", &json!({"order_id": "o", "amount": 1}))
+        .await
+        .unwrap();
+    assert_eq!(
+        lab.wait_for_node(&run, "step").await.unwrap().status,
+        "succeeded"
+    );
+    // Input that is not the action's type: no retry, invalid_input.
+    let run = lab.trigger("boom", &json!({"order_id": 7})).await.unwrap();
+    assert_eq!(
+        lab.wait_dlq(DlqFilter::run(&run))
+            .await
+            .unwrap()
+            .entry
+            .unwrap()
+            .kind,
+        "invalid_input"
+    );
+    lab.assert_conformant();
+}
+
+async fn publish_raw(
+    lab: &triggers_emulator::Harness,
+    subject: &str,
+    headers: Headers,
+    body: &[u8],
+) {
+    let client = async_nats::connect(lab.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    js.publish_with_headers(
+        subject.to_owned(),
+        triggers_sdk::transport::to_nats(&headers).unwrap(),
+        body.to_vec().into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn messages_without_action_context_go_to_the_fallback_dlqs() {
+    let lab = lab().await;
+    let _running = shop()
+        .config(RuntimeConfig {
+            flow_wait: Some(Duration::from_millis(200)),
+            ..config(&lab)
+        })
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .unwrap();
+    lab.deploy(one_step("order", "shop", "charge"))
+        .await
+        .unwrap();
+
+    // Bad JSON, sent by the emulator itself (a poison message).
+    let run = lab
+        .trigger_bytes("order", b"{not json".to_vec(), TriggerOptions::default())
+        .await
+        .unwrap();
+    let d = lab
+        .wait_dlq(DlqFilter::subject("triggers.v2.dlq.shop.invalid_json"))
+        .await
+        .unwrap();
+    assert_eq!(d.entry.as_ref().unwrap().envelope.flow_run_id, run.0);
+    assert_eq!(
+        d.entry.unwrap().body.get(),
+        r#""{not json""#,
+        "the body is kept, as a JSON string"
+    );
+
+    // No envelope at all.
+    let mut h = Headers::new();
+    h.insert(names::NATS_MSG_ID, "raw-1");
+    publish_raw(&lab, "shop.inbound", h, br#"{"order_id":"x","amount":1}"#).await;
+    lab.wait_dlq(DlqFilter::subject("triggers.v2.dlq.shop.missing_envelope"))
+        .await
+        .unwrap();
+
+    // An envelope for a flow the service does not hold, and one for a node that is not there.
+    let envelope = |flow: &str, node: &str, key: &str| {
+        let e = Envelope {
+            flow_run_id: format!("run-{key}"),
+            flow_id: flow.into(),
+            flow_version: 1,
+            idempotency_key: key.into(),
+            source_node_id: node.into(),
+            emitted_at: triggers_sdk::wire::GoTime::now(),
+            ..Envelope::default()
+        };
+        let mut h = e.to_headers();
+        h.insert(names::NATS_MSG_ID, key);
+        h
+    };
+    publish_raw(
+        &lab,
+        "shop.inbound",
+        envelope("nope", "in", "k-flow"),
+        b"{}",
+    )
+    .await;
+    let d = lab
+        .wait_dlq(DlqFilter::subject("triggers.v2.dlq.shop.unknown_flow"))
+        .await
+        .unwrap();
+    assert!(d.entry.unwrap().err_msg.contains("\"nope\""));
+    publish_raw(
+        &lab,
+        "shop.inbound",
+        envelope("order", "ghost", "k-node"),
+        b"{}",
+    )
+    .await;
+    lab.wait_dlq(DlqFilter::subject("triggers.v2.dlq.shop.unknown_node"))
+        .await
+        .unwrap();
+    // Nothing on the orchestrator's source DLQ, and every DLQ publish conformed.
+    assert!(
+        lab.dlq()
+            .iter()
+            .all(|r| !r.subject.starts_with("triggers.v2.dlq.source."))
+    );
+    assert!(
+        lab.violations()
+            .iter()
+            .all(|v| !v.subject.starts_with("triggers.v2.dlq")),
+        "{:?}",
+        lab.violations()
+    );
+}

@@ -1,0 +1,539 @@
+//! Dispatch: from one inbound message to the nodes this service runs, and on to the next hop.
+//!
+//! Order of checks (each failure dead-letters the message with its reason, then acks it):
+//! envelope (`missing_envelope`, `invalid_envelope`) → JSON body (`invalid_json`) → flow
+//! (`unknown_flow`, after waiting briefly for its broadcast) → the source node's successors that
+//! this service owns (`unknown_node`) → the Durable Timer triplet (`durable_timer_rejected`) →
+//! the nodes, in edge order.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, AckKind};
+use futures::FutureExt;
+use serde_json::Value;
+
+use crate::flow::{self, Flow, Node, NodeType};
+use crate::runtime::action::{ActionContext, CallError};
+use crate::runtime::outcome::{Failure, Fatal};
+use crate::runtime::service::Runtime;
+use crate::transport;
+use crate::wire::durable_timer;
+use crate::wire::header::names;
+use crate::wire::shapes::{dlq_kind, status};
+use crate::wire::subject::FallbackKind;
+use crate::wire::{Envelope, GoTime, Headers, Traceparent, json};
+
+/// A payload on its way through the nodes: the value and the exact bytes it arrived as.
+#[derive(Clone)]
+pub(crate) struct Payload {
+    pub(crate) value: Value,
+    pub(crate) bytes: Vec<u8>,
+}
+
+impl Payload {
+    fn from_value(value: Value) -> Self {
+        let bytes = json::to_vec(&json::GoAny(&value)).unwrap_or_default();
+        Payload { value, bytes }
+    }
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    rand::fill(&mut buf[..]);
+    hex::encode(buf)
+}
+
+impl Runtime {
+    /// Handles one delivery from the inbound stream: dispatches it, then acks it; a NATS failure
+    /// while reporting the outcome naks it instead, for a redelivery.
+    pub(crate) async fn handle(self: Arc<Self>, msg: jetstream::Message) {
+        let headers = transport::from_nats(msg.headers.as_ref());
+        let key = headers.get(names::IDEMPOTENCY_KEY).map(str::to_owned);
+        let redelivered = msg.info().map(|i| i.delivered > 1).unwrap_or(false);
+        if redelivered
+            && let Some(k) = &key
+            && self
+                .processed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(k)
+        {
+            // Handled before; only the ack was lost (a server restart): ack, do not run again.
+            let _ = msg.ack().await;
+            return;
+        }
+        // Keep the message ours while it runs (retries with backoff can take long).
+        let progress = {
+            let msg_for_progress = msg.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(10));
+                tick.tick().await;
+                loop {
+                    tick.tick().await;
+                    let _ = msg_for_progress.ack_with(AckKind::Progress).await;
+                }
+            })
+        };
+        let result = self.dispatch(&headers, &msg.payload).await;
+        progress.abort();
+        match result {
+            Ok(()) => {
+                if let Some(k) = key {
+                    self.processed
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(k);
+                }
+                if let Err(e) = msg.ack().await {
+                    tracing::warn!(
+                        "ack failed (the message will be redelivered and recognised): {e}"
+                    );
+                }
+            }
+            Err(Fatal(reason)) => {
+                tracing::warn!(
+                    "cannot report an outcome ({reason}); the message will be redelivered"
+                );
+                let _ = msg
+                    .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                    .await;
+            }
+        }
+    }
+
+    /// Runs one message through the flow. `Err` only when an outcome could not be reported.
+    pub(crate) async fn dispatch(&self, headers: &Headers, body: &[u8]) -> Result<(), Fatal> {
+        let envelope = match Envelope::from_headers(headers) {
+            Ok(e) => e,
+            Err(e) => {
+                let kind = if matches!(e, crate::error::EnvelopeError::Absent) {
+                    FallbackKind::MissingEnvelope
+                } else {
+                    FallbackKind::InvalidEnvelope
+                };
+                let partial = partial_envelope(headers);
+                return self
+                    .dead_letter_fallback(kind, &partial, body, &e.to_string())
+                    .await;
+            }
+        };
+        let value: Value = match serde_json::from_slice(body) {
+            Ok(v) => v,
+            Err(e) => {
+                return self
+                    .dead_letter_fallback(
+                        FallbackKind::InvalidJson,
+                        &envelope,
+                        body,
+                        &format!("the body is not JSON: {e}"),
+                    )
+                    .await;
+            }
+        };
+        let Some(flow) = self.flow_for(&envelope).await else {
+            let held: Vec<String> = self.flows.borrow().keys().cloned().collect();
+            return self
+                .dead_letter_fallback(
+                    FallbackKind::UnknownFlow,
+                    &envelope,
+                    body,
+                    &format!(
+                        "flow {:?} v{} is not held by {} (it holds {held:?}); was it deployed with this service in it?",
+                        envelope.flow_id,
+                        envelope.flow_version,
+                        self.service()
+                    ),
+                )
+                .await;
+        };
+        let Some(source) = flow.node(&envelope.source_node_id) else {
+            return self
+                .dead_letter_fallback(
+                    FallbackKind::UnknownNode,
+                    &envelope,
+                    body,
+                    &format!("flow {} has no node {:?}", flow.id, envelope.source_node_id),
+                )
+                .await;
+        };
+        let mine: Vec<&Node> = flow
+            .successors(&source.id)
+            .map(|(_, n)| n)
+            .filter(|n| n.service == self.service() && n.node_type != NodeType::Timer)
+            .collect();
+        if mine.is_empty() {
+            return self
+                .dead_letter_fallback(
+                    FallbackKind::UnknownNode,
+                    &envelope,
+                    body,
+                    &format!(
+                        "no successor of node {:?} in flow {} belongs to {}",
+                        source.id,
+                        flow.id,
+                        self.service()
+                    ),
+                )
+                .await;
+        }
+        if let Err(reason) = self.check_triplet(headers, body) {
+            // The handler is not called. The first action this delivery was for gets the entry.
+            return match mine.iter().find(|n| n.node_type == NodeType::Action) {
+                Some(node) => {
+                    self.dead_letter_action(
+                        &node.action,
+                        dlq_kind::DURABLE_TIMER_REJECTED,
+                        &envelope,
+                        body,
+                        &reason,
+                    )
+                    .await
+                }
+                None => {
+                    self.dead_letter_fallback(
+                        FallbackKind::InvalidEnvelope,
+                        &envelope,
+                        body,
+                        &reason,
+                    )
+                    .await
+                }
+            };
+        }
+        let payload = Payload {
+            value,
+            bytes: body.to_vec(),
+        };
+        for node in mine {
+            self.run_node(&flow, node, payload.clone(), &envelope)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The Durable Timer triplet: validated when the service declares `durable_timer.v1`,
+    /// refused when it does not. Nothing of it goes further: every later step builds its own
+    /// headers from the envelope alone.
+    fn check_triplet(&self, headers: &Headers, body: &[u8]) -> Result<(), String> {
+        if !durable_timer::has_triplet(headers) {
+            return Ok(());
+        }
+        if !self.durable_timer {
+            return Err(format!(
+                "the delivery carries the Durable Timer private context, and {} does not declare durable_timer.v1",
+                self.service()
+            ));
+        }
+        durable_timer::read_triplet(headers, body)
+            .map(|_| ())
+            .map_err(|e| format!("invalid Durable Timer context: {e}"))
+    }
+
+    /// The flow of the envelope, waiting up to `flow_wait` for its broadcast when it is unknown
+    /// or older than the envelope's version.
+    async fn flow_for(&self, envelope: &Envelope) -> Option<Flow> {
+        let mut rx = self.flows.subscribe();
+        let deadline = tokio::time::Instant::now() + self.config.flow_wait;
+        loop {
+            if let Some(f) = rx.borrow_and_update().get(&envelope.flow_id)
+                && f.version >= envelope.flow_version
+            {
+                return Some(f.clone());
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return rx.borrow().get(&envelope.flow_id).cloned(),
+            }
+        }
+    }
+
+    /// Runs a node this service owns, reports its completion, and routes its output.
+    fn run_node<'a>(
+        &'a self,
+        flow: &'a Flow,
+        node: &'a Node,
+        input: Payload,
+        envelope: &'a Envelope,
+    ) -> futures::future::BoxFuture<'a, Result<(), Fatal>> {
+        async move {
+            let started = GoTime::now();
+            let outcome: Result<Option<Payload>, Failure> = match node.node_type {
+                NodeType::Action => return self.run_action(flow, node, input, envelope).await,
+                NodeType::Timer => return Ok(()),
+                NodeType::ServiceIn => Ok(Some(input.clone())),
+                NodeType::Mapping => flow::mapping(&node.config, &input.value)
+                    .map(|v| Some(Payload::from_value(v)))
+                    .map_err(|e| Failure::node(e.to_string())),
+                NodeType::Condition => match flow::condition(&node.config, &input.value) {
+                    Ok(true) => Ok(Some(input.clone())),
+                    Ok(false) => Ok(None),
+                    Err(e) => Err(Failure::node(e.to_string())),
+                },
+                NodeType::Lookup => self.run_lookup(node, &input).await,
+                NodeType::Output => self
+                    .deliver_output(node, &input, envelope)
+                    .await
+                    .map(|()| None),
+            };
+            match outcome {
+                Ok(next) => {
+                    let st = match (&next, node.node_type) {
+                        (None, NodeType::Condition) => status::SKIPPED,
+                        _ => status::SUCCEEDED,
+                    };
+                    self.complete(envelope, node, started, st, "").await?;
+                    if let Some(out) = next {
+                        self.route(flow, node, out, envelope).await?;
+                    }
+                    Ok(())
+                }
+                Err(f) => {
+                    self.complete(envelope, node, started, status::FAILED, &f.message)
+                        .await?;
+                    self.dead_letter_fallback(
+                        FallbackKind::NodeFailed,
+                        envelope,
+                        &input.bytes,
+                        &format!("node {} ({}): {}", node.id, node.node_type, f.message),
+                    )
+                    .await
+                }
+            }
+        }
+        .boxed()
+    }
+
+    /// An action node: attempts with timeout, retries with backoff, a panic as a failed attempt.
+    async fn run_action(
+        &self,
+        flow: &Flow,
+        node: &Node,
+        input: Payload,
+        envelope: &Envelope,
+    ) -> Result<(), Fatal> {
+        let Some(action) = self.actions.get(&node.action) else {
+            let started = GoTime::now();
+            let msg = format!("{} has no action {:?}", self.service(), node.action);
+            self.complete(envelope, node, started, status::FAILED, &msg)
+                .await?;
+            return self
+                .dead_letter_fallback(FallbackKind::UnknownNode, envelope, &input.bytes, &msg)
+                .await;
+        };
+        let max = u32::try_from(action.retry.max_attempts.max(1)).unwrap_or(u32::MAX);
+        let mut attempt = 1;
+        loop {
+            let started = GoTime::now();
+            let deadline = tokio::time::Instant::now() + action.timeout;
+            let attempt_envelope = Envelope {
+                retry_count: i64::from(attempt - 1),
+                ..envelope.clone()
+            };
+            let span = tracing::info_span!(
+                "action",
+                service = self.service(),
+                action = %action.name,
+                run = %envelope.flow_run_id,
+                node = %node.id,
+                attempt
+            );
+            let ctx = ActionContext {
+                envelope: attempt_envelope.clone(),
+                attempt,
+                max_attempts: max,
+                deadline,
+                node_id: node.id.clone(),
+                service: self.service().to_owned(),
+                span,
+            };
+            let call = std::panic::AssertUnwindSafe((action.handler)(input.value.clone(), ctx))
+                .catch_unwind();
+            let (kind, message, retryable) = match tokio::time::timeout(action.timeout, call).await
+            {
+                Ok(Ok(Ok(output))) => {
+                    self.complete(envelope, node, started, status::SUCCEEDED, "")
+                        .await?;
+                    return self
+                        .route(flow, node, Payload::from_value(output), envelope)
+                        .await;
+                }
+                Ok(Ok(Err(CallError::InvalidInput(e)))) => (
+                    dlq_kind::INVALID_INPUT,
+                    format!("the input is not {}'s input type: {e}", action.name),
+                    false,
+                ),
+                Ok(Ok(Err(CallError::BadOutput(e)))) => (
+                    dlq_kind::ACTION_FAILED,
+                    format!("the output cannot be written as JSON: {e}"),
+                    false,
+                ),
+                Ok(Ok(Err(CallError::Failed(e)))) => (
+                    dlq_kind::ACTION_FAILED,
+                    e.message().to_owned(),
+                    e.is_retryable(),
+                ),
+                Ok(Err(panic)) => (
+                    dlq_kind::ACTION_PANICKED,
+                    format!("the handler panicked: {}", panic_message(&panic)),
+                    true,
+                ),
+                Err(_) => (
+                    dlq_kind::ACTION_TIMEOUT,
+                    format!("the attempt took longer than {:?}", action.timeout),
+                    true,
+                ),
+            };
+            if retryable && attempt < max {
+                self.complete(&attempt_envelope, node, started, status::RETRYING, &message)
+                    .await?;
+                attempt += 1;
+                tokio::time::sleep(action.retry.backoff_before(attempt)).await;
+                continue;
+            }
+            self.complete(&attempt_envelope, node, started, status::FAILED, &message)
+                .await?;
+            let err = if attempt > 1 {
+                format!("{message} (after {attempt} attempts)")
+            } else {
+                message
+            };
+            return self
+                .dead_letter_action(&action.name, kind, &attempt_envelope, &input.bytes, &err)
+                .await;
+        }
+    }
+
+    async fn run_lookup(&self, node: &Node, input: &Payload) -> Result<Option<Payload>, Failure> {
+        let name = node
+            .config
+            .get("lookup")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let lookup = self.lookups.get(name).ok_or_else(|| {
+            Failure::node(format!("{} has no runtime lookup {name:?}", self.service()))
+        })?;
+        let params = flow::lookup_params(&node.config, &input.value)
+            .map_err(|e| Failure::node(e.to_string()))?;
+        let result = (lookup.handler)(params)
+            .await
+            .map_err(|e| Failure::node(e.to_string()))?;
+        // The result's fields are laid over the input object; a non-object input is replaced.
+        let merged = match (input.value.clone(), result) {
+            (Value::Object(mut base), Value::Object(extra)) => {
+                base.extend(extra);
+                Value::Object(base)
+            }
+            (_, other) => other,
+        };
+        Ok(Some(Payload::from_value(merged)))
+    }
+
+    /// Hands a node's output on: this service's successors run here; another service's get one
+    /// message per service on its inbound subject; timers stop (the engine arms them).
+    pub(crate) fn route<'a>(
+        &'a self,
+        flow: &'a Flow,
+        from: &'a Node,
+        output: Payload,
+        envelope: &'a Envelope,
+    ) -> futures::future::BoxFuture<'a, Result<(), Fatal>> {
+        async move {
+            let mut hops: Vec<(&str, &str)> = Vec::new();
+            for (_, next) in flow.successors(&from.id) {
+                match next.node_type {
+                    NodeType::Timer => {}
+                    _ if next.service == self.service() => {
+                        self.run_node(flow, next, output.clone(), envelope).await?;
+                    }
+                    _ => {
+                        if !hops.iter().any(|(s, _)| *s == next.service) {
+                            hops.push((next.service.as_str(), next.inbound.as_str()));
+                        }
+                    }
+                }
+            }
+            for (service, inbound) in hops {
+                self.hop(flow, from, service, inbound, &output, envelope)
+                    .await?;
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+
+    async fn hop(
+        &self,
+        flow: &Flow,
+        from: &Node,
+        service: &str,
+        inbound: &str,
+        output: &Payload,
+        envelope: &Envelope,
+    ) -> Result<(), Fatal> {
+        if inbound.is_empty() {
+            return self
+                .dead_letter_fallback(
+                    FallbackKind::NodeFailed,
+                    envelope,
+                    &output.bytes,
+                    &format!("node {} hands over to {service}, but the flow names no inbound subject for it (was it released by an orchestrator?)", from.id),
+                )
+                .await;
+        }
+        let span_id = random_hex(8);
+        let next = Envelope {
+            traceparent: if envelope.trace_id.is_empty() {
+                String::new()
+            } else {
+                Traceparent::new(&envelope.trace_id, &span_id, true).to_string()
+            },
+            span_id,
+            flow_id: flow.id.clone(),
+            flow_version: flow.version,
+            idempotency_key: format!("{}:{}>{}", envelope.flow_run_id, from.id, service),
+            source_node_id: from.id.clone(),
+            retry_count: 0,
+            emitted_at: GoTime::now(),
+            ..envelope.clone()
+        };
+        let mut headers = next.to_headers();
+        headers.insert(names::NATS_MSG_ID, next.nats_msg_id());
+        self.publish_js(inbound, &headers, output.bytes.clone())
+            .await
+    }
+}
+
+/// What can be read of an envelope that does not decode, for the DLQ entry.
+fn partial_envelope(headers: &Headers) -> Envelope {
+    let text = |n: &str| headers.get(n).unwrap_or_default().to_owned();
+    Envelope {
+        trace_id: text(names::TRACE_ID),
+        span_id: text(names::SPAN_ID),
+        traceparent: text(names::TRACEPARENT),
+        flow_run_id: text(names::FLOW_RUN_ID),
+        flow_id: text(names::FLOW_ID),
+        flow_version: headers
+            .get(names::FLOW_VERSION)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default(),
+        idempotency_key: text(names::IDEMPOTENCY_KEY),
+        source_node_id: text(names::SOURCE_NODE_ID),
+        retry_count: headers
+            .get(names::RETRY_COUNT)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default(),
+        emitted_at: headers
+            .get(names::EMITTED_AT)
+            .and_then(|v| GoTime::parse(v).ok())
+            .unwrap_or_default(),
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with a non-text payload".into())
+}

@@ -1,0 +1,53 @@
+//! The service runtime (feature `runtime`, on by default): define a service with typed actions,
+//! start it against the orchestrator (or the emulator), and it registers, heartbeats, consumes
+//! its inbound stream, runs its nodes, hands payloads on, and reports every outcome.
+//!
+//! ```no_run
+//! use schemars::JsonSchema;
+//! use serde::{Deserialize, Serialize};
+//! use triggers_sdk::runtime::{ActionContext, ActionDef, ActionError, Service};
+//!
+//! #[derive(Deserialize, JsonSchema)]
+//! struct SendInput {
+//!     tenant_id: String,
+//! }
+//!
+//! #[derive(Serialize, JsonSchema)]
+//! struct SendResult {
+//!     delivered: bool,
+//! }
+//!
+//! async fn send(input: SendInput, _ctx: ActionContext) -> Result<SendResult, ActionError> {
+//!     Ok(SendResult { delivered: !input.tenant_id.is_empty() })
+//! }
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let service = Service::builder("notifications", "1.0.0")
+//!     .action(ActionDef::new("send_inapp", send))
+//!     .nats_source("nats", "notifications.inbound")
+//!     .build()?;
+//! let running = service.start().await?; // TRIGGERS_NATS_URL, or RuntimeConfig
+//! running.run_until_signal().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! See `docs/sdk.md` for the guide.
+
+mod action;
+mod builder;
+mod config;
+mod dispatch;
+mod lookup;
+mod outcome;
+mod output;
+mod service;
+
+pub use action::{ActionContext, ActionDef, ActionError, DEFAULT_RETRY, DEFAULT_TIMEOUT, Handler};
+pub use builder::{Service, ServiceBuilder};
+pub use config::{ENV_VARS, RuntimeConfig};
+pub use lookup::LookupDef;
+pub use service::{RunningService, ShutdownReport};
+
+pub use crate::wire::manifest::DURABLE_TIMER_V1;
+pub use crate::wire::{ResultEvent, ResultEventConfig, Retry};

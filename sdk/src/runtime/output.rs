@@ -1,0 +1,71 @@
+//! Output nodes: deliver the payload out of the flow, to a NATS subject or an HTTP endpoint, with
+//! the canonical envelope headers (and never the Durable Timer triplet).
+
+use serde_json::Value;
+
+use crate::flow::Node;
+use crate::runtime::dispatch::Payload;
+use crate::runtime::outcome::Failure;
+use crate::runtime::service::Runtime;
+use crate::wire::Envelope;
+use crate::wire::header::names;
+
+impl Runtime {
+    pub(crate) async fn deliver_output(
+        &self,
+        node: &Node,
+        payload: &Payload,
+        envelope: &Envelope,
+    ) -> Result<(), Failure> {
+        let transport = node
+            .config
+            .get("transport")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let target = node
+            .config
+            .get("target")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let out = Envelope {
+            source_node_id: node.id.clone(),
+            idempotency_key: format!("{}:{}", envelope.flow_run_id, node.id),
+            ..envelope.clone()
+        };
+        let headers = out.to_headers();
+        match transport {
+            "nats" => {
+                let mut headers = headers;
+                headers.insert(names::NATS_MSG_ID, out.nats_msg_id());
+                self.publish_js(target, &headers, payload.bytes.clone())
+                    .await
+                    .map_err(|e| Failure::node(format!("output to NATS {target}: {}", e.0)))
+            }
+            "http" => {
+                let mut request = self
+                    .http
+                    .post(target)
+                    .header("Content-Type", "application/json")
+                    .body(payload.bytes.clone());
+                for (name, value) in headers.iter() {
+                    request = request.header(name, value);
+                }
+                let response = request
+                    .send()
+                    .await
+                    .map_err(|e| Failure::node(format!("output to HTTP {target}: {e}")))?;
+                if response.status().is_success() {
+                    Ok(())
+                } else {
+                    Err(Failure::node(format!(
+                        "output to HTTP {target}: the endpoint answered {}",
+                        response.status()
+                    )))
+                }
+            }
+            other => Err(Failure::node(format!(
+                "output transport {other:?} is neither nats nor http"
+            ))),
+        }
+    }
+}

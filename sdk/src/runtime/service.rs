@@ -1,0 +1,552 @@
+//! Running a service: connect, register, install flows, heartbeat, consume the inbound stream,
+//! shut down gracefully.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer::PullConsumer};
+use futures::StreamExt;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinHandle;
+
+use crate::error::StartError;
+use crate::flow::Flow;
+use crate::runtime::action::ActionDef;
+use crate::runtime::builder::Service;
+use crate::runtime::config::Resolved;
+use crate::runtime::lookup::LookupDef;
+use crate::wire::manifest::DURABLE_TIMER_V1;
+use crate::wire::{FlowEnvelope, GoTime, Heartbeat, Manifest, RegisterReply, subject};
+
+/// Idempotency keys of messages fully handled, so a redelivery (after a lost ack) is not run
+/// twice. Bounded: the oldest keys go first.
+pub(crate) struct Processed {
+    keys: HashSet<String>,
+    order: VecDeque<String>,
+    capacity: usize,
+}
+
+impl Processed {
+    fn new(capacity: usize) -> Self {
+        Processed {
+            keys: HashSet::new(),
+            order: VecDeque::new(),
+            capacity,
+        }
+    }
+
+    pub(crate) fn contains(&self, key: &str) -> bool {
+        self.keys.contains(key)
+    }
+
+    pub(crate) fn insert(&mut self, key: String) {
+        if self.keys.insert(key.clone()) {
+            self.order.push_back(key);
+            while self.order.len() > self.capacity {
+                if let Some(old) = self.order.pop_front() {
+                    self.keys.remove(&old);
+                }
+            }
+        }
+    }
+}
+
+/// Everything a running service shares between its tasks.
+pub(crate) struct Runtime {
+    pub(crate) manifest: Manifest,
+    pub(crate) actions: HashMap<String, ActionDef>,
+    pub(crate) lookups: HashMap<String, LookupDef>,
+    pub(crate) client: async_nats::Client,
+    pub(crate) js: jetstream::Context,
+    pub(crate) flows: watch::Sender<Arc<BTreeMap<String, Flow>>>,
+    pub(crate) config: Resolved,
+    pub(crate) http: reqwest::Client,
+    pub(crate) processed: Mutex<Processed>,
+    pub(crate) durable_timer: bool,
+    pub(crate) started_at: GoTime,
+}
+
+impl Runtime {
+    pub(crate) fn service(&self) -> &str {
+        &self.manifest.service
+    }
+
+    /// Installs a flow that involves this service, unless a newer version is already there.
+    /// The table is swapped whole, so a dispatch sees either the old one or the new one.
+    pub(crate) fn install(&self, envelope: &FlowEnvelope) {
+        let flow = match Flow::from_envelope(envelope) {
+            Ok(mut f) => {
+                f.assign_owners();
+                f
+            }
+            Err(e) => {
+                tracing::warn!(flow = %envelope.id, "ignoring a flow whose body is not a flow: {e}");
+                return;
+            }
+        };
+        if !flow.services().contains(self.service()) {
+            return;
+        }
+        self.flows.send_if_modified(|table| {
+            if table
+                .get(&flow.id)
+                .is_some_and(|f| f.version > flow.version)
+            {
+                return false;
+            }
+            let mut next = (**table).clone();
+            next.insert(flow.id.clone(), flow.clone());
+            *table = Arc::new(next);
+            true
+        });
+    }
+
+    pub(crate) fn heartbeat(&self, shutting_down: bool) -> Heartbeat {
+        Heartbeat {
+            service: self.manifest.service.clone(),
+            service_version: self.manifest.service_version.clone(),
+            manifest_hash: self.manifest.manifest_hash.clone(),
+            started_at: self.started_at,
+            now: GoTime::now(),
+            shutting_down,
+        }
+    }
+
+    async fn publish_heartbeat(&self, shutting_down: bool) {
+        if let Ok(bytes) = self.heartbeat(shutting_down).to_json()
+            && let Err(e) = self.client.publish(subject::HEARTBEAT, bytes.into()).await
+        {
+            tracing::debug!("heartbeat not sent: {e}");
+        }
+    }
+}
+
+/// A started service. Dropping it stops everything at once; [`RunningService::shutdown`] stops
+/// gracefully.
+pub struct RunningService {
+    runtime: Arc<Runtime>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    inflight: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for RunningService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningService")
+            .field("service", &self.runtime.service())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a graceful shutdown went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Whether every in-flight message finished within the grace period.
+    pub drained: bool,
+    /// Messages still running when the grace period ended (they will be redelivered).
+    pub abandoned: usize,
+}
+
+impl Service {
+    /// Starts the service: connects, registers (10 s timeout, failing fast), installs the flows
+    /// from the reply, subscribes to both broadcast subjects, starts heartbeats and consumes the
+    /// inbound stream.
+    ///
+    /// # Errors
+    /// A [`StartError`] that says what failed and what to do.
+    pub async fn start(self) -> Result<RunningService, StartError> {
+        let config = self.config.resolve()?;
+        let client = async_nats::ConnectOptions::new()
+            .name(format!("triggers {}", self.manifest.service))
+            .connection_timeout(Duration::from_secs(5))
+            .request_timeout(Some(config.register_timeout))
+            .event_callback(|event| async move {
+                match event {
+                    async_nats::Event::Disconnected => {
+                        tracing::warn!("NATS connection lost; reconnecting")
+                    }
+                    async_nats::Event::Connected => {
+                        tracing::info!("NATS connection (re)established")
+                    }
+                    other => tracing::debug!("NATS event: {other}"),
+                }
+            })
+            .connect(config.nats_url.as_str())
+            .await
+            .map_err(|e| StartError::Connect {
+                url: config.nats_url.clone(),
+                reason: e.to_string(),
+            })?;
+        let nats = |action: &'static str| {
+            move |e: &dyn std::fmt::Display| StartError::Nats {
+                action,
+                reason: e.to_string(),
+            }
+        };
+
+        // Subscribe to broadcasts before registering, so no update sent in between is missed.
+        let own =
+            subject::flow_broadcast(&self.manifest.service).map_err(|e| nats("subscribe")(&e))?;
+        let broadcasts = futures::stream::select(
+            client
+                .subscribe(own)
+                .await
+                .map_err(|e| nats("subscribe to flow broadcasts")(&e))?,
+            client
+                .subscribe(subject::FLOW_BROADCAST_ALL)
+                .await
+                .map_err(|e| nats("subscribe to flow broadcasts")(&e))?,
+        );
+
+        let reply = register(&client, &self.manifest, config.register_timeout).await?;
+        let (flows, _) = watch::channel(Arc::new(BTreeMap::new()));
+        let http = reqwest::Client::builder()
+            .timeout(config.http_timeout)
+            .build()
+            .map_err(|e| nats("build the HTTP client")(&e))?;
+        let runtime = Arc::new(Runtime {
+            durable_timer: self.manifest.has_capability(DURABLE_TIMER_V1),
+            actions: self
+                .actions
+                .into_iter()
+                .map(|a| (a.name.clone(), a))
+                .collect(),
+            lookups: self
+                .lookups
+                .into_iter()
+                .map(|l| (l.name.clone(), l))
+                .collect(),
+            js: jetstream::new(client.clone()),
+            client,
+            flows,
+            http,
+            processed: Mutex::new(Processed::new(100_000)),
+            started_at: GoTime::now(),
+            config,
+            manifest: self.manifest,
+        });
+        for flow in &reply.flows {
+            runtime.install(flow);
+        }
+
+        let consumers = consumers(&runtime).await?;
+        let (stop, _) = watch::channel(false);
+        let inflight = Arc::new(Semaphore::new(runtime.config.max_concurrency));
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(follow_broadcasts(runtime.clone(), broadcasts)));
+        tasks.push(tokio::spawn(heartbeats(runtime.clone(), stop.subscribe())));
+        for (name, consumer) in consumers {
+            tasks.push(tokio::spawn(consume(
+                runtime.clone(),
+                name,
+                consumer,
+                inflight.clone(),
+                stop.subscribe(),
+            )));
+        }
+        runtime.publish_heartbeat(false).await;
+        tracing::info!(service = runtime.service(), hash = %runtime.manifest.manifest_hash, "registered and running");
+        Ok(RunningService {
+            runtime,
+            stop,
+            tasks,
+            inflight,
+        })
+    }
+}
+
+async fn register(
+    client: &async_nats::Client,
+    manifest: &Manifest,
+    timeout: Duration,
+) -> Result<RegisterReply, StartError> {
+    let bytes = manifest
+        .to_json()
+        .map_err(|e| StartError::BadReply(e.to_string()))?;
+    let reply = match tokio::time::timeout(
+        timeout,
+        client.request(subject::MANIFEST_REGISTER, bytes.into()),
+    )
+    .await
+    {
+        Err(_) => return Err(StartError::RegisterTimeout(timeout)),
+        Ok(Err(e)) => {
+            return Err(match e.kind() {
+                async_nats::RequestErrorKind::NoResponders => StartError::NoResponders,
+                async_nats::RequestErrorKind::TimedOut => StartError::RegisterTimeout(timeout),
+                _ => StartError::Nats {
+                    action: "send the registration",
+                    reason: e.to_string(),
+                },
+            });
+        }
+        Ok(Ok(reply)) => reply,
+    };
+    let reply = RegisterReply::from_json(&reply.payload)
+        .map_err(|e| StartError::BadReply(e.to_string()))?;
+    if !reply.error.is_empty() {
+        return Err(StartError::Refused(reply.error));
+    }
+    Ok(reply)
+}
+
+/// The inbound stream (created when the orchestrator has not) and one durable pull consumer per
+/// NATS source subject, shared by every replica.
+async fn consumers(runtime: &Arc<Runtime>) -> Result<Vec<(String, PullConsumer)>, StartError> {
+    let service = runtime.service();
+    let sources: Vec<String> = runtime
+        .manifest
+        .service_sources
+        .iter()
+        .filter(|s| s.transport == crate::wire::manifest::TRANSPORT_NATS)
+        .map(|s| s.default.clone())
+        .collect();
+    let stream_name = subject::stream_name(service, runtime.config.source_stream.as_deref())
+        .map_err(|e| StartError::Nats {
+            action: "name the inbound stream",
+            reason: e.to_string(),
+        })?;
+    let stream = match runtime.js.get_stream(&stream_name).await {
+        Ok(s) => s,
+        Err(_) => runtime
+            .js
+            .create_stream(jetstream::stream::Config {
+                name: stream_name.clone(),
+                subjects: sources.clone(),
+                duplicate_window: Duration::from_secs(120),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| StartError::Nats {
+                action: "create the inbound stream",
+                reason: format!("{stream_name} over {sources:?}: {e}"),
+            })?,
+    };
+    // Long enough for the slowest action's every attempt and backoff; progress acks extend it.
+    let ack_wait = runtime
+        .actions
+        .values()
+        .map(|a| {
+            let attempts = a.retry.max_attempts.max(1) as u32;
+            let backoffs: Duration = (2..=attempts).map(|n| a.retry.backoff_before(n)).sum();
+            a.timeout * attempts + backoffs
+        })
+        .max()
+        .unwrap_or_default()
+        .max(Duration::from_secs(30))
+        + Duration::from_secs(30);
+    let mut out = Vec::new();
+    for source in sources {
+        let name = subject::consumer_name(service, &source).map_err(|e| StartError::Nats {
+            action: "name a consumer",
+            reason: e.to_string(),
+        })?;
+        let consumer = stream
+            .get_or_create_consumer(
+                &name,
+                jetstream::consumer::pull::Config {
+                    durable_name: Some(name.clone()),
+                    filter_subject: source.clone(),
+                    ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                    ack_wait,
+                    max_ack_pending: (runtime.config.max_concurrency * 4) as i64,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| StartError::Nats {
+                action: "create the durable consumer",
+                reason: format!("{name} on {source}: {e}"),
+            })?;
+        out.push((name, consumer));
+    }
+    Ok(out)
+}
+
+async fn follow_broadcasts(
+    runtime: Arc<Runtime>,
+    mut broadcasts: impl futures::Stream<Item = async_nats::Message> + Unpin,
+) {
+    while let Some(msg) = broadcasts.next().await {
+        match FlowEnvelope::from_json(&msg.payload) {
+            Ok(envelope) => runtime.install(&envelope),
+            Err(e) => {
+                tracing::warn!(subject = %msg.subject, "ignoring a broadcast that is not a FlowEnvelope: {e}")
+            }
+        }
+    }
+}
+
+async fn heartbeats(runtime: Arc<Runtime>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(runtime.config.heartbeat_interval);
+    tick.tick().await; // the first tick is immediate; start() sent that heartbeat already
+    loop {
+        tokio::select! {
+            _ = tick.tick() => runtime.publish_heartbeat(false).await,
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Pulls messages while not stopped; recreates the pull after errors (a server restart).
+async fn consume(
+    runtime: Arc<Runtime>,
+    name: String,
+    consumer: PullConsumer,
+    inflight: Arc<Semaphore>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let batch = runtime.config.max_concurrency.clamp(1, 256);
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let messages = consumer
+            .stream()
+            .max_messages_per_batch(batch)
+            .heartbeat(Duration::from_secs(5))
+            .messages()
+            .await;
+        let mut messages = match messages {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(consumer = %name, "cannot pull, retrying in 1 s: {e}");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    _ = stop.changed() => return,
+                }
+            }
+        };
+        loop {
+            let next = tokio::select! {
+                next = messages.next() => next,
+                _ = stop.changed() => return,
+            };
+            match next {
+                Some(Ok(msg)) => {
+                    let Ok(permit) = inflight.clone().acquire_owned().await else {
+                        return;
+                    };
+                    let runtime = runtime.clone();
+                    tokio::spawn(async move {
+                        runtime.handle(msg).await;
+                        drop(permit);
+                    });
+                }
+                Some(Err(e)) => {
+                    tracing::debug!(consumer = %name, "pull interrupted: {e}");
+                    break;
+                }
+                None => break,
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+impl RunningService {
+    /// The service's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        self.runtime.service()
+    }
+
+    /// The manifest it registered.
+    #[must_use]
+    pub fn manifest(&self) -> &Manifest {
+        &self.runtime.manifest
+    }
+
+    /// The flows it holds now.
+    #[must_use]
+    pub fn flows(&self) -> Arc<BTreeMap<String, Flow>> {
+        self.runtime.flows.borrow().clone()
+    }
+
+    /// Waits until the service holds flow `id` (at least `version`), or `timeout` passes.
+    pub async fn wait_for_flow(&self, id: &str, version: i64, timeout: Duration) -> bool {
+        let mut rx = self.runtime.flows.subscribe();
+        tokio::time::timeout(timeout, async {
+            loop {
+                if rx
+                    .borrow_and_update()
+                    .get(id)
+                    .is_some_and(|f| f.version >= version)
+                {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    /// The NATS connection.
+    #[must_use]
+    pub fn client(&self) -> &async_nats::Client {
+        &self.runtime.client
+    }
+
+    /// Stops gracefully: stops pulling, lets in-flight messages finish within the grace period,
+    /// sends a last heartbeat with `shutting_down: true`, and drains the connection.
+    pub async fn shutdown(mut self) -> ShutdownReport {
+        let _ = self.stop.send(true);
+        let max = self.runtime.config.max_concurrency;
+        let all = u32::try_from(max).unwrap_or(u32::MAX);
+        let drained = tokio::time::timeout(
+            self.runtime.config.shutdown_grace,
+            self.inflight.acquire_many(all),
+        )
+        .await
+        .is_ok();
+        let abandoned = max - self.inflight.available_permits().min(max);
+        self.runtime.publish_heartbeat(true).await;
+        let _ = self.runtime.client.flush().await;
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        let _ = self.runtime.client.drain().await;
+        ShutdownReport {
+            drained,
+            abandoned: if drained { 0 } else { abandoned },
+        }
+    }
+
+    /// Runs until Ctrl-C (or SIGTERM), then shuts down gracefully.
+    pub async fn run_until_signal(self) -> ShutdownReport {
+        #[cfg(unix)]
+        {
+            if let Ok(mut term) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            } else {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        self.shutdown().await
+    }
+}
+
+impl Drop for RunningService {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+    }
+}
