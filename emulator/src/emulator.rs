@@ -75,6 +75,33 @@ impl Default for EmulatorConfig {
 
 /// The JetStream stream that holds every DLQ publish, so `Nats-Msg-Id` dedup is the server's own.
 pub const DLQ_STREAM: &str = "TRIGGERS_DLQ";
+/// The JetStream stream that holds every completion event, so none is lost to a server restart
+/// (an SDK that publishes through JetStream gets an ack; a plain publish is stored as well).
+pub const EVENTS_STREAM: &str = "TRIGGERS_EVENTS";
+
+/// Creates (or reuses) a stream over `subjects`; returns the sequence its next message will
+/// get, from which the emulator follows it.
+async fn stream_end(
+    js: &jetstream::Context,
+    name: &str,
+    subjects: &str,
+    duplicate_window: Duration,
+) -> Result<u64, EmulatorError> {
+    let mut stream = js
+        .get_or_create_stream(jetstream::stream::Config {
+            name: name.into(),
+            subjects: vec![subjects.into()],
+            duplicate_window,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| EmulatorError::nats("create a stream", format!("{name}: {e}")))?;
+    let info = stream
+        .info()
+        .await
+        .map_err(|e| EmulatorError::nats("read a stream", format!("{name}: {e}")))?;
+    Ok(info.state.last_sequence + 1)
+}
 
 /// The result of a deploy.
 #[derive(Debug, Clone, Serialize)]
@@ -138,6 +165,9 @@ pub(crate) struct State {
     pub(crate) violations: Vec<Violation>,
     /// `Nats-Msg-Id`s of the emulator's own publishes on inbound subjects.
     pub(crate) own_msg_ids: HashSet<String>,
+    /// The bytes of the emulator's own broadcasts not yet seen on the wire: a broadcast from
+    /// anyone else is a peer's, and judged.
+    pub(crate) own_broadcasts: HashSet<Vec<u8>>,
     fences: u64,
 }
 
@@ -219,6 +249,7 @@ impl Emulator {
                 dropped_records: 0,
                 violations: Vec::new(),
                 own_msg_ids: HashSet::new(),
+                own_broadcasts: HashSet::new(),
                 fences: 0,
             }),
             config,
@@ -230,16 +261,6 @@ impl Emulator {
             _tasks: Arc::new(Tasks(shared.clone())),
             shared: shared.clone(),
         };
-
-        let dlq = js
-            .get_or_create_stream(jetstream::stream::Config {
-                name: DLQ_STREAM.into(),
-                subjects: vec![subject::DLQ_ALL.into()],
-                duplicate_window: shared.config.dlq_duplicate_window,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| EmulatorError::nats("create the DLQ stream", e))?;
 
         let register = client
             .subscribe(subject::MANIFEST_REGISTER)
@@ -253,21 +274,36 @@ impl Emulator {
             .subscribe(subject::ALL)
             .await
             .map_err(|e| EmulatorError::nats("subscribe to triggers.v2.>", e))?;
-        let dlq_messages = dlq
-            .create_consumer(jetstream::consumer::pull::OrderedConfig {
-                deliver_policy: jetstream::consumer::DeliverPolicy::New,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| EmulatorError::nats("consume the DLQ stream", e))?
-            .messages()
-            .await
-            .map_err(|e| EmulatorError::nats("consume the DLQ stream", e))?;
+        let dlq_from = stream_end(
+            &js,
+            DLQ_STREAM,
+            subject::DLQ_ALL,
+            shared.config.dlq_duplicate_window,
+        )
+        .await?;
+        let events_from = stream_end(
+            &js,
+            EVENTS_STREAM,
+            subject::FLOW_EVENTS_ALL,
+            shared.config.dlq_duplicate_window,
+        )
+        .await?;
 
         emulator.spawn(Self::serve_register(shared.clone(), register));
         emulator.spawn(Self::serve_fetch(shared.clone(), fetch));
         emulator.spawn(Self::observe_all(shared.clone(), all));
-        emulator.spawn(Self::record_dlq(shared.clone(), dlq_messages));
+        emulator.spawn(crate::observe::follow(
+            shared.clone(),
+            DLQ_STREAM,
+            dlq_from,
+            crate::observe::record_dlq,
+        ));
+        emulator.spawn(crate::observe::follow(
+            shared.clone(),
+            EVENTS_STREAM,
+            events_from,
+            crate::observe::record_event,
+        ));
         if shared.config.control_api {
             let control = crate::control::serve(emulator.clone()).await?;
             emulator.spawn(control);
@@ -355,6 +391,7 @@ impl Emulator {
             (subject, resolved.to_envelope())
         };
         let bytes = envelope.to_json().map_err(EmulatorError::Encode)?;
+        self.lock().own_broadcasts.insert(bytes.clone());
         self.shared.push(
             "",
             &Headers::new(),

@@ -46,11 +46,38 @@ mod wait;
 
 pub use clock::ClockMode;
 pub use emulator::{
-    DLQ_STREAM, Deployment, Emulator, EmulatorConfig, FiredTimer, HashMismatchPolicy, RunId,
-    TriggerOptions, describe_violations,
+    DLQ_STREAM, Deployment, EVENTS_STREAM, Emulator, EmulatorConfig, FiredTimer,
+    HashMismatchPolicy, RunId, TriggerOptions, describe_violations,
 };
 pub use error::{ControlError, EmulatorError, HarnessError, NatsError, WaitError};
 pub use harness::Harness;
 pub use nats::{Backend, ChosenBackend, NatsConfig, NatsServer, SkippedBackend};
 pub use release::{ReleaseCode, ReleaseProblem};
 pub use wait::{DlqFilter, DlqRecord};
+
+/// The user guide, `docs/emulator.md`, so that its Rust examples are compiled (and those that need
+/// no server run) by `cargo test --doc`.
+#[doc = include_str!("../../docs/emulator.md")]
+#[cfg(doctest)]
+pub struct GuideDoctests;
+
+#[cfg(test)]
+mod guide_tests {
+    const GUIDE: &str = include_str!("../../docs/emulator.md");
+
+    #[test]
+    fn the_guide_lists_every_conformance_rule_with_its_severity() {
+        for (rule, severity, _) in crate::conformance::RULES {
+            let row = format!("| `{rule}` | {severity} |");
+            assert!(GUIDE.contains(&row), "docs/emulator.md lacks the row {row}");
+        }
+    }
+
+    #[test]
+    fn the_guide_lists_every_release_code() {
+        for code in crate::ReleaseCode::ALL {
+            let row = format!("| `{code}` |");
+            assert!(GUIDE.contains(&row), "docs/emulator.md lacks the row {row}");
+        }
+    }
+}

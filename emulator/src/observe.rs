@@ -24,38 +24,6 @@ impl Emulator {
         }
     }
 
-    pub(crate) async fn record_dlq(
-        shared: Arc<Shared>,
-        mut messages: jetstream::consumer::pull::Ordered,
-    ) {
-        while let Some(next) = messages.next().await {
-            let Ok(msg) = next else {
-                // The ordered consumer recreates itself after a server restart.
-                continue;
-            };
-            let headers = transport::from_nats(msg.headers.as_ref());
-            let msg_id = headers
-                .get(names::NATS_MSG_ID)
-                .unwrap_or_default()
-                .to_owned();
-            let entry = DlqEntry::from_json(&msg.payload).ok();
-            let run = entry.as_ref().map(|e| e.envelope.flow_run_id.clone());
-            let seq = shared.push(
-                &msg.subject,
-                &headers,
-                &msg.payload,
-                RecordKind::Dlq { entry, msg_id },
-            );
-            if let Some(run) = run {
-                let mut state = shared.lock();
-                if let Some(r) = state.runs.get_mut(&run) {
-                    r.dlq.push(seq);
-                }
-            }
-            shared.notify();
-        }
-    }
-
     pub(crate) async fn observe_inbound(shared: Arc<Shared>, mut sub: async_nats::Subscriber) {
         while let Some(msg) = sub.next().await {
             let headers = transport::from_nats(msg.headers.as_ref());
@@ -64,15 +32,140 @@ impl Emulator {
     }
 }
 
+/// Follows a stream from `next_seq` on, through server restarts: whenever the ordered consumer
+/// fails or ends, it is made again from the sequence after the last message handled.
+pub(crate) async fn follow(
+    shared: Arc<Shared>,
+    name: &'static str,
+    mut next_seq: u64,
+    handle: fn(&Shared, &jetstream::Message),
+) {
+    loop {
+        let messages = async {
+            let stream = shared
+                .js
+                .get_stream(name)
+                .await
+                .map_err(|e| e.to_string())?;
+            stream
+                .create_consumer(jetstream::consumer::pull::OrderedConfig {
+                    deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence {
+                        start_sequence: next_seq.max(1),
+                    },
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| e.to_string())?
+                .messages()
+                .await
+                .map_err(|e| e.to_string())
+        }
+        .await;
+        match messages {
+            Ok(mut messages) => {
+                loop {
+                    // An ordered consumer can stall across a server restart without an error;
+                    // when idle, check the stream has nothing newer, else start over.
+                    let next = match tokio::time::timeout(IDLE_CHECK, messages.next()).await {
+                        Ok(Some(next)) => next,
+                        Ok(None) => break,
+                        Err(_) => {
+                            if behind(&shared, name, next_seq).await {
+                                tracing::debug!(
+                                    stream = name,
+                                    "the follower stalled; starting over from {next_seq}"
+                                );
+                                break;
+                            }
+                            continue;
+                        }
+                    };
+                    match next {
+                        Ok(msg) => {
+                            if let Ok(info) = msg.info() {
+                                next_seq = info.stream_sequence + 1;
+                            }
+                            handle(&shared, &msg);
+                            shared.notify();
+                        }
+                        Err(e) => {
+                            tracing::debug!(stream = name, "following interrupted: {e}");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(stream = name, "cannot follow yet: {e}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+/// How long a follower waits for a message before checking it is not stalled.
+const IDLE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether the stream holds a message at or after `next_seq` that the follower has not seen.
+async fn behind(shared: &Shared, name: &str, next_seq: u64) -> bool {
+    match shared.js.get_stream(name).await {
+        Ok(mut stream) => stream
+            .info()
+            .await
+            .map(|i| i.state.last_sequence >= next_seq)
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// A DLQ entry as JetStream stored it (after `Nats-Msg-Id` dedup).
+pub(crate) fn record_dlq(shared: &Shared, msg: &jetstream::Message) {
+    let headers = transport::from_nats(msg.headers.as_ref());
+    let msg_id = headers
+        .get(names::NATS_MSG_ID)
+        .unwrap_or_default()
+        .to_owned();
+    let entry = DlqEntry::from_json(&msg.payload).ok();
+    let run = entry.as_ref().map(|e| e.envelope.flow_run_id.clone());
+    let seq = shared.push(
+        &msg.subject,
+        &headers,
+        &msg.payload,
+        RecordKind::Dlq { entry, msg_id },
+    );
+    if let Some(run) = run {
+        let mut state = shared.lock();
+        if let Some(r) = state.runs.get_mut(&run) {
+            r.dlq.push(seq);
+        }
+    }
+}
+
+/// A completion event as JetStream stored it: recorded and applied to its run.
+pub(crate) fn record_event(shared: &Shared, msg: &jetstream::Message) {
+    if let Ok(event) = CompletionEvent::from_json(&msg.payload) {
+        let headers = transport::from_nats(msg.headers.as_ref());
+        let seq = shared.push(
+            &msg.subject,
+            &headers,
+            &msg.payload,
+            RecordKind::Completion {
+                event: event.clone(),
+            },
+        );
+        shared.track(&event, seq);
+    }
+}
+
 impl Shared {
     fn check(&self, subject: &str, headers: &Headers, payload: &[u8]) {
         let violations = {
-            let state = self.lock();
+            let mut state = self.lock();
             let manifests = state.manifests();
             let origin = if headers
                 .get(names::NATS_MSG_ID)
                 .is_some_and(|id| state.own_msg_ids.contains(id))
-                || (subject.starts_with("triggers.v2.flow.broadcast.") && headers.is_empty())
+                || (subject.starts_with("triggers.v2.flow.broadcast.")
+                    && headers.is_empty()
+                    && state.own_broadcasts.remove(payload))
             {
                 Origin::Emulator
             } else {
@@ -118,19 +211,8 @@ impl Shared {
                     );
                 }
             }
-            Some(LockedSubject::FlowEvents { .. }) => {
-                if let Ok(event) = CompletionEvent::from_json(payload) {
-                    let seq = self.push(
-                        subject,
-                        headers,
-                        payload,
-                        RecordKind::Completion {
-                            event: event.clone(),
-                        },
-                    );
-                    self.track(&event, seq);
-                }
-            }
+            // Completion events are recorded from the events stream (record_events), so a server
+            // restart loses none; here they are only checked.
             Some(_) => {}
             None => {
                 let (inbound, from_emulator) = {

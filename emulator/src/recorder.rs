@@ -323,6 +323,16 @@ impl Run {
         event: &CompletionEvent,
         seq: u64,
     ) -> Vec<String> {
+        // The same event twice (a publish retried after a lost ack) is one step.
+        if self.timeline.iter().any(|e| {
+            e.node_id == event.node_id
+                && e.status == event.status
+                && e.started_at == event.started_at
+                && e.finished_at == event.finished_at
+                && e.error == event.error
+        }) {
+            return Vec::new();
+        }
         let retries = self
             .timeline
             .iter()

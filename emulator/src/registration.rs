@@ -17,6 +17,26 @@ use crate::emulator::{Emulator, HashMismatchPolicy, Shared};
 use crate::recorder::{RecordKind, ServiceState};
 use crate::release;
 
+/// Subjects the emulator answers requests on; no inbound stream may capture them.
+const REQUEST_SUBJECTS: [&str; 3] = [
+    subject::MANIFEST_REGISTER,
+    subject::MANIFEST_FETCH,
+    "triggerslab.>",
+];
+
+/// Whether two subject patterns (with `*` and `>` wildcards) can match the same subject.
+fn subjects_overlap(a: &str, b: &str) -> bool {
+    let (mut a, mut b) = (a.split('.'), b.split('.'));
+    loop {
+        match (a.next(), b.next()) {
+            (None, None) => return true,
+            (Some(">"), Some(_)) | (Some(_), Some(">")) => return true,
+            (Some(x), Some(y)) if x == y || x == "*" || y == "*" => {}
+            _ => return false,
+        }
+    }
+}
+
 impl Emulator {
     pub(crate) async fn serve_register(shared: Arc<Shared>, mut sub: async_nats::Subscriber) {
         while let Some(msg) = sub.next().await {
@@ -154,6 +174,25 @@ impl Shared {
             .into_iter()
             .map(str::to_owned)
             .collect();
+        // A stream over a subject that carries requests answers each of them with a PubAck,
+        // which the requester takes for the reply: it would cut off every later registration,
+        // fetch or control call.
+        if let Some((source, taken)) = sources.iter().find_map(|s| {
+            REQUEST_SUBJECTS
+                .iter()
+                .find(|r| subjects_overlap(s, r))
+                .map(|r| (s, *r))
+        }) {
+            return refuse(
+                format!(
+                    "invalid manifest: service_sources: the NATS source {source:?} overlaps {taken}, \
+                     where the emulator answers requests (an inbound stream over it would \
+                     capture them); give the service a subject of its own, like \"{service}.inbound\""
+                ),
+                service,
+                hash,
+            );
+        }
         if !sources.is_empty()
             && let Err(e) = self.ensure_stream(&service, &sources).await
         {
@@ -260,5 +299,38 @@ impl Shared {
                 .map(|_| ())
                 .map_err(|e| format!("cannot create stream {name} for subjects {sources:?}: {e}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::subjects_overlap;
+
+    #[test]
+    fn subject_patterns_overlap_token_by_token() {
+        assert!(subjects_overlap(
+            "triggers.v2.manifest.*",
+            "triggers.v2.manifest.register"
+        ));
+        assert!(subjects_overlap("triggers.>", "triggers.v2.manifest.fetch"));
+        assert!(subjects_overlap(">", "triggerslab.>"));
+        assert!(subjects_overlap(
+            "triggerslab.v1.control.*",
+            "triggerslab.>"
+        ));
+        assert!(subjects_overlap(
+            "*.v2.manifest.register",
+            "triggers.v2.manifest.register"
+        ));
+        assert!(!subjects_overlap("triggerslab", "triggerslab.>"));
+        assert!(!subjects_overlap(
+            "shop.inbound",
+            "triggers.v2.manifest.register"
+        ));
+        assert!(!subjects_overlap(
+            "triggers.v2.manifest",
+            "triggers.v2.manifest.register"
+        ));
+        assert!(!subjects_overlap("*", "triggerslab.>"));
     }
 }

@@ -145,6 +145,25 @@ pub fn check_release(
             message: i.to_string(),
         })
         .collect();
+    // Occurrences of a repeating timer fall due `delay_ms` apart: at 0 they would all be due at
+    // once, and an advance would not end before the last of them.
+    for node in &flow.body.nodes {
+        if node.node_type == NodeType::Timer
+            && triggers_sdk::flow::timer_delay_ms(node) == Some(0)
+            && triggers_sdk::flow::timer_repeat(node) > 1
+        {
+            problems.push(ReleaseProblem {
+                code: ReleaseCode::InvalidFlow,
+                node: Some(node.id.clone()),
+                service: None,
+                message: format!(
+                    "nodes[{}]: a timer that repeats ({} occurrences) needs config.delay_ms above 0",
+                    node.id,
+                    triggers_sdk::flow::timer_repeat(node)
+                ),
+            });
+        }
+    }
     let mut problem = |code, node: Option<&str>, service: Option<&str>, message: String| {
         problems.push(ReleaseProblem {
             code,
@@ -418,6 +437,24 @@ mod tests {
             codes(check_release(&timer_flow("b.in", "http"), &reg)),
             ["durable_timer_transport_not_nats"]
         );
+    }
+
+    #[test]
+    fn a_repeating_timer_needs_a_delay() {
+        let dt = ["durable_timer.v1"];
+        let reg = registry(&[("a", &dt), ("b", &dt)]);
+        let mut f = timer_flow("b.in", "nats");
+        f.body.nodes[2].config.insert("delay_ms".into(), json!(0));
+        assert!(
+            check_release(&f, &reg).is_ok(),
+            "one occurrence at 0 is fine"
+        );
+        f.body.nodes[2]
+            .config
+            .insert("repeat".into(), json!(1_000_000_000_000u64));
+        assert_eq!(codes(check_release(&f, &reg)), ["invalid_flow"]);
+        f.body.nodes[2].config.insert("delay_ms".into(), json!(1));
+        assert!(check_release(&f, &reg).is_ok());
     }
 
     #[test]

@@ -1,2 +1,360 @@
-//! placeholder replaced below
-fn main() {}
+//! Throughput of a no-op action through the SDK runtime (publish to completion event), beside raw
+//! async-nats JetStream consume-and-ack (publish to ack), measured in the same run on the same
+//! nats-server, with the same publisher and the same consumer settings. Prints both rates and the
+//! ratio; `docs/benchmarks.md` keeps the figures.
+//!
+//! ```sh
+//! cargo bench -p triggers-integration --bench runtime_throughput [-- MESSAGES [ROUNDS]]
+//! ```
+
+use std::future::IntoFuture;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, consumer::PullConsumer};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use triggers_integration::{config, lab};
+use triggers_sdk::flow::Flow;
+use triggers_sdk::runtime::{
+    ActionContext, ActionDef, ActionError, ResultEventConfig, RuntimeConfig, Service,
+};
+use triggers_sdk::transport;
+use triggers_sdk::wire::header::names;
+use triggers_sdk::wire::{Envelope, GoTime};
+
+const CONCURRENCY: usize = 64;
+
+/// The envelope a trigger carries: a run of `flow` entering at node `in`.
+fn envelope_headers(flow: &str, version: i64, round: usize, i: usize) -> async_nats::HeaderMap {
+    let trace = format!("{:032x}", i + 1);
+    let span = format!("{:016x}", i + 1);
+    let e = Envelope {
+        traceparent: format!("00-{trace}-{span}-01"),
+        trace_id: trace,
+        span_id: span,
+        flow_run_id: format!("run-{round}-{i}"),
+        flow_id: flow.to_owned(),
+        flow_version: version,
+        idempotency_key: format!("run-{round}-{i}:in"),
+        source_node_id: "in".into(),
+        retry_count: 0,
+        emitted_at: GoTime::now(),
+    };
+    let mut h = e.to_headers();
+    h.insert(names::NATS_MSG_ID, e.nats_msg_id());
+    transport::to_nats(&h).unwrap()
+}
+
+/// Publishes `n` messages as fast as JetStream acks them (a window of outstanding acks).
+async fn publish(
+    js: &jetstream::Context,
+    subject: &str,
+    n: usize,
+    headers: impl Fn(usize) -> async_nats::HeaderMap,
+) {
+    let mut pending = futures::stream::FuturesUnordered::new();
+    for i in 0..n {
+        let ack = js
+            .publish_with_headers(
+                subject.to_owned(),
+                headers(i),
+                br#"{"n":1}"#.to_vec().into(),
+            )
+            .await
+            .expect("publish");
+        pending.push(ack.into_future());
+        if pending.len() >= 256 {
+            pending.next().await.expect("an ack").expect("acked");
+        }
+    }
+    while let Some(ack) = pending.next().await {
+        ack.expect("acked");
+    }
+}
+
+/// Raw async-nats: a durable pull consumer, `CONCURRENCY` messages in flight, each acked (and,
+/// with `event`, a completion event published for each first, as the runtime does).
+async fn raw(url: &str, n: usize, round: usize) -> Duration {
+    raw_with(url, n, round, false).await
+}
+
+async fn raw_with(url: &str, n: usize, round: usize, event: bool) -> Duration {
+    let client = async_nats::connect(url).await.unwrap();
+    let js = jetstream::new(client.clone());
+    let tag = if event { "rawev" } else { "raw" };
+    let subject = format!("{tag}{round}.in");
+    let events_subject = format!("triggers.v2.flow.events.{tag}{round}");
+    let mut events = client.subscribe(events_subject.clone()).await.unwrap();
+    client.flush().await.unwrap();
+    let stream = js
+        .create_stream(jetstream::stream::Config {
+            name: format!("{tag}{round}"),
+            subjects: vec![subject.clone()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let consumer: PullConsumer = stream
+        .create_consumer(jetstream::consumer::pull::Config {
+            durable_name: Some("raw".into()),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            max_ack_pending: (CONCURRENCY * 4) as i64,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let publisher = client.clone();
+    let count = tokio::spawn(async move {
+        if event {
+            for _ in 0..n {
+                events.next().await.unwrap();
+            }
+        }
+    });
+    let consume = tokio::spawn(async move {
+        let mut messages = consumer
+            .stream()
+            .max_messages_per_batch(CONCURRENCY)
+            .messages()
+            .await
+            .unwrap();
+        let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut seen = 0;
+        while seen < n {
+            let msg = messages.next().await.unwrap().unwrap();
+            seen += 1;
+            let permit = permits.clone().acquire_owned().await.unwrap();
+            let done_tx = done_tx.clone();
+            let publisher = publisher.clone();
+            let events_subject = events_subject.clone();
+            tokio::spawn(async move {
+                if event {
+                    let now = GoTime::now();
+                    let ev = triggers_sdk::wire::CompletionEvent {
+                        flow_run_id: "r".into(),
+                        flow_id: "f".into(),
+                        flow_version: 1,
+                        node_id: "noop".into(),
+                        node_type: "action".into(),
+                        service: "raw".into(),
+                        started_at: now,
+                        finished_at: now,
+                        status: "succeeded".into(),
+                        ..Default::default()
+                    };
+                    publisher
+                        .publish(events_subject, ev.to_json().unwrap().into())
+                        .await
+                        .unwrap();
+                }
+                msg.ack().await.unwrap();
+                drop(permit);
+                let _ = done_tx.send(());
+            });
+        }
+        for _ in 0..n {
+            done_rx.recv().await;
+        }
+    });
+    // The same messages the runtime gets: the envelope headers make them as large.
+    publish(&js, &subject, n, |i| envelope_headers("raw", 1, round, i)).await;
+    consume.await.unwrap();
+    count.await.unwrap();
+    start.elapsed()
+}
+
+/// The runtime with the emulator as its orchestrator (recording and checking every message, and
+/// keeping completion events in a stream): time from the first publish to the n-th event.
+async fn with_emulator(lab: &triggers_emulator::Harness, n: usize, round: usize) -> Duration {
+    let service_name = format!("bench{round}");
+    let inbound = format!("bench{round}.inbound");
+    let running = Service::builder(service_name.clone(), "1.0.0")
+        .action(
+            ActionDef::new("noop", |v: Value, _ctx: ActionContext| async move {
+                Ok::<_, ActionError>(v)
+            })
+            .result_event(ResultEventConfig::Off),
+        )
+        .nats_source("nats", inbound.clone())
+        .config(RuntimeConfig {
+            max_concurrency: Some(CONCURRENCY),
+            heartbeat_interval: Some(Duration::from_secs(5)),
+            ..config(lab)
+        })
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .unwrap();
+    let flow: Flow = serde_json::from_value(json!({"id": service_name, "nodes": [
+        {"id": "in", "type": "service-in", "service": service_name},
+        {"id": "noop", "type": "action", "service": service_name, "action": "noop"}
+    ], "edges": [{"id": "e1", "from": "in", "to": "noop"}]}))
+    .unwrap();
+    let deployed = lab.deploy(flow).await.unwrap();
+    assert!(
+        running
+            .wait_for_flow(&service_name, deployed.flow.version, Duration::from_secs(5))
+            .await
+    );
+
+    let client = async_nats::connect(lab.url()).await.unwrap();
+    let mut events = client
+        .subscribe(format!("triggers.v2.flow.events.{service_name}"))
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+    let js = jetstream::new(client.clone());
+    let start = Instant::now();
+    let count = tokio::spawn(async move {
+        for _ in 0..n {
+            events.next().await.unwrap();
+        }
+    });
+    let version = deployed.flow.version;
+    publish(&js, &inbound, n, |i| {
+        envelope_headers(&service_name, version, round, i)
+    })
+    .await;
+    count.await.unwrap();
+    let elapsed = start.elapsed();
+    running.shutdown().await;
+    elapsed
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(5_000);
+    let rounds: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(3);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let bare = triggers_emulator::NatsServer::start(triggers_emulator::NatsConfig {
+            backend: triggers_emulator::Backend::Binary,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        println!("{n} messages per round, {rounds} rounds, {CONCURRENCY} in flight, {}", bare.summary());
+        if std::env::var_os("BENCH_ONLY_RUNTIME").is_some() {
+            let s = runtime_alone(bare.url(), n, 0).await;
+            println!("runtime only: {:.0} msg/s", n as f64 / s.as_secs_f64());
+            return;
+        }
+        let mut raw_rates = Vec::new();
+        let mut rt_rates = Vec::new();
+        let mut ev_rates = Vec::new();
+        for round in 0..rounds {
+            let r = raw(bare.url(), n, round).await;
+            let e = raw_with(bare.url(), n, round, true).await;
+            let s = runtime_alone(bare.url(), n, round).await;
+            let (rr, er, sr) = (n as f64 / r.as_secs_f64(), n as f64 / e.as_secs_f64(), n as f64 / s.as_secs_f64());
+            println!(
+                "round {round}: raw {rr:>7.0} msg/s   raw+event {er:>7.0} msg/s   runtime {sr:>7.0} msg/s   ratio {:.2} (vs raw+event {:.2})",
+                sr / rr,
+                sr / er
+            );
+            raw_rates.push(rr);
+            ev_rates.push(er);
+            rt_rates.push(sr);
+        }
+        let er = {
+            ev_rates.sort_by(|a, b| a.total_cmp(b));
+            ev_rates[ev_rates.len() / 2]
+        };
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(|a, b| a.total_cmp(b));
+            v[v.len() / 2]
+        };
+        let (rr, sr) = (median(&mut raw_rates), median(&mut rt_rates));
+        println!(
+            "median: raw {rr:.0} msg/s, raw+event {er:.0} msg/s, runtime {sr:.0} msg/s; ratio {:.2} (vs raw+event {:.2})",
+            sr / rr,
+            sr / er
+        );
+        drop(bare);
+        // For reference: the same runtime with the emulator recording and checking everything.
+        let lab = lab().await;
+        let e = with_emulator(&lab, n, 0).await;
+        println!("with the emulator as orchestrator: {:.0} msg/s", n as f64 / e.as_secs_f64());
+    });
+}
+
+/// The runtime with a stand-in orchestrator that only answers the registration: no emulator
+/// recording or checking anything, so the runtime's own cost is what is measured.
+async fn runtime_alone(url: &str, n: usize, round: usize) -> Duration {
+    let service_name = format!("alone{round}");
+    let inbound = format!("alone{round}.inbound");
+    let client = async_nats::connect(url).await.unwrap();
+    let js = jetstream::new(client.clone());
+    js.create_stream(jetstream::stream::Config {
+        name: format!("triggers-sources-{service_name}"),
+        subjects: vec![inbound.clone()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let flow = json!({"id": service_name, "version": 1, "body": {"nodes": [
+        {"id": "in", "type": "service-in", "service": service_name, "inbound": inbound},
+        {"id": "noop", "type": "action", "service": service_name, "action": "noop", "inbound": inbound}
+    ], "edges": [{"id": "e1", "from": "in", "to": "noop"}]}});
+    let mut register = client
+        .subscribe("triggers.v2.manifest.register")
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+    let responder = client.clone();
+    let reply_body = serde_json::to_vec(&json!({"flows": [flow]})).unwrap();
+    tokio::spawn(async move {
+        if let Some(msg) = register.next().await {
+            responder
+                .publish(msg.reply.unwrap(), reply_body.into())
+                .await
+                .unwrap();
+        }
+    });
+    let running = Service::builder(service_name.clone(), "1.0.0")
+        .action(
+            ActionDef::new("noop", |v: Value, _ctx: ActionContext| async move {
+                Ok::<_, ActionError>(v)
+            })
+            .result_event(ResultEventConfig::Off),
+        )
+        .nats_source("nats", inbound.clone())
+        .config(RuntimeConfig {
+            nats_url: Some(url.to_owned()),
+            max_concurrency: Some(CONCURRENCY),
+            ..Default::default()
+        })
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .unwrap();
+    let mut events = client
+        .subscribe(format!("triggers.v2.flow.events.{service_name}"))
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+    let start = Instant::now();
+    let count = tokio::spawn(async move {
+        for _ in 0..n {
+            events.next().await.unwrap();
+        }
+    });
+    publish(&js, &inbound, n, |i| {
+        envelope_headers(&service_name, 1, round, i)
+    })
+    .await;
+    count.await.unwrap();
+    let elapsed = start.elapsed();
+    running.shutdown().await;
+    elapsed
+}

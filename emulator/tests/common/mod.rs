@@ -176,3 +176,68 @@ pub async fn succeed(client: &async_nats::Client, envelope: &Envelope, service: 
     )
     .await;
 }
+
+/// Waits, without sleeping, until `check` finds something: it is re-run whenever the emulator
+/// records anything. Panics after 10 s, saying what it waited for.
+pub async fn eventually<T>(lab: &Harness, what: &str, check: impl Fn(&Harness) -> Option<T>) -> T {
+    let mut records = lab.subscribe_records();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(found) = check(lab) {
+            return found;
+        }
+        match tokio::time::timeout_at(deadline, records.recv()).await {
+            Ok(Ok(_)) | Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
+            Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) | Err(_) => {
+                return check(lab).unwrap_or_else(|| panic!("waited 10 s for {what}, in vain"));
+            }
+        }
+    }
+}
+
+/// The rules of the violations recorded for the message `payload` on `subject`, once there is
+/// at least one (the checker records all of a message's violations at once).
+pub async fn violations_of(
+    lab: &Harness,
+    subject: &str,
+    payload: &[u8],
+) -> std::collections::BTreeSet<&'static str> {
+    eventually(
+        lab,
+        &format!(
+            "a violation for {:?} on {subject}",
+            String::from_utf8_lossy(payload)
+        ),
+        |lab| {
+            let rules: std::collections::BTreeSet<&'static str> = lab
+                .violations()
+                .into_iter()
+                .filter(|v| v.subject == subject && v.payload == payload)
+                .map(|v| v.rule)
+                .collect();
+            (!rules.is_empty()).then_some(rules)
+        },
+    )
+    .await
+}
+
+/// Calls the control API by hand: `triggerslab.v1.control.<op>` with raw bytes; the reply as
+/// JSON.
+pub async fn control(client: &async_nats::Client, op: &str, body: &[u8]) -> Value {
+    let reply = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.request(
+            format!("{}.{op}", triggers_emulator::control::PREFIX),
+            body.to_vec().into(),
+        ),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the control API answers {op} within 10 s"))
+    .unwrap_or_else(|e| panic!("control {op}: {e}"));
+    serde_json::from_slice(&reply.payload).unwrap_or_else(|e| {
+        panic!(
+            "control {op} replied {:?}, not JSON: {e}",
+            String::from_utf8_lossy(&reply.payload)
+        )
+    })
+}

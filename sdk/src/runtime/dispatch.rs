@@ -24,19 +24,38 @@ use crate::wire::shapes::{dlq_kind, status};
 use crate::wire::subject::FallbackKind;
 use crate::wire::{Envelope, GoTime, Headers, Traceparent, json};
 
-/// A payload on its way through the nodes: the value and the exact bytes it arrived as.
+/// A payload on its way through the nodes: the value, and the exact bytes it arrived as (or, for
+/// a node's output, its Go JSON, written only when something needs the bytes: a hop, an output,
+/// a DLQ entry).
 #[derive(Clone)]
 pub(crate) struct Payload {
     pub(crate) value: Value,
-    pub(crate) bytes: Vec<u8>,
+    bytes: std::sync::OnceLock<Vec<u8>>,
 }
 
 impl Payload {
+    fn arrived(value: Value, bytes: &[u8]) -> Self {
+        Payload {
+            value,
+            bytes: std::sync::OnceLock::from(bytes.to_vec()),
+        }
+    }
+
     fn from_value(value: Value) -> Self {
-        let bytes = json::to_vec(&json::GoAny(&value)).unwrap_or_default();
-        Payload { value, bytes }
+        Payload {
+            value,
+            bytes: std::sync::OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        self.bytes
+            .get_or_init(|| json::to_vec(&json::GoAny(&self.value)).unwrap_or_default())
     }
 }
+
+/// How often a message still running is acked as in progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
@@ -63,20 +82,24 @@ impl Runtime {
             let _ = msg.ack().await;
             return;
         }
-        // Keep the message ours while it runs (retries with backoff can take long).
-        let progress = {
-            let msg_for_progress = msg.clone();
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(Duration::from_secs(10));
-                tick.tick().await;
-                loop {
-                    tick.tick().await;
-                    let _ = msg_for_progress.ack_with(AckKind::Progress).await;
+        // Keep the message ours while it runs (retries with backoff can take long): an
+        // in-progress ack every 10 s, from this task rather than one spawned per message.
+        let result = {
+            let work = self.dispatch(&headers, &msg.payload);
+            tokio::pin!(work);
+            let mut tick = tokio::time::interval_at(
+                tokio::time::Instant::now() + PROGRESS_EVERY,
+                PROGRESS_EVERY,
+            );
+            loop {
+                tokio::select! {
+                    result = &mut work => break result,
+                    _ = tick.tick() => {
+                        let _ = msg.ack_with(AckKind::Progress).await;
+                    }
                 }
-            })
+            }
         };
-        let result = self.dispatch(&headers, &msg.payload).await;
-        progress.abort();
         match result {
             Ok(()) => {
                 if let Some(k) = key {
@@ -201,10 +224,7 @@ impl Runtime {
                 }
             };
         }
-        let payload = Payload {
-            value,
-            bytes: body.to_vec(),
-        };
+        let payload = Payload::arrived(value, body);
         for node in mine {
             self.run_node(&flow, node, payload.clone(), &envelope)
                 .await?;
@@ -232,7 +252,13 @@ impl Runtime {
 
     /// The flow of the envelope, waiting up to `flow_wait` for its broadcast when it is unknown
     /// or older than the envelope's version.
-    async fn flow_for(&self, envelope: &Envelope) -> Option<Flow> {
+    async fn flow_for(&self, envelope: &Envelope) -> Option<Arc<Flow>> {
+        // The common case: the flow is there; no receiver, no waiting.
+        if let Some(f) = self.flows.borrow().get(&envelope.flow_id)
+            && f.version >= envelope.flow_version
+        {
+            return Some(f.clone());
+        }
         let mut rx = self.flows.subscribe();
         let deadline = tokio::time::Instant::now() + self.config.flow_wait;
         loop {
@@ -294,7 +320,7 @@ impl Runtime {
                     self.dead_letter_fallback(
                         FallbackKind::NodeFailed,
                         envelope,
-                        &input.bytes,
+                        input.bytes(),
                         &format!("node {} ({}): {}", node.id, node.node_type, f.message),
                     )
                     .await
@@ -318,7 +344,7 @@ impl Runtime {
             self.complete(envelope, node, started, status::FAILED, &msg)
                 .await?;
             return self
-                .dead_letter_fallback(FallbackKind::UnknownNode, envelope, &input.bytes, &msg)
+                .dead_letter_fallback(FallbackKind::UnknownNode, envelope, input.bytes(), &msg)
                 .await;
         };
         let max = u32::try_from(action.retry.max_attempts.max(1)).unwrap_or(u32::MAX);
@@ -399,7 +425,7 @@ impl Runtime {
                 message
             };
             return self
-                .dead_letter_action(&action.name, kind, &attempt_envelope, &input.bytes, &err)
+                .dead_letter_action(&action.name, kind, &attempt_envelope, input.bytes(), &err)
                 .await;
         }
     }
@@ -476,7 +502,7 @@ impl Runtime {
                 .dead_letter_fallback(
                     FallbackKind::NodeFailed,
                     envelope,
-                    &output.bytes,
+                    output.bytes(),
                     &format!("node {} hands over to {service}, but the flow names no inbound subject for it (was it released by an orchestrator?)", from.id),
                 )
                 .await;
@@ -499,7 +525,7 @@ impl Runtime {
         };
         let mut headers = next.to_headers();
         headers.insert(names::NATS_MSG_ID, next.nats_msg_id());
-        self.publish_js(inbound, &headers, output.bytes.clone())
+        self.publish_js(inbound, &headers, output.bytes().to_vec())
             .await
     }
 }

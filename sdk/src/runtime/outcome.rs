@@ -1,6 +1,10 @@
 //! Reporting outcomes: a completion event per executed node, DLQ entries with the right subject,
 //! body and `Nats-Msg-Id`. Never `triggers.v2.dlq.source.*` (the builders cannot produce it).
 
+use std::time::Duration;
+
+use async_nats::jetstream::context::{GetStreamByNameErrorKind, PublishErrorKind};
+
 use crate::flow::Node;
 use crate::runtime::service::Runtime;
 use crate::wire::header::{dlq_msg_id, names};
@@ -50,10 +54,9 @@ impl Runtime {
         };
         let subject = subject::flow_events(&envelope.flow_id).map_err(|e| Fatal(e.to_string()))?;
         let bytes = event.to_json().map_err(|e| Fatal(e.to_string()))?;
-        self.client
-            .publish(subject, bytes.into())
-            .await
-            .map_err(|e| Fatal(format!("completion event: {e}")))
+        // Through JetStream when a stream keeps the events (the emulator's does), so a server
+        // restart loses none; a plain publish otherwise. The bytes are the same either way.
+        self.publish_js(&subject, &Headers::new(), bytes).await
     }
 
     /// A DLQ entry on `triggers.v2.dlq.<service>.<action>`.
@@ -111,8 +114,15 @@ impl Runtime {
         self.publish_js(subject, &headers, bytes).await
     }
 
-    /// Publishes through JetStream and waits for the ack (so a hop or a DLQ entry is stored, and
-    /// `Nats-Msg-Id` deduplicates); when no stream captures the subject, a plain publish.
+    /// Publishes through JetStream and waits for the ack when a stream captures the subject (so
+    /// a hop, a DLQ entry or an event is stored, and `Nats-Msg-Id` deduplicates); a plain publish
+    /// otherwise. Whether a stream captures it is asked of JetStream, not guessed from a publish:
+    /// a JetStream publish to a subject that only plain subscribers listen on (an orchestrator
+    /// following events) gets no ack and would wait for its timeout.
+    ///
+    /// While NATS is unreachable (a server restart) it keeps trying for up to a minute, with the
+    /// same `Nats-Msg-Id`, rather than fail the message: the handler has already run, and a
+    /// redelivery would run it again.
     pub(crate) async fn publish_js(
         &self,
         subject: &str,
@@ -120,26 +130,87 @@ impl Runtime {
         payload: Vec<u8>,
     ) -> Result<(), Fatal> {
         let map = crate::transport::to_nats(headers).map_err(|e| Fatal(e.to_string()))?;
-        let ack = self
-            .js
-            .publish_with_headers(subject.to_owned(), map.clone(), payload.clone().into())
-            .await
-            .map_err(|e| Fatal(format!("publish to {subject}: {e}")))?;
-        match ack.await {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.kind() == async_nats::jetstream::context::PublishErrorKind::StreamNotFound =>
-            {
-                tracing::debug!(
-                    subject,
-                    "no stream captures it; publishing without JetStream"
-                );
-                self.client
-                    .publish_with_headers(subject.to_owned(), map, payload.into())
+        let deadline = tokio::time::Instant::now() + REPORT_PATIENCE;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let attempt = async {
+                if !self.captured(subject).await? {
+                    return self
+                        .client
+                        .publish_with_headers(
+                            subject.to_owned(),
+                            map.clone(),
+                            payload.clone().into(),
+                        )
+                        .await
+                        .map_err(|e| e.to_string());
+                }
+                let ack = self
+                    .js
+                    .publish_with_headers(subject.to_owned(), map.clone(), payload.clone().into())
                     .await
-                    .map_err(|e| Fatal(format!("publish to {subject}: {e}")))
+                    .map_err(|e| e.to_string())?;
+                match ack.await {
+                    Ok(_) => Ok(()),
+                    Err(e) => {
+                        if e.kind() == PublishErrorKind::StreamNotFound {
+                            // The stream went away since we asked: ask again next time.
+                            self.forget_capture(subject);
+                        }
+                        Err(e.to_string())
+                    }
+                }
+            };
+            match attempt.await {
+                Ok(()) => return Ok(()),
+                Err(e) if tokio::time::Instant::now() + pause < deadline => {
+                    tracing::debug!(subject, "publish failed, retrying in {pause:?}: {e}");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => return Err(Fatal(format!("publish to {subject}: {e}"))),
             }
-            Err(e) => Err(Fatal(format!("publish to {subject}: {e}"))),
         }
     }
+
+    /// Whether a JetStream stream captures `subject`, asked at most every [`CAPTURE_TTL`].
+    async fn captured(&self, subject: &str) -> Result<bool, String> {
+        let now = tokio::time::Instant::now();
+        if let Some((captured, at)) = self
+            .captures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(subject)
+            && now.duration_since(*at) < CAPTURE_TTL
+        {
+            return Ok(*captured);
+        }
+        let captured = match self.js.stream_by_subject(subject).await {
+            Ok(_) => true,
+            Err(e) if e.kind() == GetStreamByNameErrorKind::NotFound => false,
+            Err(e) => {
+                return Err(format!(
+                    "cannot ask JetStream which stream takes {subject}: {e}"
+                ));
+            }
+        };
+        self.captures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(subject.to_owned(), (captured, now));
+        Ok(captured)
+    }
+
+    fn forget_capture(&self, subject: &str) {
+        self.captures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(subject);
+    }
 }
+
+/// How long the answer to "does a stream capture this subject" is trusted.
+const CAPTURE_TTL: Duration = Duration::from_secs(30);
+
+/// How long an outcome keeps trying to reach NATS before the message is given back.
+const REPORT_PATIENCE: Duration = Duration::from_secs(60);

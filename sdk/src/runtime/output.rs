@@ -37,7 +37,7 @@ impl Runtime {
             "nats" => {
                 let mut headers = headers;
                 headers.insert(names::NATS_MSG_ID, out.nats_msg_id());
-                self.publish_js(target, &headers, payload.bytes.clone())
+                self.publish_js(target, &headers, payload.bytes().to_vec())
                     .await
                     .map_err(|e| Failure::node(format!("output to NATS {target}: {}", e.0)))
             }
@@ -46,7 +46,7 @@ impl Runtime {
                     .http
                     .post(target)
                     .header("Content-Type", "application/json")
-                    .body(payload.bytes.clone());
+                    .body(payload.bytes().to_vec());
                 for (name, value) in headers.iter() {
                     request = request.header(name, value);
                 }

@@ -59,10 +59,12 @@ pub(crate) struct Runtime {
     pub(crate) lookups: HashMap<String, LookupDef>,
     pub(crate) client: async_nats::Client,
     pub(crate) js: jetstream::Context,
-    pub(crate) flows: watch::Sender<Arc<BTreeMap<String, Flow>>>,
+    pub(crate) flows: watch::Sender<Arc<BTreeMap<String, Arc<Flow>>>>,
     pub(crate) config: Resolved,
     pub(crate) http: reqwest::Client,
     pub(crate) processed: Mutex<Processed>,
+    /// Whether a JetStream stream captures a subject, and when that was asked.
+    pub(crate) captures: Mutex<HashMap<String, (bool, tokio::time::Instant)>>,
     pub(crate) durable_timer: bool,
     pub(crate) started_at: GoTime,
 }
@@ -96,7 +98,7 @@ impl Runtime {
                 return false;
             }
             let mut next = (**table).clone();
-            next.insert(flow.id.clone(), flow.clone());
+            next.insert(flow.id.clone(), Arc::new(flow.clone()));
             *table = Arc::new(next);
             true
         });
@@ -222,6 +224,7 @@ impl Service {
             flows,
             http,
             processed: Mutex::new(Processed::new(100_000)),
+            captures: Mutex::new(HashMap::new()),
             started_at: GoTime::now(),
             config,
             manifest: self.manifest,
@@ -463,8 +466,13 @@ impl RunningService {
 
     /// The flows it holds now.
     #[must_use]
-    pub fn flows(&self) -> Arc<BTreeMap<String, Flow>> {
-        self.runtime.flows.borrow().clone()
+    pub fn flows(&self) -> BTreeMap<String, Flow> {
+        self.runtime
+            .flows
+            .borrow()
+            .iter()
+            .map(|(id, f)| (id.clone(), Flow::clone(f)))
+            .collect()
     }
 
     /// Waits until the service holds flow `id` (at least `version`), or `timeout` passes.

@@ -198,7 +198,7 @@ impl ser::Error for JsonError {
 
 struct Writer {
     out: Vec<u8>,
-    /// Set by [`RawJson`]'s serialisation: the next string is JSON text to copy, not to quote.
+    /// Set for [`RawJson`]'s field: the next string is JSON text to copy, not to quote.
     raw_next: bool,
 }
 
@@ -208,6 +208,8 @@ struct Compound<'w> {
     first: bool,
     /// What closes it: `]` or `}`, plus `}` when it is wrapped in an enum variant object.
     close: &'static [u8],
+    /// serde_json's raw-value struct: its one field is JSON text to copy, with no braces.
+    raw: bool,
 }
 
 impl Compound<'_> {
@@ -254,6 +256,7 @@ impl Writer {
             writer: self,
             first: true,
             close,
+            raw: false,
         }
     }
 
@@ -375,12 +378,9 @@ impl<'w> ser::Serializer for &'w mut Writer {
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
         self,
-        name: &'static str,
+        _name: &'static str,
         value: &T,
     ) -> Result<(), JsonError> {
-        if name == RAW_JSON_TOKEN {
-            self.raw_next = true;
-        }
         value.serialize(self)
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
@@ -428,7 +428,15 @@ impl<'w> ser::Serializer for &'w mut Writer {
             in_order: true,
         })
     }
-    fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<Compound<'w>, JsonError> {
+    fn serialize_struct(self, name: &'static str, _len: usize) -> Result<Compound<'w>, JsonError> {
+        if name == SERDE_JSON_RAW_TOKEN {
+            return Ok(Compound {
+                writer: self,
+                first: true,
+                close: b"",
+                raw: true,
+            });
+        }
         Ok(self.open(b'{', b"}"))
     }
     fn serialize_struct_variant(
@@ -496,6 +504,10 @@ impl ser::SerializeStruct for Compound<'_> {
         key: &'static str,
         value: &T,
     ) -> Result<(), JsonError> {
+        if self.raw {
+            self.writer.raw_next = true;
+            return value.serialize(&mut *self.writer);
+        }
         self.comma();
         push_str(&mut self.writer.out, key);
         self.writer.out.push(b':');
@@ -652,14 +664,11 @@ impl ser::Serializer for MapKey<'_> {
     );
 }
 
-/// The newtype name by which [`RawJson`] tells the writer to copy its text rather than quote it.
-const RAW_JSON_TOKEN: &str = "$triggers::wire::RawJson";
-
 /// A JSON document kept as its text: Go's `json.RawMessage`.
 ///
 /// It is checked to be valid JSON when made, and written compacted (insignificant whitespace
 /// removed, everything else byte for byte), which is what Go's encoder does with a `RawMessage`.
-/// Only this module's writer knows to copy it; another serializer sees a string.
+/// serde_json's serializers copy it as text too; any other serializer sees a string.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct RawJson(Box<str>);
 
@@ -745,14 +754,102 @@ impl std::fmt::Display for RawJson {
 
 impl Serialize for RawJson {
     fn serialize<S: ser::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_newtype_struct(RAW_JSON_TOKEN, &*self.0)
+        // serde_json's raw-value protocol (what its `RawValue` does): its serializers, text and
+        // `Value`, take the text as it is, and so does this module's writer.
+        use ser::SerializeStruct;
+        let mut s = serializer.serialize_struct(SERDE_JSON_RAW_TOKEN, 1)?;
+        s.serialize_field(SERDE_JSON_RAW_TOKEN, &*self.0)?;
+        s.end()
     }
 }
 
+/// serde_json's name for a raw value: its deserializers hand such a newtype the exact text.
+const SERDE_JSON_RAW_TOKEN: &str = "$serde_json::private::RawValue";
+
 impl<'de> serde::Deserialize<'de> for RawJson {
+    /// From serde_json's deserializer (text or `Value`), the exact text; from any other (serde's
+    /// buffering for `flatten` and internally tagged enums included), the value re-written as
+    /// JSON.
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let raw = Box::<serde_json::value::RawValue>::deserialize(deserializer)?;
-        Ok(RawJson(raw.get().into()))
+        struct RawVisitor;
+        impl<'de> serde::de::Visitor<'de> for RawVisitor {
+            type Value = RawJson;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<RawJson, A::Error> {
+                // serde_json's raw-value protocol: one entry, the token, then the text.
+                match map.next_key::<String>()? {
+                    Some(key) if key == SERDE_JSON_RAW_TOKEN => {
+                        let text: String = map.next_value()?;
+                        Ok(RawJson(text.into_boxed_str()))
+                    }
+                    first => {
+                        // A plain object reached us (a non-serde_json deserializer): rebuild it.
+                        let mut object = serde_json::Map::new();
+                        if let Some(key) = first {
+                            object.insert(key, map.next_value()?);
+                            while let Some((k, v)) = map.next_entry::<String, Value>()? {
+                                object.insert(k, v);
+                            }
+                        }
+                        RawJson::from_plain(&Value::Object(object))
+                    }
+                }
+            }
+            fn visit_newtype_struct<D: serde::Deserializer<'de>>(
+                self,
+                d: D,
+            ) -> Result<RawJson, D::Error> {
+                RawJson::from_plain(&<Value as serde::Deserialize>::deserialize(d)?)
+            }
+            fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<RawJson, D::Error> {
+                RawJson::from_plain(&<Value as serde::Deserialize>::deserialize(d)?)
+            }
+            fn visit_none<E: serde::de::Error>(self) -> Result<RawJson, E> {
+                Ok(RawJson("null".into()))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<RawJson, E> {
+                Ok(RawJson("null".into()))
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<RawJson, E> {
+                RawJson::from_plain(&Value::Bool(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<RawJson, E> {
+                RawJson::from_plain(&Value::from(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RawJson, E> {
+                RawJson::from_plain(&Value::from(v))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<RawJson, E> {
+                RawJson::from_plain(&Value::from(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawJson, E> {
+                RawJson::from_plain(&Value::from(v))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<RawJson, A::Error> {
+                let mut items = Vec::new();
+                while let Some(v) = seq.next_element::<Value>()? {
+                    items.push(v);
+                }
+                RawJson::from_plain(&Value::Array(items))
+            }
+        }
+        deserializer.deserialize_newtype_struct(SERDE_JSON_RAW_TOKEN, RawVisitor)
+    }
+}
+
+impl RawJson {
+    fn from_plain<E: serde::de::Error>(value: &Value) -> Result<Self, E> {
+        serde_json::to_string(value)
+            .map(|s| RawJson(s.into_boxed_str()))
+            .map_err(E::custom)
     }
 }
 
@@ -916,6 +1013,26 @@ mod tests {
             r#"{"body":{"b":1.50,"a":"x y\" "}}"#
         );
         assert!(RawJson::from_text("{").is_err());
+        // Through serde's buffering (flatten, tagged enums) and from a Value, too.
+        #[derive(serde::Deserialize, Debug)]
+        struct Outer {
+            #[serde(flatten)]
+            inner: Inner,
+        }
+        #[derive(serde::Deserialize, Debug)]
+        struct Inner {
+            body: RawJson,
+        }
+        let o: Outer = serde_json::from_str(r#"{"body": {"a": [1, 2.5, "x"]}}"#).unwrap();
+        assert_eq!(o.inner.body.get(), r#"{"a":[1,2.5,"x"]}"#);
+        let i: Inner = serde_json::from_value(json!({"body": "text"})).unwrap();
+        assert_eq!(i.body.get(), r#""text""#);
+        let i: Inner = serde_json::from_str(r#"{"body": 12.50}"#).unwrap();
+        assert_eq!(
+            i.body.get(),
+            "12.50",
+            "serde_json's own deserializer keeps the exact text"
+        );
         assert_eq!(RawJson::from_message_body(b" [1] ").get(), " [1] ");
         assert_eq!(
             RawJson::from_message_body(b"not json {").get(),

@@ -1,0 +1,99 @@
+//! The triggers-lab terminal UI: watch services, flows, runs, DLQ entries, conformance
+//! violations and raw traffic live, the way k9s or nats-top watch theirs.
+//!
+//! Three sources, one app:
+//! - [`watch`]: any NATS server. Against a running `triggers-lab up` it uses the emulator's
+//!   control API (state, records, trigger a flow, advance the clock); anywhere else it is a
+//!   passive, read-only observer of `triggers.v2.>` and says so on screen.
+//! - [`run_in_process`]: an [`Emulator`] in this process (`up --tui`, `run --tui`).
+//! - [`run`]: either, from a [`Source`] and [`TuiOptions`].
+//!
+//! It follows The Elm Architecture: a [`Model`], [`Msg`]s from the terminal and from background
+//! tasks (over a channel), a pure [`update`] that returns a [`Cmd`] for the runtime to perform,
+//! and [`view`]. See `docs/tui.md` for the views and the key map.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), triggers_tui::TuiError> {
+//! triggers_tui::watch("nats://127.0.0.1:4222").await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod app;
+mod error;
+pub mod fixtures;
+mod format;
+mod model;
+mod msg;
+mod source;
+mod theme;
+mod update;
+mod view;
+
+#[cfg(test)]
+mod snapshot_tests;
+
+use std::time::Duration;
+
+use triggers_emulator::Emulator;
+use triggers_emulator::control::ControlClient;
+
+pub use app::{TuiOptions, run};
+pub use error::TuiError;
+pub use model::{Connection, Mode, Model, ModelConfig, Tab};
+pub use msg::{Cmd, Msg, Observed};
+pub use source::Source;
+pub use theme::Theme;
+pub use update::update;
+pub use view::view;
+
+/// How long `watch` waits for an emulator to answer before watching passively.
+const CONTROL_PROBE: Duration = Duration::from_secs(2);
+
+/// Watches the NATS server at `url`: through the control API when a `triggers-lab up` answers
+/// there, else as a passive, read-only observer of `triggers.v2.>`.
+///
+/// # Errors
+/// When no NATS server answers at `url`, or the terminal cannot be used.
+pub async fn watch(url: &str) -> Result<(), TuiError> {
+    run(
+        connect(url).await?,
+        TuiOptions {
+            source_label: Some(url.to_owned()),
+            ..TuiOptions::default()
+        },
+    )
+    .await
+}
+
+/// Connects to `url` and picks the source [`watch`] uses: the control API when an emulator
+/// answers within 2 s, else the passive observer.
+///
+/// # Errors
+/// When no NATS server answers at `url`.
+pub async fn connect(url: &str) -> Result<Source, TuiError> {
+    let client = async_nats::ConnectOptions::new()
+        .name("triggers-lab watch")
+        .connection_timeout(Duration::from_secs(5))
+        .connect(url)
+        .await
+        .map_err(|e| TuiError::Connect {
+            url: url.to_owned(),
+            reason: e.to_string(),
+        })?;
+    let control = ControlClient::from_client(client.clone(), url);
+    Ok(
+        match tokio::time::timeout(CONTROL_PROBE, control.state()).await {
+            Ok(Ok(_)) => Source::Control(control),
+            _ => Source::Passive(client),
+        },
+    )
+}
+
+/// Runs the app on an emulator in this process (for `triggers-lab up --tui` and `run --tui`).
+///
+/// # Errors
+/// When the terminal cannot be used.
+pub async fn run_in_process(emulator: Emulator) -> Result<(), TuiError> {
+    run(Source::InProcess(emulator), TuiOptions::default()).await
+}

@@ -1,0 +1,552 @@
+//! How what the sources send becomes the model: emulator records, state summaries, a run fetched
+//! on drill-in, and (passive mode) raw NATS messages decoded with the wire types.
+//!
+//! Runs are tracked from completion events the way the emulator's recorder does (a node's
+//! success makes its successors pending; a run with nothing pending has settled), so the passive
+//! observer shows runs too; the emulator's own word, when there is one, wins.
+
+use std::collections::BTreeSet;
+
+use triggers_emulator::control::StateSummary;
+use triggers_emulator::recorder::{Record, RecordKind, Run, RunStatus, TimelineEntry};
+use triggers_sdk::flow::{Flow, NodeType};
+use triggers_sdk::wire::header::names;
+use triggers_sdk::wire::subject::LockedSubject;
+use triggers_sdk::wire::{
+    CompletionEvent, DlqEntry, FlowEnvelope, GoTime, Headers, Heartbeat, Manifest,
+};
+
+use super::{DlqRow, Event, FlowRow, ListId, Mode, Model, RunRow, ServiceRow, ViolationRow};
+use crate::msg::Observed;
+
+impl Model {
+    /// Applies one emulator record. Returns whether a run changed in place.
+    pub(crate) fn apply_record(&mut self, record: Record) -> bool {
+        if record.seq != 0 && record.seq <= self.last_seq {
+            return false; // already applied (backfill and live stream overlap)
+        }
+        self.last_seq = self.last_seq.max(record.seq);
+        let event = Event {
+            seq: record.seq,
+            at: record.at,
+            subject: record.subject,
+            headers: record.headers,
+            payload: record.payload,
+            kind: Some(record.kind),
+            note: String::new(),
+        };
+        self.apply_event(event, record.clock)
+    }
+
+    /// Updates services, flows, runs, DLQ and violations from an event, then logs it.
+    fn apply_event(&mut self, event: Event, clock: GoTime) -> bool {
+        let mut run_changed = false;
+        match &event.kind {
+            Some(RecordKind::Registration {
+                service,
+                accepted: true,
+                manifest_hash,
+                ..
+            }) => {
+                let manifest = Manifest::from_json(event.payload.as_bytes()).ok();
+                self.register(service, manifest_hash, manifest.as_ref());
+            }
+            Some(RecordKind::Heartbeat { heartbeat }) => self.heartbeat(heartbeat, event.at),
+            Some(RecordKind::Completion { event: completion }) => {
+                self.completion(completion, event.seq);
+                run_changed = true;
+            }
+            Some(RecordKind::Dlq { entry, msg_id }) => {
+                if let Some(run) = entry
+                    .as_ref()
+                    .and_then(|e| self.run_index.get(&e.envelope.flow_run_id))
+                    .and_then(|abs| self.runs.get_abs_mut(*abs))
+                {
+                    run.dlq += 1;
+                    run_changed = true;
+                }
+                let abs = self.dlq.push(DlqRow {
+                    seq: event.seq,
+                    at: event.at,
+                    subject: event.subject.clone(),
+                    msg_id: msg_id.clone(),
+                    entry: entry.clone(),
+                    payload: event.payload.clone(),
+                });
+                self.row_added(ListId::Dlq, abs);
+            }
+            Some(RecordKind::Deploy { flow_id, version })
+            | Some(RecordKind::Broadcast { flow_id, version }) => {
+                let row = self.flow_row(flow_id);
+                row.versions.insert(*version);
+                row.version = row.version.max(*version);
+            }
+            Some(RecordKind::Trigger { run_id, flow_id }) => {
+                let flow = self.flows.get(flow_id).and_then(|f| f.flow.clone());
+                let version = self.flows.get(flow_id).map_or(0, |f| f.version);
+                let run = self.run_mut(run_id, flow_id, version, clock);
+                let entry = flow
+                    .as_ref()
+                    .and_then(|f| f.entry_points().next().map(|n| n.id.clone()));
+                if let (Some(flow), Some(entry)) = (&flow, &entry) {
+                    run.completed.insert(entry.clone());
+                    for (_, next) in flow.successors(entry) {
+                        run.pending.insert(next.id.clone());
+                    }
+                }
+                let node = entry.as_deref().unwrap_or("trigger");
+                engine_step(run, event.seq, node, "service-in", "triggered", clock);
+                run_changed = true;
+            }
+            Some(RecordKind::TimerArmed {
+                run_id, node_id, ..
+            }) => {
+                if let Some(run) = self.existing_run_mut(run_id) {
+                    run.timers += 1;
+                    engine_step(run, event.seq, node_id, "timer", "armed", clock);
+                    refresh_status(run, clock);
+                    run_changed = true;
+                }
+            }
+            Some(RecordKind::TimerFired {
+                run_id, node_id, ..
+            }) => {
+                if let Some(run) = self.existing_run_mut(run_id) {
+                    run.timers = run.timers.saturating_sub(1);
+                    engine_step(run, event.seq, node_id, "timer", "fired", clock);
+                    run_changed = true;
+                }
+            }
+            Some(RecordKind::RunSettled { run_id, status, .. }) => {
+                if let Some(run) = self.existing_run_mut(run_id) {
+                    run.status = *status;
+                    run.settled_at = Some(clock);
+                    run.pending.clear();
+                    run_changed = true;
+                }
+            }
+            Some(RecordKind::ClockAdvanced { to }) => {
+                if let Some((_, mode)) = self.clock {
+                    self.clock = Some((*to, mode));
+                }
+            }
+            Some(RecordKind::Violation {
+                severity,
+                rule,
+                message,
+            }) => {
+                let abs = self.violations.push(ViolationRow {
+                    seq: event.seq,
+                    at: event.at,
+                    severity: severity.clone(),
+                    rule: rule.clone(),
+                    message: message.clone(),
+                    subject: event.subject.clone(),
+                    headers: event.headers.clone(),
+                    payload: event.payload.clone(),
+                });
+                self.violations_total = self
+                    .violations_total
+                    .max(self.violations.end_abs() as usize);
+                self.row_added(ListId::Violations, abs);
+            }
+            Some(
+                RecordKind::Registration { .. } | RecordKind::Fetch { .. } | RecordKind::Hop { .. },
+            )
+            | None => {}
+        }
+        let abs = self.events.push(event);
+        self.row_added(ListId::Traffic, abs);
+        run_changed
+    }
+
+    fn register(&mut self, service: &str, hash: &str, manifest: Option<&Manifest>) {
+        if service.is_empty() {
+            return;
+        }
+        let row = self
+            .services
+            .entry(service.to_owned())
+            .or_insert_with(|| ServiceRow {
+                name: service.to_owned(),
+                ..ServiceRow::default()
+            });
+        row.manifest_hash = hash.to_owned();
+        if let Some(m) = manifest {
+            row.version = m.service_version.clone();
+            row.capabilities = m.runtime_capabilities.clone();
+            row.actions = m.actions.iter().map(|a| a.name.clone()).collect();
+        }
+        row.shutting_down = false;
+    }
+
+    fn heartbeat(&mut self, hb: &Heartbeat, at: GoTime) {
+        if hb.service.is_empty() {
+            return;
+        }
+        let row = self
+            .services
+            .entry(hb.service.clone())
+            .or_insert_with(|| ServiceRow {
+                name: hb.service.clone(),
+                ..ServiceRow::default()
+            });
+        row.version = hb.service_version.clone();
+        row.manifest_hash = hb.manifest_hash.clone();
+        row.last_seen = Some(at);
+        row.shutting_down = hb.shutting_down;
+        row.replicas.insert(hb.started_at.to_string());
+    }
+
+    fn flow_row(&mut self, id: &str) -> &mut FlowRow {
+        self.flows.entry(id.to_owned()).or_insert_with(|| FlowRow {
+            id: id.to_owned(),
+            version: 0,
+            flow: None,
+            versions: BTreeSet::new(),
+        })
+    }
+
+    fn set_flow(&mut self, mut flow: Flow) {
+        flow.assign_owners();
+        let row = self.flow_row(&flow.id.clone());
+        row.versions.insert(flow.version);
+        if flow.version >= row.version || row.flow.is_none() {
+            row.version = flow.version;
+            row.flow = Some(flow);
+        }
+    }
+
+    fn existing_run_mut(&mut self, id: &str) -> Option<&mut RunRow> {
+        let abs = *self.run_index.get(id)?;
+        self.runs.get_abs_mut(abs)
+    }
+
+    fn run_mut(&mut self, id: &str, flow_id: &str, version: i64, start: GoTime) -> &mut RunRow {
+        let known = self
+            .run_index
+            .get(id)
+            .is_some_and(|abs| self.runs.get_abs(*abs).is_some());
+        if !known {
+            if let Some(oldest) = self.runs.next_dropped() {
+                let oldest = oldest.id.clone();
+                self.run_index.remove(&oldest);
+            }
+            let abs = self.runs.push(RunRow {
+                id: id.to_owned(),
+                flow_id: flow_id.to_owned(),
+                flow_version: version,
+                status: RunStatus::Running,
+                started_at: start,
+                settled_at: None,
+                failed: Vec::new(),
+                timeline: Vec::new(),
+                steps: 0,
+                dlq: 0,
+                pending: BTreeSet::new(),
+                completed: BTreeSet::new(),
+                timers: 0,
+                from_emulator: false,
+            });
+            self.run_index.insert(id.to_owned(), abs);
+            self.row_added(ListId::Runs, abs);
+        }
+        let abs = self.run_index[id];
+        self.runs
+            .get_abs_mut(abs)
+            .expect("a run just indexed is kept")
+    }
+
+    fn completion(&mut self, event: &CompletionEvent, seq: u64) {
+        if event.flow_run_id.is_empty() {
+            return;
+        }
+        let passive = self.mode == Mode::Passive;
+        let flow = self.flows.get(&event.flow_id).and_then(|f| f.flow.clone());
+        let run = self.run_mut(
+            &event.flow_run_id,
+            &event.flow_id,
+            event.flow_version,
+            event.started_at,
+        );
+        let retries = run
+            .timeline
+            .iter()
+            .filter(|e| e.node_id == event.node_id && e.status == "retrying")
+            .count() as u32;
+        run.timeline.push(TimelineEntry {
+            seq,
+            node_id: event.node_id.clone(),
+            node_type: event.node_type.clone(),
+            service: event.service.clone(),
+            status: event.status.clone(),
+            started_at: event.started_at,
+            finished_at: event.finished_at,
+            error: event.error.clone(),
+            retries,
+        });
+        run.steps = run.steps.max(run.timeline.len());
+        if run.flow_version == 0 {
+            run.flow_version = event.flow_version;
+        }
+        if run.from_emulator {
+            return; // the emulator's summary is the authority on its own runs
+        }
+        if passive
+            && run.timers > 0
+            && !run.pending.contains(&event.node_id)
+            && !run.completed.contains(&event.node_id)
+        {
+            // Passive mode sees no timer firing: a step nothing pointed to came after one.
+            run.timers -= 1;
+        }
+        match event.status.as_str() {
+            "succeeded" => {
+                run.pending.remove(&event.node_id);
+                if run.completed.insert(event.node_id.clone())
+                    && let Some(flow) = &flow
+                {
+                    for (_, next) in flow.successors(&event.node_id) {
+                        if next.node_type == NodeType::Timer {
+                            // The emulator records its timers itself; the passive observer infers them.
+                            if passive {
+                                run.timers += 1;
+                            }
+                        } else if !run.completed.contains(&next.id) {
+                            run.pending.insert(next.id.clone());
+                        }
+                    }
+                }
+            }
+            "skipped" => {
+                run.pending.remove(&event.node_id);
+                run.completed.insert(event.node_id.clone());
+            }
+            "failed" => {
+                run.pending.remove(&event.node_id);
+                if !run.failed.contains(&event.node_id) {
+                    run.failed.push(event.node_id.clone());
+                }
+            }
+            _ => {
+                run.pending.insert(event.node_id.clone());
+            }
+        }
+        if flow.is_some() || !run.failed.is_empty() {
+            refresh_status(run, event.finished_at);
+        }
+    }
+
+    /// Applies the emulator's state summary: the authority on services, flows and runs.
+    pub(crate) fn apply_summary(&mut self, summary: StateSummary) {
+        self.clock = Some((summary.clock, summary.clock_mode));
+        self.violations_total = summary.violations;
+        self.emulator_dropped = summary.dropped_records;
+        let names: BTreeSet<&str> = summary.services.iter().map(|s| s.name.as_str()).collect();
+        self.services
+            .retain(|name, _| names.contains(name.as_str()));
+        for s in summary.services {
+            let row = self.services.entry(s.name.clone()).or_default();
+            row.name = s.name;
+            row.version = s.version;
+            row.manifest_hash = s.manifest_hash;
+            row.capabilities = s.capabilities;
+            row.actions = s.actions;
+            if s.last_seen.is_some() {
+                row.last_seen = row.last_seen.max_by_key_time(s.last_seen);
+            }
+            row.shutting_down = s.liveness == triggers_emulator::recorder::Liveness::ShuttingDown;
+            row.replica_count = Some(s.replicas);
+        }
+        for flow in summary.flows {
+            self.set_flow(flow);
+        }
+        // Only the newest runs fit; older ones would push each other out on every poll.
+        let skip = summary.runs.len().saturating_sub(self.runs.capacity());
+        for r in summary.runs.into_iter().skip(skip) {
+            let version = self.flows.get(&r.flow_id).map_or(0, |f| f.version);
+            let run = self.run_mut(&r.id, &r.flow_id, version, r.started_at);
+            if run.flow_version == 0 {
+                run.flow_version = version;
+            }
+            run.from_emulator = true;
+            run.status = r.status;
+            run.started_at = r.started_at;
+            run.settled_at = r.settled_at;
+            run.failed = r.failed;
+            run.steps = r.steps.max(run.timeline.len());
+        }
+    }
+
+    /// Replaces a run with the emulator's full account of it (fetched on drill-in).
+    pub(crate) fn apply_run(&mut self, run: Run) {
+        let row = self.run_mut(&run.id, &run.flow_id, run.flow_version, run.started_at);
+        row.from_emulator = true;
+        row.flow_version = run.flow_version;
+        row.status = run.status;
+        row.started_at = run.started_at;
+        row.settled_at = run.settled_at;
+        row.failed = run.failed.into_iter().collect();
+        row.steps = run.timeline.len();
+        row.timeline = run.timeline;
+        row.dlq = row.dlq.max(run.dlq.len());
+    }
+
+    /// Applies a message seen on `triggers.v2.>` by the passive observer.
+    pub(crate) fn apply_observed(&mut self, msg: Observed) -> bool {
+        let payload = String::from_utf8_lossy(&msg.payload).into_owned();
+        let headers: Headers = msg.headers.iter().cloned().collect();
+        let mut note = String::new();
+        let mut undecodable = None;
+        let kind = match LockedSubject::parse(&msg.subject) {
+            Some(LockedSubject::Heartbeat) => match Heartbeat::from_json(&msg.payload) {
+                Ok(heartbeat) => Some(RecordKind::Heartbeat { heartbeat }),
+                Err(e) => {
+                    undecodable = Some(("heartbeat", e.to_string()));
+                    None
+                }
+            },
+            Some(LockedSubject::FlowEvents { .. }) => {
+                match CompletionEvent::from_json(&msg.payload) {
+                    Ok(event) => Some(RecordKind::Completion { event }),
+                    Err(e) => {
+                        undecodable = Some(("completion_event", e.to_string()));
+                        None
+                    }
+                }
+            }
+            Some(LockedSubject::Dlq { .. }) => {
+                let entry = match DlqEntry::from_json(&msg.payload) {
+                    Ok(entry) => Some(entry),
+                    Err(e) => {
+                        undecodable = Some(("dlq_entry", e.to_string()));
+                        None
+                    }
+                };
+                Some(RecordKind::Dlq {
+                    entry,
+                    msg_id: headers
+                        .get(names::NATS_MSG_ID)
+                        .unwrap_or_default()
+                        .to_owned(),
+                })
+            }
+            Some(LockedSubject::FlowBroadcast { .. }) => {
+                match FlowEnvelope::from_json(&msg.payload) {
+                    Ok(envelope) => {
+                        if let Ok(flow) = Flow::from_envelope(&envelope) {
+                            self.set_flow(flow);
+                        }
+                        Some(RecordKind::Broadcast {
+                            flow_id: envelope.id,
+                            version: envelope.version,
+                        })
+                    }
+                    Err(e) => {
+                        undecodable = Some(("flow_envelope", e.to_string()));
+                        None
+                    }
+                }
+            }
+            Some(LockedSubject::ManifestRegister) => {
+                match Manifest::from_json(&msg.payload) {
+                    Ok(m) => {
+                        note = format!("registration request of {}", m.service);
+                        self.register(&m.service, &m.manifest_hash, Some(&m));
+                    }
+                    Err(e) => undecodable = Some(("manifest", e.to_string())),
+                }
+                None
+            }
+            Some(LockedSubject::ManifestFetch) => {
+                note = "manifest fetch".into();
+                None
+            }
+            None => {
+                note = "outside the locked subject table".into();
+                None
+            }
+        };
+        self.last_seq += 1;
+        let seq = self.last_seq;
+        if let Some((shape, error)) = undecodable {
+            note = format!("not decodable as a {shape}: {error}");
+            let abs = self.violations.push(ViolationRow {
+                seq,
+                at: msg.at,
+                severity: "error".into(),
+                rule: format!("undecodable_{shape}"),
+                message: error,
+                subject: msg.subject.clone(),
+                headers: msg.headers.clone(),
+                payload: payload.clone(),
+            });
+            self.violations_total = self.violations.end_abs() as usize;
+            self.row_added(ListId::Violations, abs);
+        }
+        let event = Event {
+            seq,
+            at: msg.at,
+            subject: msg.subject,
+            headers: msg.headers,
+            payload,
+            kind,
+            note,
+        };
+        self.apply_event(event, msg.at)
+    }
+}
+
+trait MaxTime {
+    fn max_by_key_time(self, other: Option<GoTime>) -> Option<GoTime>;
+}
+
+impl MaxTime for Option<GoTime> {
+    fn max_by_key_time(self, other: Option<GoTime>) -> Option<GoTime> {
+        match (self, other) {
+            (Some(a), Some(b)) => Some(if b.unix_nanos() > a.unix_nanos() {
+                b
+            } else {
+                a
+            }),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+fn engine_step(run: &mut RunRow, seq: u64, node: &str, node_type: &str, status: &str, at: GoTime) {
+    run.timeline.push(TimelineEntry {
+        seq,
+        node_id: node.to_owned(),
+        node_type: node_type.to_owned(),
+        service: "engine".into(),
+        status: status.to_owned(),
+        started_at: at,
+        finished_at: at,
+        error: String::new(),
+        retries: 0,
+    });
+    run.steps = run.steps.max(run.timeline.len());
+}
+
+/// The recorder's rule, for runs the emulator has not described.
+fn refresh_status(run: &mut RunRow, now: GoTime) {
+    if run.from_emulator {
+        return;
+    }
+    let before = run.status;
+    run.status = if !run.pending.is_empty() {
+        RunStatus::Running
+    } else if run.timers > 0 {
+        RunStatus::Waiting
+    } else if run.failed.is_empty() {
+        RunStatus::Succeeded
+    } else {
+        RunStatus::Failed
+    };
+    if run.status.is_settled() && !before.is_settled() {
+        run.settled_at = Some(now);
+    } else if !run.status.is_settled() {
+        run.settled_at = None;
+    }
+}

@@ -1,0 +1,197 @@
+//! Every view drawn on a `TestBackend`, empty and full, at 80x24 and 140x40, against the
+//! snapshots in `src/snapshots/` (`INSTA_UPDATE=always` to accept changes, then review them).
+
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+use crate::fixtures::{self, at_ms};
+use crate::model::{Mode, Model};
+use crate::msg::Msg;
+use crate::theme::Theme;
+use crate::update::update;
+use crate::view::view;
+use triggers_emulator::control::RunSummary;
+use triggers_emulator::recorder::RunStatus;
+
+const SIZES: [(u16, u16); 2] = [(80, 24), (140, 40)];
+
+fn render(model: &Model, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("test backend");
+    terminal.draw(|f| view(model, f)).expect("draw");
+    terminal.backend().to_string()
+}
+
+/// Presses keys: characters as typed, `\n` Enter, `\x1b` Esc.
+fn keys(model: &mut Model, typed: &str) {
+    for c in typed.chars() {
+        let code = match c {
+            '\n' => KeyCode::Enter,
+            '\x1b' => KeyCode::Esc,
+            c => KeyCode::Char(c),
+        };
+        update(model, Msg::Key(KeyEvent::new(code, KeyModifiers::NONE)));
+    }
+}
+
+fn snapshot(name: &str, model: &Model) {
+    for (w, h) in SIZES {
+        insta::assert_snapshot!(format!("{name}_{w}x{h}"), render(model, w, h));
+    }
+}
+
+fn full() -> Model {
+    fixtures::control_model(Theme::colored())
+}
+
+fn empty() -> Model {
+    fixtures::empty_model(Mode::Control, Theme::colored())
+}
+
+#[test]
+fn services() {
+    snapshot("services_empty", &empty());
+    snapshot("services_full", &full());
+}
+
+#[test]
+fn flows() {
+    for (name, mut model) in [("flows_empty", empty()), ("flows_full", full())] {
+        keys(&mut model, "2");
+        snapshot(name, &model);
+    }
+}
+
+#[test]
+fn runs() {
+    for (name, mut model) in [("runs_empty", empty()), ("runs_full", full())] {
+        keys(&mut model, "3");
+        snapshot(name, &model);
+    }
+}
+
+#[test]
+fn timeline() {
+    // A run the summary knows and no step of which was recorded.
+    let mut model = empty();
+    let mut summary = fixtures::summary();
+    summary.runs = vec![RunSummary {
+        id: "run-0009".into(),
+        flow_id: "order".into(),
+        status: RunStatus::Running,
+        started_at: at_ms(15_000),
+        settled_at: None,
+        failed: vec![],
+        steps: 0,
+    }];
+    update(&mut model, Msg::Summary(summary));
+    keys(&mut model, "3\n");
+    snapshot("timeline_empty", &model);
+
+    let mut model = full();
+    keys(&mut model, "3gj\n"); // the second run: failed after two retries
+    snapshot("timeline_full", &model);
+}
+
+#[test]
+fn dlq() {
+    for (name, mut model) in [("dlq_empty", empty()), ("dlq_full", full())] {
+        keys(&mut model, "4");
+        snapshot(name, &model);
+    }
+    let mut model = full();
+    keys(&mut model, "4\n");
+    snapshot("dlq_page", &model);
+}
+
+#[test]
+fn violations() {
+    for (name, mut model) in [("violations_empty", empty()), ("violations_full", full())] {
+        keys(&mut model, "5");
+        snapshot(name, &model);
+    }
+}
+
+#[test]
+fn traffic() {
+    for (name, mut model) in [("traffic_empty", empty()), ("traffic_full", full())] {
+        keys(&mut model, "6");
+        snapshot(name, &model);
+    }
+    let mut model = full();
+    keys(&mut model, "6/completion\n");
+    snapshot("traffic_filtered", &model);
+}
+
+#[test]
+fn pages() {
+    let mut model = full();
+    keys(&mut model, "2\n");
+    snapshot("flow_page", &model);
+    let mut model = full();
+    keys(&mut model, "\n");
+    snapshot("service_page", &model);
+}
+
+#[test]
+fn overlays() {
+    let mut model = full();
+    keys(&mut model, "?");
+    snapshot("help", &model);
+    let mut model = full();
+    keys(&mut model, "t");
+    snapshot("trigger_pick_flow", &model);
+    keys(&mut model, "\n");
+    snapshot("trigger_payload", &model);
+    let mut model = full();
+    keys(&mut model, "a5x\n");
+    snapshot("advance_error", &model);
+}
+
+#[test]
+fn passive() {
+    let empty = fixtures::empty_model(Mode::Passive, Theme::colored());
+    snapshot("passive_services_empty", &empty);
+    let mut model = fixtures::passive_model(Theme::colored());
+    snapshot("passive_services_full", &model);
+    keys(&mut model, "3");
+    snapshot("passive_runs_full", &model);
+    keys(&mut model, "5");
+    snapshot("passive_violations_full", &model);
+}
+
+#[test]
+fn connection_lost_and_dropped_records() {
+    let mut model = fixtures::large_model(2_000, 1_500, Theme::colored());
+    update(&mut model, Msg::Disconnected("disconnected".into()));
+    keys(&mut model, "6");
+    snapshot("traffic_lost_connection", &model);
+}
+
+#[test]
+fn no_color_draws_no_colour() {
+    let model = fixtures::control_model(Theme::monochrome());
+    let mut terminal = Terminal::new(TestBackend::new(140, 40)).expect("test backend");
+    for tab in "123456".chars() {
+        let mut model = fixtures::control_model(Theme::monochrome());
+        keys(&mut model, &tab.to_string());
+        terminal.draw(|f| view(&model, f)).expect("draw");
+        let buffer = terminal.backend().buffer();
+        for cell in buffer.content() {
+            assert_eq!(cell.fg, ratatui::style::Color::Reset, "tab {tab}: {cell:?}");
+            assert_eq!(cell.bg, ratatui::style::Color::Reset, "tab {tab}: {cell:?}");
+        }
+    }
+    drop(model);
+}
+
+#[test]
+fn tiny_and_odd_sizes_do_not_panic() {
+    let mut model = full();
+    for typed in ["", "2", "3", "3\n", "4", "4\n", "5", "6", "?", "\x1b\x1bt"] {
+        keys(&mut model, typed);
+        for (w, h) in [(1, 1), (10, 3), (20, 5), (300, 2), (2, 100)] {
+            render(&model, w, h);
+        }
+    }
+}

@@ -1,0 +1,410 @@
+//! `update`: the one place the model changes. Pure: no I/O, no clock, no terminal; what must
+//! happen outside (trigger, advance, fetch a run, quit) comes back as a [`Cmd`].
+
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEventKind};
+
+use crate::format::parse_duration;
+use crate::model::{Connection, Detail, ListId, Model, Notice, Page, Prompt, Tab};
+use crate::msg::{Cmd, Msg};
+
+/// Rows moved by one wheel notch.
+const WHEEL_ROWS: usize = 3;
+
+/// Applies a message to the model; returns the side effect to perform, if any.
+pub fn update(model: &mut Model, msg: Msg) -> Option<Cmd> {
+    let mut runs_changed = false;
+    let cmd = match msg {
+        Msg::Key(key) => on_key(model, key),
+        Msg::Mouse(mouse) => {
+            match mouse.kind {
+                MouseEventKind::ScrollDown => move_by(model, WHEEL_ROWS as isize),
+                MouseEventKind::ScrollUp => move_by(model, -(WHEEL_ROWS as isize)),
+                _ => {}
+            }
+            None
+        }
+        Msg::Resize(_, height) => {
+            model.page_rows = usize::from(height).saturating_sub(8).max(1);
+            None
+        }
+        Msg::Tick(now) => {
+            model.now = now;
+            None
+        }
+        Msg::Summary(summary) => {
+            model.apply_summary(summary);
+            runs_changed = true;
+            None
+        }
+        Msg::Records(records) => {
+            for record in records {
+                runs_changed |= model.apply_record(record);
+            }
+            None
+        }
+        Msg::Observed(messages) => {
+            for message in messages {
+                runs_changed |= model.apply_observed(message);
+            }
+            None
+        }
+        Msg::RunLoaded(run) => {
+            model.apply_run(run);
+            runs_changed = true;
+            None
+        }
+        Msg::Connected => {
+            if matches!(model.connection, Connection::Lost { .. }) {
+                notice(model, "connection restored", false);
+            }
+            model.connection = Connection::Connected;
+            None
+        }
+        Msg::Disconnected(reason) => {
+            model.connection = Connection::Lost { reason };
+            None
+        }
+        Msg::SourceError(text) => {
+            notice(model, &text, true);
+            None
+        }
+        Msg::Done { text, error } => {
+            notice(model, &text, error);
+            None
+        }
+        Msg::Quit => {
+            model.quit = true;
+            Some(Cmd::Quit)
+        }
+    };
+    model.refresh(runs_changed);
+    cmd
+}
+
+fn notice(model: &mut Model, text: &str, error: bool) {
+    model.notice = Some(Notice {
+        text: text.to_owned(),
+        error,
+    });
+}
+
+fn on_key(model: &mut Model, key: KeyEvent) -> Option<Cmd> {
+    if key.kind == KeyEventKind::Release {
+        return None;
+    }
+    let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+    if ctrl && key.code == KeyCode::Char('c') {
+        model.quit = true;
+        return Some(Cmd::Quit);
+    }
+    if model.prompt.is_some() {
+        return on_prompt_key(model, key);
+    }
+    if model.help {
+        if matches!(
+            key.code,
+            KeyCode::Char('?' | 'q') | KeyCode::Esc | KeyCode::Enter
+        ) {
+            model.help = false;
+        }
+        return None;
+    }
+    let page = model.page_rows as isize;
+    match key.code {
+        KeyCode::Char('q') => {
+            model.quit = true;
+            return Some(Cmd::Quit);
+        }
+        KeyCode::Char('?') => model.help = true,
+        KeyCode::Esc => back(model),
+        KeyCode::Enter => return drill_in(model),
+        KeyCode::Tab => switch_tab(model, 1),
+        KeyCode::BackTab => switch_tab(model, -1),
+        KeyCode::Right | KeyCode::Char('l') if !drilled_in(model) => switch_tab(model, 1),
+        KeyCode::Left | KeyCode::Char('h') if !drilled_in(model) => switch_tab(model, -1),
+        KeyCode::Left | KeyCode::Char('h') => back(model),
+        KeyCode::Char(c @ '1'..='6') => {
+            let i = c as usize - '1' as usize;
+            go_to_tab(model, Tab::ALL[i]);
+        }
+        KeyCode::Down | KeyCode::Char('j') => move_by(model, 1),
+        KeyCode::Up | KeyCode::Char('k') => move_by(model, -1),
+        KeyCode::Char('d' | 'f') if ctrl => move_by(model, page),
+        KeyCode::Char('u' | 'b') if ctrl => move_by(model, -page),
+        KeyCode::PageDown => move_by(model, page),
+        KeyCode::PageUp => move_by(model, -page),
+        KeyCode::Home | KeyCode::Char('g') => move_by(model, isize::MIN),
+        KeyCode::End | KeyCode::Char('G') => {
+            move_by(model, isize::MAX);
+            if model.page.is_none() {
+                model.follow = true;
+            }
+        }
+        KeyCode::Char('/') => {
+            let input = model.list(model.current_list()).filter.clone();
+            model.prompt = Some(Prompt::Filter { input });
+        }
+        KeyCode::Char('f') => {
+            model.failures_only = !model.failures_only;
+            recompute_all(model);
+        }
+        KeyCode::Char('F') => model.follow = !model.follow,
+        KeyCode::Char('t') => start_trigger(model),
+        KeyCode::Char('a') => start_advance(model),
+        _ => {}
+    }
+    None
+}
+
+fn drilled_in(model: &Model) -> bool {
+    model.page.is_some() || model.open_run.is_some()
+}
+
+fn recompute_all(model: &mut Model) {
+    for list in [
+        ListId::Services,
+        ListId::Flows,
+        ListId::Runs,
+        ListId::Dlq,
+        ListId::Violations,
+        ListId::Traffic,
+        ListId::Timeline,
+    ] {
+        model.recompute_rows(list);
+    }
+}
+
+fn back(model: &mut Model) {
+    if model.page.take().is_some() {
+        return;
+    }
+    if model.open_run.take().is_some() {
+        return;
+    }
+    let list = model.current_list();
+    if !model.list(list).filter.is_empty() {
+        model.list_mut(list).filter.clear();
+        model.recompute_rows(list);
+    }
+}
+
+fn go_to_tab(model: &mut Model, tab: Tab) {
+    model.page = None;
+    model.open_run = None;
+    model.tab = tab;
+}
+
+fn switch_tab(model: &mut Model, by: isize) {
+    let n = Tab::ALL.len() as isize;
+    let i = (model.tab.index() as isize + by).rem_euclid(n) as usize;
+    go_to_tab(model, Tab::ALL[i]);
+}
+
+/// Moves the selection (or scrolls the open page) by `by` rows; `isize::MIN`/`MAX` go to the ends.
+fn move_by(model: &mut Model, by: isize) {
+    if model.page.is_some() {
+        // The last page of text fills the screen: header, tabs, status, hint and borders aside.
+        let visible = model.page_rows + 2;
+        let max = crate::view::page_line_count(model).saturating_sub(visible) as isize;
+        let Some(page) = model.page.as_mut() else {
+            return;
+        };
+        let to = (page.scroll as isize).saturating_add(by).clamp(0, max);
+        page.scroll = u16::try_from(to).unwrap_or(u16::MAX);
+        return;
+    }
+    let list = model.current_list();
+    let count = model.row_count(list);
+    if by < 0 && Model::time_ordered(list) {
+        model.follow = false;
+    }
+    let state = model.list_mut(list);
+    let to = (state.selected as isize)
+        .saturating_add(by)
+        .clamp(0, (count as isize - 1).max(0));
+    state.selected = to as usize;
+}
+
+fn drill_in(model: &mut Model) -> Option<Cmd> {
+    if model.page.is_some() {
+        return None;
+    }
+    let list = model.current_list();
+    let item = model.selected_item(list)?;
+    let detail = match list {
+        ListId::Services => {
+            Detail::Service(model.services.values().nth(item as usize)?.name.clone())
+        }
+        ListId::Flows => Detail::Flow(model.flows.values().nth(item as usize)?.id.clone()),
+        ListId::Runs => {
+            let id = model.runs.get_abs(item)?.id.clone();
+            model.open_run = Some(id.clone());
+            model.list_mut(ListId::Timeline).selected = 0;
+            model.recompute_rows(ListId::Timeline);
+            return model.mode.can_drive().then_some(Cmd::LoadRun(id));
+        }
+        ListId::Timeline => {
+            let run = model.run(model.open_run.as_deref()?)?;
+            Detail::Event(run.timeline.get(item as usize)?.seq)
+        }
+        ListId::Dlq => Detail::Dlq(item),
+        ListId::Violations => Detail::Violation(item),
+        ListId::Traffic => Detail::Event(model.events.get_abs(item)?.seq),
+    };
+    model.page = Some(Page { detail, scroll: 0 });
+    None
+}
+
+fn start_trigger(model: &mut Model) {
+    if !model.mode.can_drive() {
+        notice(
+            model,
+            "passive observer: read-only (no emulator to trigger)",
+            true,
+        );
+    } else if model.flows.is_empty() {
+        notice(model, "no flow deployed: nothing to trigger", true);
+    } else {
+        model.prompt = Some(Prompt::PickFlow { selected: 0 });
+    }
+}
+
+fn start_advance(model: &mut Model) {
+    if !model.mode.can_drive() {
+        notice(
+            model,
+            "passive observer: read-only (no clock to advance)",
+            true,
+        );
+    } else if matches!(model.clock, Some((_, triggers_emulator::ClockMode::Real))) {
+        notice(
+            model,
+            "the emulator runs on the real clock: it cannot be advanced",
+            true,
+        );
+    } else {
+        model.prompt = Some(Prompt::Advance {
+            input: String::new(),
+            error: None,
+        });
+    }
+}
+
+/// Edits a prompt's input line; returns whether the key was an edit.
+fn edit(input: &mut String, key: &KeyEvent) -> bool {
+    match key.code {
+        KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => input.clear(),
+        KeyCode::Char(_) if key.modifiers.contains(KeyModifiers::CONTROL) => return false,
+        KeyCode::Char(c) => input.push(c),
+        KeyCode::Backspace => {
+            input.pop();
+        }
+        _ => return false,
+    }
+    true
+}
+
+fn on_prompt_key(model: &mut Model, key: KeyEvent) -> Option<Cmd> {
+    let prompt = model.prompt.take()?;
+    match prompt {
+        Prompt::Filter { mut input } => {
+            let list = model.current_list();
+            match key.code {
+                KeyCode::Enter => return None,
+                KeyCode::Esc => input.clear(),
+                _ => {
+                    edit(&mut input, &key);
+                    model.prompt = Some(Prompt::Filter {
+                        input: input.clone(),
+                    });
+                }
+            }
+            if model.list(list).filter != input {
+                model.list_mut(list).filter = input;
+                model.recompute_rows(list);
+            }
+        }
+        Prompt::PickFlow { selected } => {
+            let flows = model.flow_ids();
+            let last = flows.len().saturating_sub(1);
+            match key.code {
+                KeyCode::Esc => {}
+                KeyCode::Enter => {
+                    if let Some(flow_id) = flows.get(selected.min(last)) {
+                        model.prompt = Some(Prompt::Payload {
+                            flow_id: flow_id.clone(),
+                            input: "{}".into(),
+                            error: None,
+                        });
+                    }
+                }
+                KeyCode::Down | KeyCode::Char('j') => {
+                    model.prompt = Some(Prompt::PickFlow {
+                        selected: (selected + 1).min(last),
+                    });
+                }
+                KeyCode::Up | KeyCode::Char('k') => {
+                    model.prompt = Some(Prompt::PickFlow {
+                        selected: selected.saturating_sub(1),
+                    });
+                }
+                _ => model.prompt = Some(Prompt::PickFlow { selected }),
+            }
+        }
+        Prompt::Payload {
+            flow_id,
+            mut input,
+            error,
+        } => match key.code {
+            KeyCode::Esc => {}
+            KeyCode::Enter => {
+                let text = if input.trim().is_empty() {
+                    "{}"
+                } else {
+                    &input
+                };
+                match serde_json::from_str(text) {
+                    Ok(payload) => return Some(Cmd::Trigger { flow_id, payload }),
+                    Err(e) => {
+                        model.prompt = Some(Prompt::Payload {
+                            flow_id,
+                            input,
+                            error: Some(format!("not JSON: {e}")),
+                        });
+                    }
+                }
+            }
+            _ => {
+                let edited = edit(&mut input, &key);
+                model.prompt = Some(Prompt::Payload {
+                    flow_id,
+                    input,
+                    error: if edited { None } else { error },
+                });
+            }
+        },
+        Prompt::Advance { mut input, error } => match key.code {
+            KeyCode::Esc => {}
+            KeyCode::Enter => match parse_duration(&input) {
+                Ok(by) => return Some(Cmd::Advance(by)),
+                Err(e) => {
+                    model.prompt = Some(Prompt::Advance {
+                        input,
+                        error: Some(e),
+                    });
+                }
+            },
+            _ => {
+                let edited = edit(&mut input, &key);
+                model.prompt = Some(Prompt::Advance {
+                    input,
+                    error: if edited { None } else { error },
+                });
+            }
+        },
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,336 @@
+//! `view`: draws the model. It reads, never changes, the model (the scroll offset of each list is
+//! a drawing cache), and draws only the rows on screen.
+
+mod detail;
+mod lists;
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Clear, Paragraph, Row, Table, Tabs, Wrap};
+use triggers_emulator::ClockMode;
+use triggers_emulator::recorder::{Liveness, RunStatus};
+
+use crate::format::clock_time;
+use crate::model::{Connection, ListId, Mode, Model, Prompt, Tab};
+
+pub(crate) use detail::page_line_count;
+
+/// The key map, as the help overlay and `docs/tui.md` show it.
+pub(crate) const KEYS: &[(&str, &str)] = &[
+    ("?", "this help (any of ? Esc q Enter closes it)"),
+    ("q, Ctrl-c", "quit"),
+    ("Tab, Shift-Tab, ← →, h l", "next / previous tab"),
+    ("1 … 6", "go to a tab"),
+    ("↑ ↓, k j", "move (or scroll a page)"),
+    ("PgUp PgDn, Ctrl-u Ctrl-d", "move a page"),
+    (
+        "g G, Home End",
+        "first / newest row (G also resumes follow)",
+    ),
+    ("mouse wheel", "scroll"),
+    ("Enter", "drill in: a run's timeline, an entry's details"),
+    ("Esc, ← h (drilled in)", "back; on a list, clear its filter"),
+    ("/", "filter the list (type, Enter keeps, Esc clears)"),
+    ("f", "only DLQ entries and failures"),
+    ("F", "follow: stick to the newest row"),
+    ("t", "trigger a flow (emulator modes)"),
+    (
+        "a",
+        "advance the virtual clock, e.g. 30s 5m 1h (emulator modes)",
+    ),
+];
+
+/// Draws the whole screen.
+pub fn view(model: &Model, frame: &mut Frame) {
+    let [header, tabs, main, status, hint] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(1),
+        Constraint::Min(1),
+        Constraint::Length(1),
+        Constraint::Length(1),
+    ])
+    .areas(frame.area());
+    draw_header(model, frame, header);
+    draw_tabs(model, frame, tabs);
+    if let Some(page) = &model.page {
+        detail::draw_page(model, page, frame, main);
+    } else if let Some(run) = &model.open_run {
+        detail::draw_timeline(model, run, frame, main);
+    } else {
+        lists::draw_tab(model, frame, main);
+    }
+    draw_status(model, frame, status);
+    draw_hint(model, frame, hint);
+    if let Some(prompt) = &model.prompt {
+        draw_prompt(model, prompt, frame, hint);
+    }
+    if model.help {
+        draw_help(model, frame);
+    }
+}
+
+pub(crate) fn liveness_text(l: Liveness) -> &'static str {
+    match l {
+        Liveness::Registered => "registered",
+        Liveness::Live => "live",
+        Liveness::Late => "late",
+        Liveness::Down => "down",
+        Liveness::ShuttingDown => "shutting down",
+    }
+}
+
+pub(crate) fn run_status_text(s: RunStatus) -> &'static str {
+    match s {
+        RunStatus::Running => "running",
+        RunStatus::Waiting => "waiting",
+        RunStatus::Succeeded => "succeeded",
+        RunStatus::Failed => "failed",
+    }
+}
+
+fn draw_header(model: &Model, frame: &mut Frame, area: Rect) {
+    let t = model.theme;
+    let mut spans = vec![Span::styled(" triggers-lab ", t.accent()), Span::raw("│ ")];
+    match model.mode {
+        Mode::Control => {
+            spans.push(Span::styled("emulator", t.bold()));
+            spans.push(Span::raw(format!(" {}", model.source)));
+        }
+        Mode::InProcess => spans.push(Span::styled("emulator (in-process)", t.bold())),
+        Mode::Passive => {
+            spans.push(Span::styled(" passive observer: read-only ", t.banner()));
+            spans.push(Span::raw(format!(" {}", model.source)));
+        }
+    }
+    if let Some((clock, mode)) = model.clock {
+        let mode = match mode {
+            ClockMode::Virtual => "virtual",
+            ClockMode::Real => "real",
+        };
+        spans.push(Span::raw(format!(
+            " │ clock {} ({mode})",
+            clock_time(clock)
+        )));
+    }
+    frame.render_widget(Line::from(spans), area);
+}
+
+fn draw_tabs(model: &Model, frame: &mut Frame, area: Rect) {
+    let t = model.theme;
+    let wide = area.width >= 100;
+    let titles: Vec<Line> = Tab::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, tab)| {
+            let count = match tab {
+                Tab::Services => model.services.len(),
+                Tab::Flows => model.flows.len(),
+                Tab::Runs => model.runs.len(),
+                Tab::Dlq => model.dlq.len(),
+                Tab::Violations => model.violations_total.max(model.violations.len()),
+                Tab::Traffic => model.events.len(),
+            };
+            let style = match tab {
+                Tab::Dlq | Tab::Violations if count > 0 => t.bad(),
+                _ => Style::new(),
+            };
+            let number = if wide {
+                format!("{} ", i + 1)
+            } else {
+                String::new()
+            };
+            Line::from(vec![
+                Span::styled(number, t.dim()),
+                Span::raw(tab.title()),
+                Span::styled(format!(" {count}"), style),
+            ])
+        })
+        .collect();
+    let tabs = Tabs::new(titles)
+        .select(model.tab.index())
+        .highlight_style(t.selected())
+        .divider("│");
+    frame.render_widget(tabs, area);
+}
+
+fn draw_status(model: &Model, frame: &mut Frame, area: Rect) {
+    let t = model.theme;
+    let mut spans = match &model.connection {
+        Connection::Connected => vec![Span::styled(" ● connected", t.ok())],
+        Connection::Connecting => vec![Span::styled(" ○ connecting…", t.warn())],
+        Connection::Lost { reason } => vec![Span::styled(
+            format!(" ✕ connection lost ({reason}): reconnecting…"),
+            t.bad(),
+        )],
+    };
+    let (kept, dropped) = (model.events.len(), model.events.dropped());
+    spans.push(Span::raw(format!(" │ {kept} events")));
+    if dropped > 0 {
+        spans.push(Span::styled(format!(", {dropped} older dropped"), t.warn()));
+    }
+    if model.emulator_dropped > 0 {
+        spans.push(Span::styled(
+            format!(", emulator dropped {}", model.emulator_dropped),
+            t.warn(),
+        ));
+    }
+    spans.push(Span::raw(" │ "));
+    spans.push(if model.follow {
+        Span::styled("follow", t.ok())
+    } else {
+        Span::styled("paused (F follows)", t.dim())
+    });
+    if model.failures_only {
+        spans.push(Span::raw(" │ "));
+        spans.push(Span::styled("failures only", t.bad()));
+    }
+    let filter = &model.list(model.current_list()).filter;
+    if !filter.is_empty() {
+        spans.push(Span::raw(" │ filter: "));
+        spans.push(Span::styled(filter.clone(), t.bold()));
+    }
+    frame.render_widget(Line::from(spans), area);
+}
+
+fn draw_hint(model: &Model, frame: &mut Frame, area: Rect) {
+    let t = model.theme;
+    if let Some(notice) = &model.notice {
+        let style = if notice.error { t.bad() } else { t.ok() };
+        frame.render_widget(Line::styled(format!(" {}", notice.text), style), area);
+        return;
+    }
+    let mut hint = String::from(" ? help  / filter  f failures  F follow  ⏎ open");
+    if model.page.is_some() || model.open_run.is_some() {
+        hint.push_str("  Esc back");
+    }
+    if model.mode.can_drive() {
+        hint.push_str("  t trigger  a advance");
+    }
+    hint.push_str("  q quit");
+    frame.render_widget(Line::styled(hint, t.dim()), area);
+}
+
+fn draw_prompt(model: &Model, prompt: &Prompt, frame: &mut Frame, hint: Rect) {
+    let t = model.theme;
+    match prompt {
+        Prompt::Filter { input } => {
+            let line = Line::from(vec![
+                Span::styled(" filter: ", t.bold()),
+                Span::raw(input.clone()),
+                Span::styled("▏", t.accent()),
+                Span::styled("  Enter keep · Esc clear", t.dim()),
+            ]);
+            frame.render_widget(Clear, hint);
+            frame.render_widget(line, hint);
+        }
+        Prompt::Advance { input, error } => {
+            let mut spans = vec![
+                Span::styled(" advance the clock by (30s, 5m, 1h): ", t.bold()),
+                Span::raw(input.clone()),
+                Span::styled("▏", t.accent()),
+            ];
+            if let Some(e) = error {
+                spans.push(Span::styled(format!("  {e}"), t.bad()));
+            }
+            frame.render_widget(Clear, hint);
+            frame.render_widget(Line::from(spans), hint);
+        }
+        Prompt::PickFlow { selected } => {
+            let flows = model.flow_ids();
+            let height = (flows.len() as u16 + 2).min(frame.area().height.saturating_sub(2));
+            let area = frame.area().centered(
+                Constraint::Percentage(60),
+                Constraint::Length(height.max(3)),
+            );
+            frame.render_widget(Clear, area);
+            let rows: Vec<Row> = flows.iter().map(|f| Row::new([f.clone()])).collect();
+            let mut state = ratatui::widgets::TableState::default().with_selected(Some(*selected));
+            let table = Table::new(rows, [Constraint::Fill(1)])
+                .block(
+                    Block::bordered()
+                        .title(" Trigger which flow? ")
+                        .title_bottom(Line::from(" Enter picks · Esc cancels ").right_aligned()),
+                )
+                .row_highlight_style(t.selected());
+            frame.render_stateful_widget(table, area, &mut state);
+        }
+        Prompt::Payload {
+            flow_id,
+            input,
+            error,
+        } => {
+            let area = frame
+                .area()
+                .centered(Constraint::Percentage(70), Constraint::Length(5));
+            frame.render_widget(Clear, area);
+            let mut lines = vec![Line::from(vec![
+                Span::raw(input.clone()),
+                Span::styled("▏", t.accent()),
+            ])];
+            lines.push(match error {
+                Some(e) => Line::styled(e.clone(), t.bad()),
+                None => Line::styled("JSON payload; Enter triggers, Esc cancels", t.dim()),
+            });
+            let block = Block::bordered().title(format!(" Trigger {flow_id} with payload "));
+            frame.render_widget(
+                Paragraph::new(lines)
+                    .block(block)
+                    .wrap(Wrap { trim: false }),
+                area,
+            );
+        }
+    }
+}
+
+fn draw_help(model: &Model, frame: &mut Frame) {
+    let t = model.theme;
+    let height = (KEYS.len() as u16 + 4).min(frame.area().height);
+    let area = frame
+        .area()
+        .centered(Constraint::Max(78), Constraint::Length(height));
+    frame.render_widget(Clear, area);
+    let rows: Vec<Row> = KEYS
+        .iter()
+        .map(|(k, v)| Row::new([Span::styled(*k, t.bold()), Span::raw(*v)]))
+        .collect();
+    let mode = match model.mode {
+        Mode::Passive => " passive observer: read-only ",
+        Mode::Control => " emulator over its control API ",
+        Mode::InProcess => " emulator in this process ",
+    };
+    let table = Table::new(rows, [Constraint::Length(26), Constraint::Fill(1)])
+        .block(
+            Block::bordered()
+                .title(" Keys ")
+                .title_bottom(Line::from(mode).right_aligned()),
+        )
+        .column_spacing(1);
+    frame.render_widget(table, area);
+}
+
+/// The rows of `list` to draw in `height` lines: `(first, end, selected)` with the selection
+/// kept in sight by moving the list's scroll offset as little as possible.
+pub(crate) fn window(model: &Model, list: ListId, height: usize) -> (usize, usize, Option<usize>) {
+    let count = model.row_count(list);
+    let state = model.list(list);
+    if count == 0 || height == 0 {
+        state.offset.set(0);
+        return (0, 0, None);
+    }
+    let selected = state.selected.min(count - 1);
+    let mut offset = state.offset.get();
+    if selected < offset {
+        offset = selected;
+    } else if selected >= offset + height {
+        offset = selected + 1 - height;
+    }
+    offset = offset.min(count.saturating_sub(height));
+    state.offset.set(offset);
+    (
+        offset,
+        (offset + height).min(count),
+        Some(selected - offset),
+    )
+}
