@@ -73,6 +73,9 @@ pub(crate) struct UpArgs {
     /// Print nothing but the URL.
     #[arg(long, short)]
     quiet: bool,
+    /// Open the terminal UI on the emulator (Ctrl-C or q stops everything).
+    #[arg(long)]
+    tui: bool,
 }
 
 pub(crate) async fn up(args: UpArgs) -> Result<()> {
@@ -121,6 +124,14 @@ pub(crate) async fn up(args: UpArgs) -> Result<()> {
         serde_json::json!({"url": nats.url(), "pid": std::process::id()}).to_string(),
     );
 
+    if args.tui {
+        // The UI owns the terminal: no log lines while it is up.
+        let result = triggers_tui::run_in_process(emulator.clone()).await;
+        let _ = std::fs::remove_file(&discovery);
+        drop(emulator);
+        nats.stop().await?;
+        return result.map_err(Into::into);
+    }
     if args.quiet {
         println!("{}", nats.url());
     } else {
@@ -406,5 +417,13 @@ pub(crate) async fn advance(args: ControlArgs, duration: String) -> Result<()> {
         .and_then(Value::as_str)
         .unwrap_or_default();
     println!("clock is now {clock}; {fired} timer(s) fired");
+    Ok(())
+}
+
+/// `triggers-lab watch`: the terminal UI on a running `up` (control API) or, failing that, on any
+/// NATS server as a passive observer.
+pub(crate) async fn watch(args: ControlArgs) -> Result<()> {
+    let url = resolve_url(args.nats)?;
+    triggers_tui::watch(&url).await?;
     Ok(())
 }

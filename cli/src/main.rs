@@ -43,6 +43,12 @@ enum Command {
         #[arg(long)]
         wait: bool,
     },
+    /// Watch live flows in the terminal: a running `up` (and drive it), or any NATS server
+    /// (read-only).
+    Watch {
+        #[command(flatten)]
+        control: lab_cmd::ControlArgs,
+    },
     /// Move a running `up`'s virtual clock forward (e.g. 30s, 5m, 1h30m, 1d); due timers fire.
     Advance {
         #[command(flatten)]
@@ -80,6 +86,7 @@ fn main() -> ExitCode {
                     Command::Advance { control, duration } => {
                         lab_cmd::advance(control, duration).await
                     }
+                    Command::Watch { control } => lab_cmd::watch(control).await,
                     Command::Manifest(_) => unreachable!("handled above"),
                 }
             });
