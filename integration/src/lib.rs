@@ -43,3 +43,8 @@ pub fn config(lab: &Harness) -> RuntimeConfig {
         ..Default::default()
     }
 }
+
+/// `docs/sdk.md`, so its Rust blocks are compiled as doc tests.
+#[doc = include_str!("../../docs/sdk.md")]
+#[cfg(doctest)]
+pub struct SdkGuide;
