@@ -505,3 +505,69 @@ async fn graceful_shutdown_finishes_in_flight_work_and_says_goodbye() {
     assert!(last.shutting_down);
     lab.assert_conformant();
 }
+
+#[tokio::test]
+async fn a_lookup_node_calls_the_services_runtime_lookup_and_merges_its_result() {
+    let lab = lab().await;
+    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let _crm = Service::builder("crm", "1.0.0")
+        .lookup(
+            triggers_sdk::runtime::LookupDef::new("user_by_id", |params: Value| async move {
+                let id = params["id"].as_str().unwrap_or_default().to_owned();
+                Ok::<_, ActionError>(json!({"name": format!("user {id}"), "tier": "gold"}))
+            })
+            .param("id", "string", true)
+            .result_field("name", "string", true)
+            .result_field("tier", "string", false),
+        )
+        .action(
+            ActionDef::new("greet", {
+                let seen = seen.clone();
+                move |v: Value, _ctx: ActionContext| {
+                    let seen = seen.clone();
+                    async move {
+                        seen.lock().unwrap().push(v);
+                        Ok::<_, ActionError>(json!({"ok": true}))
+                    }
+                }
+            })
+            .result_event(triggers_sdk::runtime::ResultEventConfig::Off),
+        )
+        .nats_source("nats", "crm.inbound")
+        .config(config(&lab))
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .unwrap();
+    lab.deploy(flow(json!({"id": "welcome", "nodes": [
+        {"id": "in", "type": "service-in", "service": "crm"},
+        {"id": "who", "type": "lookup", "config": {"lookup": "user_by_id", "params": {"id": "$.user"}}},
+        {"id": "greet", "type": "action", "service": "crm", "action": "greet"}
+    ], "edges": [{"id": "e1", "from": "in", "to": "who"}, {"id": "e2", "from": "who", "to": "greet"}]})))
+    .await
+    .unwrap();
+    let run = lab
+        .trigger("welcome", &json!({"user": "u7"}))
+        .await
+        .unwrap();
+    let settled = lab.wait_run_settled(&run).await.unwrap();
+    assert_eq!(
+        settled.node_entries("who").last().unwrap().status,
+        "succeeded"
+    );
+    assert_eq!(
+        seen.lock().unwrap()[0],
+        json!({"user": "u7", "name": "user u7", "tier": "gold"})
+    );
+    // A lookup the service does not declare is refused at release.
+    let err = lab
+        .deploy(flow(json!({"id": "bad", "nodes": [
+            {"id": "in", "type": "service-in", "service": "crm"},
+            {"id": "who", "type": "lookup", "config": {"lookup": "nope"}}
+        ], "edges": [{"id": "e1", "from": "in", "to": "who"}]})))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("unknown_lookup"), "{err}");
+    lab.assert_conformant();
+}

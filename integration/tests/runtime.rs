@@ -137,22 +137,32 @@ async fn registration_fails_fast_on_an_error_reply_no_responders_and_a_timeout()
     assert!(matches!(err, StartError::RegisterTimeout(_)), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(5));
 
-    // An error reply from the orchestrator: a wrong protocol major, sent by hand.
-    let client = async_nats::connect(lab.url()).await.unwrap();
-    let mut manifest = shop().build().unwrap().manifest().clone();
-    manifest.protocol_version = "2.0.0".into();
-    manifest.seal().unwrap();
-    let reply = client
-        .request(
-            subject::MANIFEST_REGISTER,
-            manifest.to_json().unwrap().into(),
-        )
+    // An error reply: the emulator refuses a second service whose inbound subject another
+    // service's stream already takes; start() says so and stops.
+    let _first = shop()
+        .config(config(&lab))
+        .build()
+        .unwrap()
+        .start()
         .await
         .unwrap();
-    assert!(String::from_utf8_lossy(&reply.payload).contains("protocol major 2"));
-    // And the runtime's own mapping of an error reply: refused names the reason.
-    let refused = StartError::Refused("protocol major 2 is not supported".into());
-    assert!(refused.to_string().contains("refused the registration"));
+    let err = Service::builder("rival", "1.0.0")
+        .action(ActionDef::new("charge", charge))
+        .nats_source("nats", "shop.inbound")
+        .config(config(&lab))
+        .build()
+        .unwrap()
+        .start()
+        .await
+        .unwrap_err();
+    let StartError::Refused(reason) = &err else {
+        panic!("a refusal, got {err:?}")
+    };
+    assert!(reason.contains("shop.inbound"), "{reason}");
+    assert!(
+        err.to_string().contains("refused the registration"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
