@@ -195,6 +195,18 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// The status of a run with nodes `pending`, timers armed, and nodes that `failed`: running
+    /// while anything is pending, waiting while only a timer is, then settled.
+    #[must_use]
+    pub fn of(pending: bool, timers_armed: bool, failed: bool) -> Self {
+        match (pending, timers_armed, failed) {
+            (true, _, _) => RunStatus::Running,
+            (false, true, _) => RunStatus::Waiting,
+            (false, false, false) => RunStatus::Succeeded,
+            (false, false, true) => RunStatus::Failed,
+        }
+    }
+
     /// Whether the run has ended.
     #[must_use]
     pub fn is_settled(self) -> bool {
@@ -404,15 +416,11 @@ impl Run {
     /// Recomputes the status from what is pending.
     pub(crate) fn refresh_status(&mut self, now: GoTime) {
         let before = self.status;
-        self.status = if !self.pending.is_empty() {
-            RunStatus::Running
-        } else if !self.timers.is_empty() {
-            RunStatus::Waiting
-        } else if self.failed.is_empty() {
-            RunStatus::Succeeded
-        } else {
-            RunStatus::Failed
-        };
+        self.status = RunStatus::of(
+            !self.pending.is_empty(),
+            !self.timers.is_empty(),
+            !self.failed.is_empty(),
+        );
         if self.status.is_settled() && !before.is_settled() {
             self.settled_at = Some(now);
         } else if !self.status.is_settled() {

@@ -422,27 +422,7 @@ pub(super) fn clip(text: &str, max: usize) -> String {
 
 /// JSON text without insignificant whitespace (Go's `json.Compact`).
 pub(super) fn compact(bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut in_string = false;
-    let mut escaped = false;
-    for &b in bytes {
-        if in_string {
-            out.push(b);
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
-        } else if !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
-            if b == b'"' {
-                in_string = true;
-            }
-            out.push(b);
-        }
-    }
-    out
+    triggers_sdk::wire::json::compact(bytes)
 }
 
 /// Where `a` and `b` first differ, and the differing stretch of each with a little context: the

@@ -853,11 +853,23 @@ impl RawJson {
     }
 }
 
-/// Copies JSON text without insignificant whitespace (Go's `json.Compact`).
+/// JSON text without insignificant whitespace (Go's `json.Compact`); everything else, string
+/// contents and number text included, byte for byte.
+#[must_use]
+pub fn compact(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len());
+    compact_bytes_into(&mut out, text);
+    out
+}
+
 fn compact_into(out: &mut Vec<u8>, text: &str) {
+    compact_bytes_into(out, text.as_bytes());
+}
+
+fn compact_bytes_into(out: &mut Vec<u8>, text: &[u8]) {
     let mut in_string = false;
     let mut escaped = false;
-    for &b in text.as_bytes() {
+    for &b in text {
         if in_string {
             out.push(b);
             if escaped {

@@ -535,15 +535,11 @@ fn refresh_status(run: &mut RunRow, now: GoTime) {
         return;
     }
     let before = run.status;
-    run.status = if !run.pending.is_empty() {
-        RunStatus::Running
-    } else if run.timers > 0 {
-        RunStatus::Waiting
-    } else if run.failed.is_empty() {
-        RunStatus::Succeeded
-    } else {
-        RunStatus::Failed
-    };
+    run.status = RunStatus::of(
+        !run.pending.is_empty(),
+        run.timers > 0,
+        !run.failed.is_empty(),
+    );
     if run.status.is_settled() && !before.is_settled() {
         run.settled_at = Some(now);
     } else if !run.status.is_settled() {
