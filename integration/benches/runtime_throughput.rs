@@ -225,12 +225,21 @@ async fn with_emulator(lab: &triggers_emulator::Harness, n: usize, round: usize)
 }
 
 fn main() {
+    // `cargo bench` passes --bench; `cargo test --all-targets` does not, and then a small run
+    // only checks the benchmark still works.
+    let measuring = std::env::args().any(|a| a == "--bench");
     let args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with("--"))
         .collect();
-    let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(5_000);
-    let rounds: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(3);
+    let n: usize = args
+        .first()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(if measuring { 5_000 } else { 100 });
+    let rounds: usize = args
+        .get(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(if measuring { 3 } else { 1 });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
