@@ -527,3 +527,63 @@ async fn conformance_violations_are_caught_on_the_wire() {
     let text = text.downcast_ref::<String>().unwrap();
     assert!(text.contains("source_dlq_publish"), "{text}");
 }
+
+async fn timer_run_fires_by_itself(config: EmulatorConfig, delay_ms: u64) {
+    let lab = lab_with(config).await;
+    let sdk = connect(&lab).await;
+    let dt = ["durable_timer.v1"];
+    register(&sdk, &manifest("a", &["x"], &dt)).await;
+    lab.deploy(flow(json!({"id": "tick", "nodes": [
+        {"id": "in", "type": "service-in", "service": "a", "config": {"transport": "nats", "target": "a.inbound"}},
+        {"id": "x", "type": "action", "service": "a", "action": "x"},
+        {"id": "wait", "type": "timer", "config": {"delay_ms": delay_ms}},
+        {"id": "in2", "type": "service-in", "service": "a", "config": {"transport": "nats", "target": "a.inbound"}},
+        {"id": "y", "type": "action", "service": "a", "action": "x"}
+    ], "edges": [
+        {"id": "e1", "from": "in", "to": "x"}, {"id": "e2", "from": "x", "to": "wait"},
+        {"id": "e3", "from": "wait", "to": "in2"}, {"id": "e4", "from": "in2", "to": "y"}
+    ]})))
+    .await
+    .unwrap();
+    let run = lab.trigger("tick", &json!({})).await.unwrap();
+    let envelope = Envelope::from_headers(&next_delivery(&sdk, "a").await.headers).unwrap();
+    succeed(&sdk, &envelope, "a", "x").await;
+    // Nobody advances the clock: the elapsed delivery arrives anyway.
+    let elapsed = next_delivery(&sdk, "a").await;
+    let ctx = durable_timer::read_triplet(&elapsed.headers, &elapsed.payload)
+        .unwrap()
+        .unwrap();
+    assert!(matches!(ctx, TimerContext::Elapsed(_)));
+    let env2 = Envelope::from_headers(&elapsed.headers).unwrap();
+    succeed(&sdk, &env2, "a", "y").await;
+    lab.wait_run_settled(&run).await.unwrap();
+}
+
+#[tokio::test]
+async fn auto_advance_jumps_to_the_timer_when_every_run_is_idle() {
+    let started = std::time::Instant::now();
+    timer_run_fires_by_itself(
+        EmulatorConfig {
+            auto_advance: true,
+            ..Default::default()
+        },
+        7 * 24 * 3600 * 1000,
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "a week of virtual time, not of waiting"
+    );
+}
+
+#[tokio::test]
+async fn the_real_clock_fires_timers_when_they_are_due() {
+    timer_run_fires_by_itself(
+        EmulatorConfig {
+            clock: triggers_emulator::ClockMode::Real,
+            ..Default::default()
+        },
+        300,
+    )
+    .await;
+}
