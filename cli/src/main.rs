@@ -3,6 +3,7 @@
 mod files;
 mod lab_cmd;
 mod manifest_cmd;
+mod run_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,6 +50,10 @@ enum Command {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
     },
+    /// Run scenario files (or folders of them), each on its own nats-server and emulator.
+    Run(run_cmd::RunArgs),
+    /// Run the shipped flow-lab scenarios, step by step: the first thing to try.
+    Demo(run_cmd::DemoArgs),
     /// Move a running `up`'s virtual clock forward (e.g. 30s, 5m, 1h30m, 1d); due timers fire.
     Advance {
         #[command(flatten)]
@@ -62,6 +67,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Manifest(cmd) => manifest_cmd::run(cmd),
+        Command::Run(args) => run_cmd::run(args),
+        Command::Demo(args) => run_cmd::demo(args),
         other => {
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -87,7 +94,9 @@ fn main() -> ExitCode {
                         lab_cmd::advance(control, duration).await
                     }
                     Command::Watch { control } => lab_cmd::watch(control).await,
-                    Command::Manifest(_) => unreachable!("handled above"),
+                    Command::Manifest(_) | Command::Run(_) | Command::Demo(_) => {
+                        unreachable!("handled above")
+                    }
                 }
             });
             match result {

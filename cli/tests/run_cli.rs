@@ -1,0 +1,120 @@
+//! `triggers-lab run` from the outside: exit codes (0 passed, 1 failed, 2 malformed), the
+//! file:line:col of a malformed file, and the reports it writes.
+
+use std::process::Command;
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_triggers-lab"));
+    c.env_remove("TRIGGERS_NATS_URL");
+    c
+}
+
+const PASSING: &str = r#"name: registers
+steps:
+  - register:
+      manifest:
+        protocol_version: 1.0.0
+        service: shop
+        service_version: 1.0.0
+        actions: []
+        service_sources: [{name: nats, transport: nats, default: shop.inbound}]
+        supports_nodes: []
+  - expect_registration: {service: shop}
+"#;
+
+const FAILING: &str = r#"name: waits for nobody
+step_timeout: 300ms
+steps:
+  - expect_registration: {service: nobody}
+"#;
+
+#[test]
+fn a_malformed_file_gives_file_line_column_and_exit_code_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("a-good.yaml");
+    std::fs::write(&good, PASSING).unwrap();
+    let bad = dir.path().join("b-bad.yaml");
+    std::fs::write(
+        &bad,
+        "name: broken\nsteps:\n  - trigger: {flow: f, payload: {a: 1}, az: r1}\n",
+    )
+    .unwrap();
+    let out = bin().arg("run").arg(dir.path()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let at = format!("{}:3:", bad.display());
+    assert!(stderr.contains(&at), "{stderr}");
+    assert!(stderr.contains("unknown field `az`"), "{stderr}");
+    assert!(stderr.contains("nothing was run"), "{stderr}");
+    // A duplicate key, and a YAML 1.1 boolean, are refused too.
+    std::fs::write(&bad, "name: a\nname: b\nsteps: []\n").unwrap();
+    let out = bin().arg("run").arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("{}:2:", bad.display())));
+}
+
+#[test]
+fn exit_codes_and_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let pass = dir.path().join("pass.yaml");
+    let fail = dir.path().join("fail.yaml");
+    std::fs::write(&pass, PASSING).unwrap();
+    std::fs::write(&fail, FAILING).unwrap();
+    let junit = dir.path().join("out/junit.xml");
+    let json = dir.path().join("out/report.json");
+
+    let out = bin()
+        .args(["run", "--backend", "binary", "-j", "2", "--junit"])
+        .arg(&junit)
+        .arg("--json")
+        .arg(&json)
+        .arg(&pass)
+        .arg(&fail)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("PASS registers"), "{stdout}");
+    assert!(stdout.contains("FAIL waits for nobody"), "{stdout}");
+    assert!(
+        stdout.contains("waited 300ms for a registration of \"nobody\" accepted, in vain"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.trim_end().ends_with("scenarios: 1 passed, 1 failed"),
+        "{stdout}"
+    );
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.contains("<testcase name=\"registers\""), "{xml}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["scenarios"][1]["outcome"], "failed");
+
+    // Only the passing one: exit 0.
+    let out = bin()
+        .args(["run", "--backend", "binary", "--filter", "^registers$"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // A filter nothing matches: nothing to run is a usage error.
+    let out = bin()
+        .args(["run", "--filter", "nothing-like-this"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    // --tui watches one scenario at a time.
+    let out = bin()
+        .args(["run", "--tui", "-j", "2"])
+        .arg(&pass)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("with -j 1"));
+}

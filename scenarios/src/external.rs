@@ -1,0 +1,157 @@
+//! External services: a scenario's `services` entry with a `command`. The runner starts it in a
+//! process group of its own with `TRIGGERS_NATS_URL` set, keeps the end of its output for the
+//! report, waits until it is ready, and stops it with SIGTERM (SIGKILL if it lingers, and on drop).
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::model::ServiceSpec;
+
+/// Lines of output kept per service.
+const KEPT_LINES: usize = 400;
+/// How long a stopped service may take to exit before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// The end of a process's output, stdout and stderr interleaved as they arrived.
+#[derive(Clone, Default)]
+pub(crate) struct Output(Arc<Mutex<VecDeque<String>>>);
+
+impl Output {
+    fn push(&self, line: String) {
+        let mut lines = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        lines.push_back(line);
+        while lines.len() > KEPT_LINES {
+            lines.pop_front();
+        }
+    }
+
+    /// The kept lines, joined.
+    pub(crate) fn text(&self) -> String {
+        let lines = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        lines.iter().cloned().collect::<Vec<_>>().join("\n")
+    }
+}
+
+/// A running external service.
+pub(crate) struct External {
+    pub(crate) name: String,
+    child: Option<Child>,
+    pub(crate) output: Output,
+}
+
+impl External {
+    /// Starts the command (its folder: `cwd`, else the scenario's).
+    pub(crate) fn start(
+        spec: &ServiceSpec,
+        base_dir: &Path,
+        nats_url: &str,
+    ) -> Result<Self, String> {
+        let command = spec.command.as_deref().unwrap_or_default();
+        let (program, args) = command
+            .split_first()
+            .ok_or_else(|| format!("service {:?} has an empty command", spec.name))?;
+        let cwd = match &spec.cwd {
+            Some(dir) => base_dir.join(dir),
+            None => base_dir.to_path_buf(),
+        };
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .current_dir(&cwd)
+            .envs(&spec.env)
+            .env("TRIGGERS_NATS_URL", nats_url)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        #[cfg(unix)]
+        cmd.process_group(0);
+        let mut child = cmd.spawn().map_err(|e| {
+            format!(
+                "cannot start service {:?} ({} in {}): {e}",
+                spec.name,
+                command.join(" "),
+                cwd.display()
+            )
+        })?;
+        let output = Output::default();
+        if let Some(out) = child.stdout.take() {
+            tokio::spawn(collect(out, output.clone()));
+        }
+        if let Some(err) = child.stderr.take() {
+            tokio::spawn(collect(err, output.clone()));
+        }
+        Ok(External {
+            name: spec.name.clone(),
+            child: Some(child),
+            output,
+        })
+    }
+
+    /// `Some(status text)` when the process has exited.
+    pub(crate) fn exited(&mut self) -> Option<String> {
+        let child = self.child.as_mut()?;
+        match child.try_wait() {
+            Ok(Some(status)) => Some(status.to_string()),
+            _ => None,
+        }
+    }
+
+    /// SIGTERM to its process group; SIGKILL after the grace period.
+    pub(crate) async fn stop(&mut self) -> Result<(), String> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        signal(&child, false);
+        match tokio::time::timeout(STOP_GRACE, child.wait()).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => {
+                signal(&child, true);
+                let _ = child.kill().await;
+                Err(format!(
+                    "service {:?} did not exit within {STOP_GRACE:?} of SIGTERM and was killed",
+                    self.name
+                ))
+            }
+        }
+    }
+}
+
+impl Drop for External {
+    fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            signal(child, true);
+        }
+    }
+}
+
+/// Signals the child's process group (the child and whatever it started, as `cargo run` does).
+fn signal(child: &Child, kill: bool) {
+    #[cfg(unix)]
+    {
+        use rustix::process::{Pid, Signal, kill_process_group};
+        if let Some(pid) = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .and_then(Pid::from_raw)
+        {
+            let _ = kill_process_group(pid, if kill { Signal::KILL } else { Signal::TERM });
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (child, kill);
+    }
+}
+
+async fn collect(stream: impl AsyncRead + Unpin, output: Output) {
+    let mut lines = BufReader::new(stream).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        output.push(line);
+    }
+}

@@ -1,0 +1,856 @@
+//! Reading scenario files: finding them, parsing them (YAML 1.2 booleans, unknown and duplicate
+//! keys refused) and checking what the parser cannot (names that must exist, one outcome per
+//! behavior...), every error with file, line and column.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use serde_saphyr::Spanned;
+use triggers_emulator::ReleaseCode;
+use triggers_emulator::conformance::RULES;
+use triggers_sdk::flow::Flow;
+use triggers_sdk::wire::{Manifest, ResultEvent, subject};
+
+use crate::error::LoadError;
+use crate::model::{
+    ActionSpec, Behavior, Conformance, EmulatorSpec, ScenarioFile, ServiceSpec, Short, Step,
+    StubSpec,
+};
+use crate::vars;
+
+/// The whole scenario's default time limit.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// A waiting step's default time limit.
+pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A scenario, read and checked.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Its name (the file's `name`, else the file name without extension).
+    pub name: String,
+    /// The file it came from, as given.
+    pub file: String,
+    /// The folder relative paths are resolved against (the file's).
+    pub base_dir: PathBuf,
+    /// What it checks.
+    pub description: String,
+    /// The time limit of its steps, all together.
+    pub timeout: Duration,
+    /// The default time limit of one waiting step.
+    pub step_timeout: Duration,
+    /// Which violations fail it.
+    pub conformance: Conformance,
+    /// Emulator settings.
+    pub emulator: EmulatorSpec,
+    /// HTTP stubs.
+    pub http_stubs: Vec<StubSpec>,
+    /// Services.
+    pub services: Vec<ServiceSpec>,
+    /// Flows, as JSON (`${...}` not yet replaced).
+    pub flows: Vec<FlowDef>,
+    /// Steps, each with its position.
+    pub steps: Vec<StepAt>,
+}
+
+/// A flow of a scenario.
+#[derive(Debug, Clone)]
+pub struct FlowDef {
+    /// Its id.
+    pub id: String,
+    /// The flow, as JSON; `${stubs.<name>.url}` is replaced when the scenario runs.
+    pub value: Value,
+    /// Where it was written: `file:line:col`, or the flow file.
+    pub origin: String,
+}
+
+/// A step and where it was written.
+#[derive(Debug, Clone)]
+pub struct StepAt {
+    /// The step.
+    pub step: Step,
+    /// 1-based line of the step in the scenario file.
+    pub line: u64,
+    /// 1-based column.
+    pub column: u64,
+}
+
+/// YAML options: YAML 1.2 booleans only (`yes` is a string), duplicate keys refused.
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        strict_booleans: true,
+        duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
+    }
+}
+
+/// Parses YAML (or JSON, which is YAML) text, errors as `name:line:col: message`.
+pub(crate) fn parse_yaml<T: serde::de::DeserializeOwned>(
+    name: &str,
+    text: &str,
+) -> Result<T, LoadError> {
+    serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| {
+        let message = strip_position(&e.without_snippet().to_string());
+        match e.location() {
+            Some(l) => LoadError::at(name, l.line(), l.column(), message),
+            None => LoadError::file(name, message),
+        }
+    })
+}
+
+fn strip_position(message: &str) -> String {
+    // The parser appends the position in words; the error puts it in front as file:line:col.
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+/// The scenario files under `paths`: files as given, folders searched recursively for `*.yaml`
+/// and `*.yml`, each folder's files in name order.
+///
+/// # Errors
+/// A path that does not exist, or a folder that cannot be read.
+pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
+    let mut out = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            walk(path, &mut out)?;
+        } else if path.is_file() {
+            out.push(path.clone());
+        } else {
+            return Err(LoadError::file(
+                &path.display().to_string(),
+                "no such file or folder",
+            ));
+        }
+    }
+    Ok(out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
+    let name = dir.display().to_string();
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| LoadError::file(&name, format!("cannot read the folder: {e}")))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            walk(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Reads and checks one scenario file.
+///
+/// # Errors
+/// The first problem found, with file, line and column.
+pub fn load_file(path: &Path) -> Result<Scenario, LoadError> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| LoadError::file(&name, format!("cannot read: {e}")))?;
+    let base = path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    load_str(&name, &text, &base)
+}
+
+/// Reads and checks a scenario from text; `file` names it in errors and reports, `base_dir` is
+/// where its relative paths start.
+///
+/// # Errors
+/// The first problem found, with file, line and column.
+pub fn load_str(file: &str, text: &str, base_dir: &Path) -> Result<Scenario, LoadError> {
+    let raw: ScenarioFile = parse_yaml(file, text)?;
+    Checker { file, base_dir }.check(raw)
+}
+
+struct Checker<'a> {
+    file: &'a str,
+    base_dir: &'a Path,
+}
+
+fn pos<T>(s: &Spanned<T>) -> (u64, u64) {
+    (s.referenced.line(), s.referenced.column())
+}
+
+impl Checker<'_> {
+    fn err(&self, at: (u64, u64), message: impl Into<String>) -> LoadError {
+        LoadError::at(self.file, at.0, at.1, message)
+    }
+
+    fn check(&self, raw: ScenarioFile) -> Result<Scenario, LoadError> {
+        let name = raw.name.clone().unwrap_or_else(|| {
+            Path::new(self.file)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| self.file.to_owned())
+        });
+        let mut stubs = Vec::new();
+        let mut stub_names = BTreeSet::new();
+        for s in &raw.http_stubs {
+            if !stub_names.insert(s.value.name.clone()) {
+                return Err(self.err(
+                    pos(s),
+                    format!("a second HTTP stub named {:?}", s.value.name),
+                ));
+            }
+            if !s.value.path.starts_with('/') {
+                return Err(self.err(
+                    pos(s),
+                    format!("stub path {:?} must start with /", s.value.path),
+                ));
+            }
+            stubs.push(s.value.clone());
+        }
+        let mut services = Vec::new();
+        let mut service_names = BTreeSet::new();
+        for s in &raw.services {
+            self.check_service(s)?;
+            if !service_names.insert(s.value.name.clone()) {
+                return Err(self.err(pos(s), format!("a second service named {:?}", s.value.name)));
+            }
+            services.push(s.value.clone());
+        }
+        let mut flows: Vec<FlowDef> = Vec::new();
+        for f in &raw.flows {
+            let def = self.check_flow(f, &stub_names)?;
+            if flows.iter().any(|d| d.id == def.id) {
+                return Err(self.err(pos(f), format!("a second flow with id {:?}", def.id)));
+            }
+            flows.push(def);
+        }
+        let flow_ids: BTreeSet<&str> = flows.iter().map(|f| f.id.as_str()).collect();
+        let mut runs = BTreeSet::new();
+        let mut steps = Vec::new();
+        if raw.steps.is_empty() {
+            return Err(LoadError::file(
+                self.file,
+                "`steps` is empty: a scenario needs at least one step",
+            ));
+        }
+        for s in &raw.steps {
+            let ctx = StepCtx {
+                at: pos(s),
+                flows: &flow_ids,
+                services: &services,
+                stubs: &stub_names,
+            };
+            self.check_step(&s.value, &ctx, &mut runs)?;
+            steps.push(StepAt {
+                step: s.value.clone(),
+                line: s.referenced.line(),
+                column: s.referenced.column(),
+            });
+        }
+        Ok(Scenario {
+            name,
+            file: self.file.to_owned(),
+            base_dir: self.base_dir.to_path_buf(),
+            description: raw.description.unwrap_or_default(),
+            timeout: raw.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0),
+            step_timeout: raw.step_timeout.map_or(DEFAULT_STEP_TIMEOUT, |d| d.0),
+            conformance: raw.conformance,
+            emulator: raw.emulator,
+            http_stubs: stubs,
+            services,
+            flows,
+            steps,
+        })
+    }
+
+    fn check_service(&self, s: &Spanned<ServiceSpec>) -> Result<(), LoadError> {
+        let spec = &s.value;
+        let at = pos(s);
+        subject::check_service(&spec.name)
+            .map_err(|e| self.err(at, format!("service name {:?}: {e}", spec.name)))?;
+        if let Some(command) = &spec.command {
+            if command.is_empty() || command[0].trim().is_empty() {
+                return Err(self.err(at, "`command` is empty: give the program and its arguments"));
+            }
+            let scripted = [
+                ("version", spec.version.is_some()),
+                ("replicas", spec.replicas.is_some()),
+                ("capabilities", !spec.capabilities.is_empty()),
+                ("supports_nodes", spec.supports_nodes.is_some()),
+                ("sources", spec.sources.is_some()),
+                ("actions", !spec.actions.is_empty()),
+            ];
+            if let Some((key, _)) = scripted.iter().find(|(_, set)| *set) {
+                return Err(self.err(
+                    at,
+                    format!(
+                        "service {:?} has a `command`, so it is external: `{key}` belongs to scripted services (its program declares its own)",
+                        spec.name
+                    ),
+                ));
+            }
+            return Ok(());
+        }
+        let external = [
+            ("env", !spec.env.is_empty()),
+            ("cwd", spec.cwd.is_some()),
+            ("ready", spec.ready.is_some()),
+            ("ready_timeout", spec.ready_timeout.is_some()),
+        ];
+        if let Some((key, _)) = external.iter().find(|(_, set)| *set) {
+            return Err(self.err(
+                at,
+                format!(
+                    "service {:?} has no `command`, so it is scripted: `{key}` belongs to external services",
+                    spec.name
+                ),
+            ));
+        }
+        if spec.replicas == Some(0) {
+            return Err(self.err(at, "`replicas` must be at least 1"));
+        }
+        if let Some(sources) = &spec.sources
+            && sources.is_empty()
+        {
+            return Err(self.err(at, "`sources` is empty: a service needs a NATS source (leave the key out for <name>.inbound)"));
+        }
+        let mut names = BTreeSet::new();
+        for a in &spec.actions {
+            if !names.insert(a.value.name.clone()) {
+                return Err(self.err(pos(a), format!("a second action named {:?}", a.value.name)));
+            }
+            self.check_action(&spec.name, a)?;
+        }
+        Ok(())
+    }
+
+    fn check_action(&self, service: &str, a: &Spanned<ActionSpec>) -> Result<(), LoadError> {
+        let at = pos(a);
+        let spec = &a.value;
+        subject::check_action(&spec.name)
+            .map_err(|e| self.err(at, format!("action name {:?}: {e}", spec.name)))?;
+        let b = &spec.behavior;
+        let outcomes = outcomes(b);
+        if outcomes.len() > 1 {
+            return Err(self.err(
+                at,
+                format!(
+                    "action {:?}: the behavior has {} outcomes ({}); give one of return, echo, map, fail, panic",
+                    spec.name,
+                    outcomes.len(),
+                    outcomes.join(", ")
+                ),
+            ));
+        }
+        if b.echo == Some(false) {
+            return Err(self.err(
+                at,
+                format!(
+                    "action {:?}: `echo: false` means nothing; leave it out, or give another outcome",
+                    spec.name
+                ),
+            ));
+        }
+        if let Some(cond) = &b.fail_if
+            && !cond.contains_key("op")
+        {
+            return Err(self.err(
+                at,
+                format!(
+                    "action {:?}: `fail_if` needs an `op` (eq, ne, gt, gte, lt, lte, in, exists, not_exists, truthy, falsy)",
+                    spec.name
+                ),
+            ));
+        }
+        for (what, schema) in [("input", &spec.input), ("result", &spec.result)] {
+            if let Some(s) = schema
+                && !s.is_object()
+            {
+                return Err(self.err(
+                    at,
+                    format!(
+                        "action {:?}: `{what}` must be a JSON Schema object",
+                        spec.name
+                    ),
+                ));
+            }
+        }
+        if spec.result_event == crate::model::ResultEventSpec::Auto
+            && let Some(Value::Object(schema)) = &spec.result
+        {
+            let normalised = triggers_sdk::wire::schema::normalize(&Value::Object(schema.clone()))
+                .map_err(|e| self.err(at, format!("action {:?}: result schema: {e}", spec.name)))?;
+            ResultEvent::derive(service, &spec.name, &normalised).map_err(|e| {
+                self.err(
+                    at,
+                    format!("action {:?}: {e}; add `result_event: off`", spec.name),
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    fn check_flow(
+        &self,
+        f: &Spanned<Value>,
+        stubs: &BTreeSet<String>,
+    ) -> Result<FlowDef, LoadError> {
+        let at = pos(f);
+        let (value, origin, file_name) = match &f.value {
+            Value::Object(map) if map.contains_key("file") => {
+                if map.len() > 1 {
+                    let extra: Vec<&String> = map.keys().filter(|k| *k != "file").collect();
+                    return Err(self.err(
+                        at,
+                        format!("a flow given by `file` takes no other keys (found {extra:?})"),
+                    ));
+                }
+                let Some(rel) = map.get("file").and_then(Value::as_str) else {
+                    return Err(self.err(at, "`file` must be a path"));
+                };
+                let path = self.base_dir.join(rel);
+                let shown = path.display().to_string();
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| self.err(at, format!("cannot read the flow file {shown}: {e}")))?;
+                let value: Value = parse_yaml(&shown, &text)?;
+                (value, shown.clone(), Some(shown))
+            }
+            Value::Object(_) => (
+                f.value.clone(),
+                format!("{}:{}:{}", self.file, at.0, at.1),
+                None,
+            ),
+            _ => {
+                return Err(self.err(
+                    at,
+                    "a flow is `{file: path}` or a flow written inline ({id, nodes, edges})",
+                ));
+            }
+        };
+        let fail = |message: String| match &file_name {
+            Some(name) => LoadError::file(name, message),
+            None => self.err(at, message),
+        };
+        check_flow_keys(&value).map_err(fail)?;
+        let probe = vars::substitute(&value, &|name| {
+            let stub = name.strip_prefix("stubs.")?.strip_suffix(".url")?;
+            stubs
+                .contains(stub)
+                .then(|| format!("http://127.0.0.1:9/{stub}"))
+        })
+        .map_err(|e| fail(format!("{e} (declare it under http_stubs)")))?;
+        let flow: Flow = serde_path_to_error::deserialize(probe).map_err(|e| {
+            fail(format!(
+                "not a flow: {}{}",
+                e.inner(),
+                at_path(&e.path().to_string())
+            ))
+        })?;
+        Ok(FlowDef {
+            id: flow.id,
+            value,
+            origin,
+        })
+    }
+
+    fn check_step(
+        &self,
+        step: &Step,
+        ctx: &StepCtx<'_>,
+        runs: &mut BTreeSet<String>,
+    ) -> Result<(), LoadError> {
+        let at = ctx.at;
+        let flow = |id: &str| -> Result<(), LoadError> {
+            if ctx.flows.contains(id) {
+                Ok(())
+            } else {
+                Err(self.err(
+                    at,
+                    format!(
+                        "no flow {id:?} in `flows` (there are {:?})",
+                        ctx.flows.iter().collect::<Vec<_>>()
+                    ),
+                ))
+            }
+        };
+        let run = |name: &str, runs: &BTreeSet<String>| -> Result<(), LoadError> {
+            if runs.contains(name) {
+                Ok(())
+            } else {
+                Err(self.err(
+                    at,
+                    format!(
+                        "no run named {name:?}: name one with `as:` on an earlier trigger (named so far: {:?})",
+                        runs.iter().collect::<Vec<_>>()
+                    ),
+                ))
+            }
+        };
+        let status = |s: &Option<String>, allowed: &[&str]| -> Result<(), LoadError> {
+            match s {
+                Some(s) if !allowed.contains(&s.as_str()) => Err(self.err(
+                    at,
+                    format!("status {s:?} is not one of {}", allowed.join(", ")),
+                )),
+                _ => Ok(()),
+            }
+        };
+        match step {
+            Step::Deploy(Short(d)) => {
+                flow(&d.flow)?;
+                if let Some(codes) = &d.expect_error {
+                    if codes.0.is_empty() {
+                        return Err(self.err(at, "`expect_error` lists no code"));
+                    }
+                    for c in &codes.0 {
+                        if ReleaseCode::parse(c).is_none() {
+                            return Err(self.err(
+                                at,
+                                format!(
+                                    "{c:?} is not a release code; the codes are {}",
+                                    ReleaseCode::ALL.map(|c| c.as_str()).join(", ")
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+            Step::Trigger(t) => {
+                flow(&t.flow)?;
+                if t.payload.is_some() && t.raw.is_some() {
+                    return Err(self.err(at, "give `payload` (JSON) or `raw` (bytes), not both"));
+                }
+                if let Some(name) = &t.name
+                    && !runs.insert(name.clone())
+                {
+                    return Err(self.err(at, format!("a second run named {name:?}")));
+                }
+            }
+            Step::Advance(_) | Step::Sleep(_) | Step::RestartNats(_) => {}
+            Step::WaitNode(w) => {
+                run(&w.run, runs)?;
+                status(&w.status, &["succeeded", "failed", "skipped", "any"])?;
+            }
+            Step::WaitSettled(Short(w)) => {
+                run(&w.run, runs)?;
+                status(&w.status, &["succeeded", "failed", "any"])?;
+            }
+            Step::WaitIdle(Short(w)) => {
+                run(&w.run, runs)?;
+                status(&w.status, &["succeeded", "failed", "waiting", "any"])?;
+            }
+            Step::ExpectEvents(e) => {
+                run(&e.run, runs)?;
+                if e.events.is_empty() {
+                    return Err(self.err(at, "`events` is empty"));
+                }
+                for ev in &e.events {
+                    status(
+                        &ev.status,
+                        &[
+                            "succeeded",
+                            "retrying",
+                            "failed",
+                            "skipped",
+                            "triggered",
+                            "armed",
+                            "fired",
+                        ],
+                    )?;
+                }
+            }
+            Step::ExpectDlq(d) => {
+                if let Some(r) = &d.run {
+                    run(r, runs)?;
+                }
+            }
+            Step::ExpectRegistration(_) | Step::ExpectHeartbeat(_) | Step::ExpectService(_) => {}
+            Step::Register(r) => {
+                let manifest: Result<Manifest, _> = serde_path_to_error::deserialize(&r.manifest);
+                if let Err(e) = manifest {
+                    return Err(self.err(
+                        at,
+                        format!(
+                            "`manifest` is not a manifest: {}{}",
+                            e.inner(),
+                            at_path(&e.path().to_string())
+                        ),
+                    ));
+                }
+            }
+            Step::ExpectBroadcast(Short(b)) => {
+                flow(&b.flow)?;
+                if let Some(s) = &b.service
+                    && !ctx
+                        .services
+                        .iter()
+                        .any(|x| x.name == *s && !x.is_external())
+                {
+                    return Err(self.err(
+                        at,
+                        format!("no scripted service {s:?}: only scripted services' replicas can be asked what they hold"),
+                    ));
+                }
+            }
+            Step::ExpectCalls(c) => {
+                let Some(service) = ctx
+                    .services
+                    .iter()
+                    .find(|s| s.name == c.service && !s.is_external())
+                else {
+                    return Err(self.err(
+                        at,
+                        format!(
+                            "no scripted service {:?}: only scripted services' calls are seen",
+                            c.service
+                        ),
+                    ));
+                };
+                if !service.actions.iter().any(|a| a.value.name == c.action) {
+                    return Err(self.err(
+                        at,
+                        format!("service {:?} has no action {:?}", c.service, c.action),
+                    ));
+                }
+                if let Some(r) = &c.run {
+                    run(r, runs)?;
+                }
+            }
+            Step::ExpectHttp(h) => {
+                if !ctx.stubs.contains(&h.stub) {
+                    return Err(self.err(at, format!("no HTTP stub {:?} in `http_stubs`", h.stub)));
+                }
+            }
+            Step::ExpectViolation(Short(v)) => {
+                if !RULES.iter().any(|(r, _, _)| *r == v.rule) {
+                    return Err(self.err(
+                        at,
+                        format!(
+                            "{:?} is not a conformance rule; the rules are {}",
+                            v.rule,
+                            RULES
+                                .iter()
+                                .map(|(r, _, _)| *r)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                }
+            }
+            Step::Publish(p) => {
+                if p.body.is_some() && p.json.is_some() {
+                    return Err(self.err(at, "give `body` (text) or `json`, not both"));
+                }
+            }
+            Step::StopService(name) => {
+                if !ctx.services.iter().any(|s| s.name == *name) {
+                    return Err(self.err(at, format!("no service {name:?} in `services`")));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+struct StepCtx<'a> {
+    at: (u64, u64),
+    flows: &'a BTreeSet<&'a str>,
+    services: &'a [ServiceSpec],
+    stubs: &'a BTreeSet<String>,
+}
+
+/// ` at <path>` for a serde path, nothing for the root.
+fn at_path(path: &str) -> String {
+    if path == "." {
+        String::new()
+    } else {
+        format!(" at {path}")
+    }
+}
+
+/// The outcome keys a behavior sets.
+pub(crate) fn outcomes(b: &Behavior) -> Vec<&'static str> {
+    [
+        ("return", b.returns.is_some()),
+        ("echo", b.echo.is_some()),
+        ("map", b.map.is_some()),
+        ("fail", b.fail.is_some()),
+        ("panic", b.panic.is_some()),
+    ]
+    .into_iter()
+    .filter(|(_, set)| *set)
+    .map(|(k, _)| k)
+    .collect()
+}
+
+/// Flows are not strict about keys on their own (the SDK reads what it knows); a scenario is.
+fn check_flow_keys(flow: &Value) -> Result<(), String> {
+    fn only(at: &str, map: &Map<String, Value>, keys: &[&str]) -> Result<(), String> {
+        match map.keys().find(|k| !keys.contains(&k.as_str())) {
+            Some(k) => Err(format!(
+                "{at}: unknown key `{k}`, expected one of {}",
+                keys.join(", ")
+            )),
+            None => Ok(()),
+        }
+    }
+    let Some(map) = flow.as_object() else {
+        return Err("a flow must be a map".into());
+    };
+    only("flow", map, &["id", "version", "nodes", "edges"])?;
+    let list = |key: &str| {
+        map.get(key)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    for (i, n) in list("nodes").iter().enumerate() {
+        if let Some(n) = n.as_object() {
+            let id = n.get("id").and_then(Value::as_str).unwrap_or("?");
+            only(
+                &format!("nodes[{i}] ({id})"),
+                n,
+                &["id", "type", "service", "action", "config", "inbound"],
+            )?;
+        }
+    }
+    for (i, e) in list("edges").iter().enumerate() {
+        if let Some(e) = e.as_object() {
+            let id = e.get("id").and_then(Value::as_str).unwrap_or("?");
+            only(
+                &format!("edges[{i}] ({id})"),
+                e,
+                &["id", "from", "to", "mapping"],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(text: &str) -> String {
+        load_str("s.yaml", text, Path::new("."))
+            .map(|_| "no error".to_owned())
+            .unwrap_or_else(|e| e.to_string())
+    }
+
+    #[test]
+    fn parse_errors_say_file_line_and_column() {
+        let cases = [
+            (
+                "steps:\n  - deploy: {flow: f, bogus: 1}\n",
+                "s.yaml:2:",
+                "unknown field `bogus`",
+            ),
+            (
+                "steps:\n  - deplo: f\n",
+                "s.yaml:2:5:",
+                "unknown variant `deplo`",
+            ),
+            (
+                "conformance: yes\nsteps: []\n",
+                "s.yaml:1:14:",
+                "unknown variant `yes`",
+            ),
+            (
+                "emulator: {auto_advance: yes}\nsteps: []\n",
+                "s.yaml:1:26:",
+                "invalid boolean",
+            ),
+            ("name: a\nname: b\nsteps: []\n", "s.yaml:2:", "duplicate"),
+            (
+                "steps:\n  - advance: soon\n",
+                "s.yaml:2:14:",
+                "not a duration",
+            ),
+            ("stepz: []\n", "s.yaml:1:1:", "unknown field `stepz`"),
+            (
+                "steps:\n  - restart_nats: {now: true}\n",
+                "s.yaml:2:",
+                "takes no settings",
+            ),
+        ];
+        for (text, at, what) in cases {
+            let e = error(text);
+            assert!(e.starts_with(at) && e.contains(what), "{text:?} gave {e}");
+        }
+    }
+
+    #[test]
+    fn names_are_checked_where_they_are_used() {
+        let flow =
+            "flows:\n  - {id: f, nodes: [{id: in, type: service-in, service: s}], edges: []}\n";
+        let cases = [
+            (format!("{flow}steps:\n  - deploy: g\n"), "s.yaml:4:5:", "no flow \"g\""),
+            (format!("{flow}steps:\n  - wait_settled: r1\n"), "s.yaml:4:5:", "no run named \"r1\""),
+            (
+                format!("{flow}steps:\n  - trigger: {{flow: f, as: r1}}\n  - trigger: {{flow: f, as: r1}}\n"),
+                "s.yaml:5:5:",
+                "a second run named \"r1\"",
+            ),
+            (
+                format!("{flow}steps:\n  - deploy: {{flow: f, expect_error: nope}}\n"),
+                "s.yaml:4:5:",
+                "\"nope\" is not a release code",
+            ),
+            (
+                "steps:\n  - expect_violation: made_up\n".to_owned(),
+                "s.yaml:2:5:",
+                "not a conformance rule",
+            ),
+            (
+                "steps:\n  - expect_http: {stub: hook}\n".to_owned(),
+                "s.yaml:2:5:",
+                "no HTTP stub \"hook\"",
+            ),
+            (
+                "services:\n  - {name: s, command: [x], actions: [{name: a}]}\nsteps:\n  - sleep: 1s\n".to_owned(),
+                "s.yaml:2:5:",
+                "`actions` belongs to scripted services",
+            ),
+            (
+                "services:\n  - name: s\n    actions:\n      - {name: a, behavior: {echo: true, fail: x}}\nsteps:\n  - sleep: 1s\n".to_owned(),
+                "s.yaml:4:9:",
+                "2 outcomes (echo, fail)",
+            ),
+            (
+                "flows:\n  - {id: f, nodes: [{id: in, type: service-in, servise: s}], edges: []}\nsteps:\n  - sleep: 1s\n".to_owned(),
+                "s.yaml:2:5:",
+                "unknown key `servise`",
+            ),
+            (
+                "flows:\n  - {id: f, nodes: [{id: o, type: output, config: {target: \"${stubs.x.url}\"}}]}\nsteps:\n  - sleep: 1s\n".to_owned(),
+                "s.yaml:2:5:",
+                "unknown ${stubs.x.url}",
+            ),
+            (
+                "flows:\n  - file: nowhere.yaml\nsteps:\n  - sleep: 1s\n".to_owned(),
+                "s.yaml:2:5:",
+                "cannot read the flow file",
+            ),
+        ];
+        for (text, at, what) in cases {
+            let e = error(&text);
+            assert!(e.starts_with(at) && e.contains(what), "{text}\ngave {e}");
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let s = load_str(
+            "dir/my-case.yaml",
+            "steps:\n  - sleep: 10ms\n",
+            Path::new("dir"),
+        )
+        .unwrap();
+        assert_eq!(s.name, "my-case");
+        assert_eq!(s.timeout, DEFAULT_TIMEOUT);
+        assert_eq!(s.step_timeout, DEFAULT_STEP_TIMEOUT);
+        assert_eq!(s.conformance, Conformance::Errors);
+        assert_eq!((s.steps[0].line, s.steps[0].column), (2, 5));
+    }
+}

@@ -1,0 +1,852 @@
+//! The scenario file, as written: what each key means is in `docs/scenarios.md`.
+//!
+//! Every struct refuses unknown keys; durations are text (`250ms`, `10s`, `1h30m`) or a number of
+//! seconds; a key that takes a short form (`deploy: flow-lab`) also takes the full one
+//! (`deploy: {flow: flow-lab, expect_error: unknown_action}`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use serde_saphyr::Spanned;
+
+/// A scenario file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioFile {
+    /// The scenario's name (default: the file name without extension).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// What it checks, for people.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The whole scenario's time limit, once its services are ready (default 60 s).
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+    /// The default time limit of each step that waits (default 10 s).
+    #[serde(default)]
+    pub step_timeout: Option<Dur>,
+    /// Which conformance violations fail the scenario (default `errors`).
+    #[serde(default)]
+    pub conformance: Conformance,
+    /// Emulator settings.
+    #[serde(default)]
+    pub emulator: EmulatorSpec,
+    /// HTTP endpoints (wiremock servers) that flows can call.
+    #[serde(default)]
+    pub http_stubs: Vec<Spanned<StubSpec>>,
+    /// The services: scripted (run in-process) or external (a command).
+    #[serde(default)]
+    pub services: Vec<Spanned<ServiceSpec>>,
+    /// The flows: `{file: path}` or a flow written inline.
+    #[serde(default)]
+    pub flows: Vec<Spanned<Value>>,
+    /// What to do and what to expect, in order.
+    pub steps: Vec<Spanned<Step>>,
+}
+
+/// Which conformance violations fail a scenario.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Conformance {
+    /// Any violation, warning or error.
+    Strict,
+    /// Violations of severity error (the default).
+    #[default]
+    Errors,
+    /// None.
+    Off,
+}
+
+/// Emulator settings.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmulatorSpec {
+    /// `virtual` (default) or `real`.
+    #[serde(default)]
+    pub clock: ClockSpec,
+    /// Jump the virtual clock to the next timer whenever every run is idle (default false).
+    #[serde(default)]
+    pub auto_advance: bool,
+    /// `reject` (default) or `record` a registration whose `manifest_hash` is wrong.
+    #[serde(default)]
+    pub hash_mismatch: HashMismatchSpec,
+}
+
+/// The emulator's clock.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClockSpec {
+    /// Moves only on `advance` (or auto-advance).
+    #[default]
+    Virtual,
+    /// The wall clock.
+    Real,
+}
+
+/// What the emulator does with a wrong `manifest_hash`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HashMismatchSpec {
+    /// Refuse the registration (as the orchestrator does).
+    #[default]
+    Reject,
+    /// Accept it; the conformance checker records `manifest_hash_mismatch`.
+    Record,
+}
+
+/// An HTTP stub: a wiremock server answering one method and path.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StubSpec {
+    /// How steps and flows refer to it (`${stubs.<name>.url}`).
+    pub name: String,
+    /// The method it answers (default `POST`).
+    #[serde(default = "post")]
+    pub method: String,
+    /// The path it answers (default `/`).
+    #[serde(default = "slash")]
+    pub path: String,
+    /// The status it answers with (default 200).
+    #[serde(default = "ok_status")]
+    pub status: u16,
+    /// A JSON body to answer with (default none).
+    #[serde(default)]
+    pub body: Option<Value>,
+    /// How long it waits before answering (default none).
+    #[serde(default)]
+    pub delay: Option<Dur>,
+}
+
+fn post() -> String {
+    "POST".into()
+}
+fn slash() -> String {
+    "/".into()
+}
+fn ok_status() -> u16 {
+    200
+}
+
+/// A service: scripted (no `command`: the runner runs it in-process on the SDK runtime) or
+/// external (`command`: the runner starts it and waits until it has registered).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceSpec {
+    /// The service name, as it registers.
+    pub name: String,
+    /// Scripted: its version (default `1.0.0`).
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Scripted: how many replicas to start (default 1).
+    #[serde(default)]
+    pub replicas: Option<u32>,
+    /// Scripted: runtime capabilities, e.g. `durable_timer.v1`.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    /// Scripted: node types it evaluates (default: condition, lookup, mapping).
+    #[serde(default)]
+    pub supports_nodes: Option<Vec<String>>,
+    /// Scripted: its NATS sources (default one, `nats` on `<name>.inbound`).
+    #[serde(default)]
+    pub sources: Option<Vec<SourceSpec>>,
+    /// Scripted: its actions.
+    #[serde(default)]
+    pub actions: Vec<Spanned<ActionSpec>>,
+    /// External: the command and its arguments.
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    /// External: extra environment (`TRIGGERS_NATS_URL` is always set).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// External: the working directory, relative to the scenario file (default its folder).
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// External: when it counts as ready: `registered` (default) or `started`.
+    #[serde(default)]
+    pub ready: Option<Readiness>,
+    /// External: how long it may take to be ready (default 5 minutes: a `cargo run` may build).
+    #[serde(default)]
+    pub ready_timeout: Option<Dur>,
+}
+
+impl ServiceSpec {
+    /// Whether the runner starts it as a command.
+    #[must_use]
+    pub fn is_external(&self) -> bool {
+        self.command.is_some()
+    }
+}
+
+/// When an external service is ready.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Readiness {
+    /// The emulator has accepted its registration.
+    #[default]
+    Registered,
+    /// As soon as the process is started.
+    Started,
+}
+
+/// A NATS source of a scripted service.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceSpec {
+    /// The source's name.
+    pub name: String,
+    /// The subject.
+    pub subject: String,
+}
+
+/// An action of a scripted service.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionSpec {
+    /// The action name.
+    pub name: String,
+    /// Per-attempt timeout (default 5 s).
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+    /// The retry policy; unset fields take the SDK's defaults.
+    #[serde(default)]
+    pub retry: Option<RetrySpec>,
+    /// The input schema (default `{}`: anything).
+    #[serde(default)]
+    pub input: Option<Value>,
+    /// The result schema (default: inferred from `behavior.return`, else `{}`).
+    #[serde(default)]
+    pub result: Option<Value>,
+    /// `auto` (default: derived from the result schema) or `off`.
+    #[serde(default)]
+    pub result_event: ResultEventSpec,
+    /// What the handler does (default: echo its input).
+    #[serde(default)]
+    pub behavior: Behavior,
+}
+
+/// The retry policy of a scripted action.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySpec {
+    /// Attempts in all.
+    #[serde(default)]
+    pub max_attempts: Option<i64>,
+    /// The first backoff.
+    #[serde(default)]
+    pub initial_backoff_ms: Option<i64>,
+    /// Each backoff is the previous times this.
+    #[serde(default)]
+    pub backoff_factor: Option<f64>,
+    /// The longest backoff.
+    #[serde(default)]
+    pub max_backoff_ms: Option<i64>,
+}
+
+/// Whether a scripted action declares a `result_event`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResultEventSpec {
+    /// Derived from the result schema, as the SDK does.
+    #[default]
+    Auto,
+    /// None.
+    Off,
+}
+
+/// What a scripted action does on each attempt: first `sleep`, then `fail_first` and `fail_if`,
+/// then one outcome (`return`, `echo`, `map`, `fail`, `panic`; default `echo`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Behavior {
+    /// Sleep this long first, on every attempt.
+    #[serde(default)]
+    pub sleep: Option<Dur>,
+    /// Fail attempts 1..=N (then go on with the rest).
+    #[serde(default)]
+    pub fail_first: Option<u32>,
+    /// Fail when the input satisfies this condition (`{path, op, value}`, as a condition node).
+    #[serde(default)]
+    pub fail_if: Option<Map<String, Value>>,
+    /// The message of `fail_first` and `fail_if` failures; `{attempt}` and `{max_attempts}`
+    /// are replaced.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Return this value.
+    #[serde(default, rename = "return", deserialize_with = "present")]
+    pub returns: Option<Value>,
+    /// Return the input.
+    #[serde(default)]
+    pub echo: Option<bool>,
+    /// Return a mapping of the input: `{field: $.path}`, as a mapping node's `fields`.
+    #[serde(default)]
+    pub map: Option<Map<String, Value>>,
+    /// Fail every attempt with this message.
+    #[serde(default)]
+    pub fail: Option<String>,
+    /// Panic with this message.
+    #[serde(default)]
+    pub panic: Option<String>,
+    /// Failures are permanent: no retry (default false: retryable).
+    #[serde(default)]
+    pub permanent: bool,
+}
+
+/// `return: null` is a value, not an absent key.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// One step.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    /// Release a flow (or expect the release to be refused).
+    Deploy(Short<DeployStep>),
+    /// Start a run.
+    Trigger(TriggerStep),
+    /// Move the virtual clock forward; due timers fire.
+    Advance(Dur),
+    /// Wait this long (wall clock). Prefer a `wait_*` or `expect_*` step.
+    Sleep(Dur),
+    /// Wait until a node of a run has finished, with a status.
+    WaitNode(WaitNodeStep),
+    /// Wait until a run has settled, with a status.
+    WaitSettled(Short<WaitRunStep>),
+    /// Wait until nothing of a run is pending (settled, or waiting on a timer).
+    WaitIdle(Short<WaitRunStep>),
+    /// Expect completion events of a run.
+    ExpectEvents(ExpectEventsStep),
+    /// Expect DLQ entries.
+    ExpectDlq(ExpectDlqStep),
+    /// Expect a registration (accepted or refused).
+    ExpectRegistration(ExpectRegistrationStep),
+    /// Send a registration by hand.
+    Register(RegisterStep),
+    /// Expect a heartbeat.
+    ExpectHeartbeat(ExpectHeartbeatStep),
+    /// Expect what the emulator knows of a service (replicas).
+    ExpectService(ExpectServiceStep),
+    /// Expect every replica of the scripted services of a flow to hold it.
+    ExpectBroadcast(Short<ExpectBroadcastStep>),
+    /// Expect calls of a scripted action.
+    ExpectCalls(ExpectCallsStep),
+    /// Expect requests on an HTTP stub.
+    ExpectHttp(ExpectHttpStep),
+    /// Expect a conformance violation.
+    ExpectViolation(Short<ExpectViolationStep>),
+    /// Publish raw bytes on a subject.
+    Publish(PublishStep),
+    /// Restart the nats-server (same URL, same store).
+    RestartNats(Nothing),
+    /// Stop a service gracefully.
+    StopService(String),
+}
+
+/// `deploy`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeployStep {
+    /// The flow id (of `flows`).
+    pub flow: String,
+    /// The release must be refused with this code (or these codes).
+    #[serde(default)]
+    pub expect_error: Option<OneOrMany>,
+}
+
+impl From<String> for DeployStep {
+    fn from(flow: String) -> Self {
+        DeployStep {
+            flow,
+            expect_error: None,
+        }
+    }
+}
+
+/// `trigger`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerStep {
+    /// The flow id.
+    pub flow: String,
+    /// The payload, as JSON (default `{}`).
+    #[serde(default)]
+    pub payload: Option<Value>,
+    /// Exact payload bytes instead (need not be JSON: a poison message).
+    #[serde(default)]
+    pub raw: Option<String>,
+    /// The service-in to start at (default the flow's first entry point).
+    #[serde(default)]
+    pub entry: Option<String>,
+    /// The run id (default a new one).
+    #[serde(default)]
+    pub run_id: Option<String>,
+    /// The name later steps call the run by.
+    #[serde(default, rename = "as")]
+    pub name: Option<String>,
+}
+
+/// `wait_node`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitNodeStep {
+    /// The run's name (its `as:`).
+    pub run: String,
+    /// The node.
+    pub node: String,
+    /// The status it must finish with: `succeeded` (default), `failed`, `skipped` or `any`.
+    #[serde(default)]
+    pub status: Option<String>,
+    /// This step's time limit.
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+}
+
+/// `wait_settled` and `wait_idle`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitRunStep {
+    /// The run's name.
+    pub run: String,
+    /// The status it must have: `succeeded`, `failed`, `waiting` or `any` (default `succeeded`
+    /// for `wait_settled`, `any` for `wait_idle`).
+    #[serde(default)]
+    pub status: Option<String>,
+    /// This step's time limit.
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+}
+
+impl From<String> for WaitRunStep {
+    fn from(run: String) -> Self {
+        WaitRunStep {
+            run,
+            status: None,
+            timeout: None,
+        }
+    }
+}
+
+/// How `expect_events` compares.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventOrder {
+    /// The listed events appear in this order, others may come between (default).
+    #[default]
+    InOrder,
+    /// The run's events are exactly these, in this order (the engine's `triggered`, `armed`,
+    /// `fired` count only when one of them is listed).
+    Strict,
+    /// Each listed event appears, in any order.
+    Any,
+}
+
+/// `expect_events`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectEventsStep {
+    /// The run's name.
+    pub run: String,
+    /// How to compare.
+    #[serde(default)]
+    pub order: EventOrder,
+    /// The events.
+    pub events: Vec<EventSpec>,
+    /// This step's time limit.
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+}
+
+/// One expected completion event (or engine step).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventSpec {
+    /// The node.
+    pub node: String,
+    /// `succeeded`, `retrying`, `failed`, `skipped`, or the engine's `triggered`, `armed`, `fired`
+    /// (default: any).
+    #[serde(default)]
+    pub status: Option<String>,
+    /// The service that reported it.
+    #[serde(default)]
+    pub service: Option<String>,
+    /// Text the event's error contains.
+    #[serde(default)]
+    pub error_contains: Option<String>,
+}
+
+/// `expect_dlq`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectDlqStep {
+    /// The exact subject.
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// The run's name (the entry's `envelope.flow_run_id`).
+    #[serde(default)]
+    pub run: Option<String>,
+    /// The entry's `kind`.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// `dlq_form` (`<idempotency_key>:dlq:<unix_ns>`, key matching the entry) or an exact id.
+    #[serde(default)]
+    pub msg_id: Option<String>,
+    /// Text the entry's `err_msg` contains.
+    #[serde(default)]
+    pub err_contains: Option<String>,
+    /// The entry's `body`, as JSON.
+    #[serde(default, deserialize_with = "present")]
+    pub body: Option<Value>,
+    /// Exactly this many match (checked after `settle`); without it, at least one.
+    #[serde(default)]
+    pub count: Option<usize>,
+    /// How long to watch for more after the count is reached (default 250ms).
+    #[serde(default)]
+    pub settle: Option<Dur>,
+    /// This step's time limit.
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+}
+
+/// `expect_registration`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectRegistrationStep {
+    /// The service.
+    pub service: String,
+    /// Accepted (default true) or refused.
+    #[serde(default = "yes")]
+    pub accepted: bool,
+    /// Text the refusal contains.
+    #[serde(default)]
+    pub error_contains: Option<String>,
+    /// The fields of each action's `result_event` in the registered manifest:
+    /// `{action: [field, ...]}` (`[]`: the action declares none).
+    #[serde(default)]
+    pub result_event: Option<BTreeMap<String, Vec<String>>>,
+    /// This step's time limit.
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `register`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterStep {
+    /// The manifest. Without `manifest_hash`, the right hash is sealed in.
+    pub manifest: Value,
+    /// The reply's error must contain this; without it, the registration must be accepted.
+    #[serde(default)]
+    pub expect_error: Option<String>,
+    /// This step's time limit.
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+}
+
+/// `expect_heartbeat`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectHeartbeatStep {
+    /// The service.
+    pub service: String,
+    /// The heartbeat's `shutting_down` (default: either).
+    #[serde(default)]
+    pub shutting_down: Option<bool>,
+    /// This step's time limit.
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+}
+
+/// `expect_service`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectServiceStep {
+    /// The service.
+    pub service: String,
+    /// Replicas seen (distinct `started_at` in its heartbeats).
+    #[serde(default)]
+    pub replicas: Option<usize>,
+    /// This step's time limit.
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+}
+
+/// `expect_broadcast`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectBroadcastStep {
+    /// The flow id (deployed).
+    pub flow: String,
+    /// Only this scripted service's replicas (default: every scripted service of the flow).
+    #[serde(default)]
+    pub service: Option<String>,
+    /// The subject it must have been broadcast on.
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// This step's time limit.
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+}
+
+impl From<String> for ExpectBroadcastStep {
+    fn from(flow: String) -> Self {
+        ExpectBroadcastStep {
+            flow,
+            service: None,
+            subject: None,
+            timeout: None,
+        }
+    }
+}
+
+/// `expect_calls`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectCallsStep {
+    /// The scripted service.
+    pub service: String,
+    /// The action.
+    pub action: String,
+    /// Only calls of this run.
+    #[serde(default)]
+    pub run: Option<String>,
+    /// Only calls with this input (JSON).
+    #[serde(default, deserialize_with = "present")]
+    pub input: Option<Value>,
+    /// Exactly this many calls (attempts) match; without it, at least one.
+    #[serde(default)]
+    pub count: Option<usize>,
+    /// How long to watch for more after the count is reached (default 250ms).
+    #[serde(default)]
+    pub settle: Option<Dur>,
+    /// This step's time limit.
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+}
+
+/// `expect_http`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectHttpStep {
+    /// The stub.
+    pub stub: String,
+    /// Only requests with this JSON body.
+    #[serde(default, deserialize_with = "present")]
+    pub body: Option<Value>,
+    /// Only requests with these headers (names in any case, exact values).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Only requests without these headers.
+    #[serde(default)]
+    pub headers_absent: Vec<String>,
+    /// Exactly this many requests match; without it, at least one.
+    #[serde(default)]
+    pub count: Option<usize>,
+    /// How long to watch for more after the count is reached (default 250ms).
+    #[serde(default)]
+    pub settle: Option<Dur>,
+    /// This step's time limit.
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+}
+
+/// `expect_violation`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectViolationStep {
+    /// The rule (`triggers_emulator::conformance::RULES`).
+    pub rule: String,
+    /// Only on this subject.
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// Exactly this many; without it, at least one.
+    #[serde(default)]
+    pub count: Option<usize>,
+    /// How long to watch for more after the count is reached (default 250ms).
+    #[serde(default)]
+    pub settle: Option<Dur>,
+    /// This step's time limit.
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+}
+
+impl From<String> for ExpectViolationStep {
+    fn from(rule: String) -> Self {
+        ExpectViolationStep {
+            rule,
+            subject: None,
+            count: None,
+            settle: None,
+            timeout: None,
+        }
+    }
+}
+
+/// `publish`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishStep {
+    /// The subject.
+    pub subject: String,
+    /// Headers, written as given.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The body, as text (exact bytes).
+    #[serde(default)]
+    pub body: Option<String>,
+    /// The body, as JSON (written as Go writes it) instead.
+    #[serde(default, deserialize_with = "present")]
+    pub json: Option<Value>,
+}
+
+/// A key that takes nothing: `restart_nats: {}` (or an empty value).
+#[derive(Debug, Clone, Default)]
+pub struct Nothing;
+
+impl<'de> Deserialize<'de> for Nothing {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Nothing;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("nothing: write `{}`")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Nothing, E> {
+                Ok(Nothing)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Nothing, E> {
+                Ok(Nothing)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Nothing, A::Error> {
+                match map.next_key::<String>()? {
+                    None => Ok(Nothing),
+                    Some(k) => Err(de::Error::custom(format!(
+                        "unknown key `{k}`: this step takes no settings, write `{{}}`"
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A value written either in short form (a string) or in full (a map).
+#[derive(Debug, Clone)]
+pub struct Short<T>(pub T);
+
+impl<'de, T> Deserialize<'de> for Short<T>
+where
+    T: Deserialize<'de> + From<String>,
+{
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T> Visitor<'de> for V<T>
+        where
+            T: Deserialize<'de> + From<String>,
+        {
+            type Value = Short<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a name, or a map of settings")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Short<T>, E> {
+                Ok(Short(T::from(v.to_owned())))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Short<T>, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(Short)
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// One string or a list of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OneOrMany(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for OneOrMany {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = OneOrMany;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or a list of strings")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<OneOrMany, E> {
+                Ok(OneOrMany(vec![v.to_owned()]))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<OneOrMany, A::Error> {
+                let mut out = Vec::new();
+                while let Some(s) = seq.next_element::<String>()? {
+                    out.push(s);
+                }
+                Ok(OneOrMany(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A duration: `250ms`, `10s`, `5m`, `1h30m`, `1d` (humantime's forms), or a number of seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+impl Dur {
+    /// Parses the text form.
+    ///
+    /// # Errors
+    /// When it is not a duration; the message says how to write one.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let t = text.trim();
+        if let Ok(secs) = t.parse::<f64>() {
+            if secs.is_finite() && secs >= 0.0 {
+                return Ok(Dur(Duration::from_secs_f64(secs)));
+            }
+        } else if let Ok(d) = humantime::parse_duration(t) {
+            return Ok(Dur(d));
+        }
+        Err(format!(
+            "{text:?} is not a duration: write e.g. 250ms, 10s, 5m, 1h30m or 1d"
+        ))
+    }
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Dur;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as 250ms, 10s or 1h30m")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Dur, E> {
+                Dur::parse(v).map_err(E::custom)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Dur, E> {
+                Ok(Dur(Duration::from_secs(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Dur, E> {
+                u64::try_from(v)
+                    .map(|v| Dur(Duration::from_secs(v)))
+                    .map_err(|_| E::custom("a duration cannot be negative"))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Dur, E> {
+                Dur::parse(&v.to_string()).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", humantime::format_duration(self.0))
+    }
+}

@@ -1,0 +1,278 @@
+//! What a run of scenarios found: per scenario and per step, as text for people, JSON for tools
+//! and JUnit XML for CI.
+
+use std::time::Duration;
+
+use serde::{Serialize, Serializer};
+
+use crate::error::ReportError;
+
+/// How a scenario or a step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Everything it expected arrived.
+    Passed,
+    /// Something it expected did not (or something it did not expect did).
+    Failed,
+    /// Not run: an earlier step failed.
+    Skipped,
+}
+
+impl Outcome {
+    /// `PASS`, `FAIL`, `SKIP`.
+    #[must_use]
+    pub fn word(self) -> &'static str {
+        match self {
+            Outcome::Passed => "PASS",
+            Outcome::Failed => "FAIL",
+            Outcome::Skipped => "SKIP",
+        }
+    }
+}
+
+fn millis<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64((d.as_secs_f64() * 1_000_000.0).round() / 1000.0)
+}
+
+/// One step's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepReport {
+    /// 1-based position in the scenario.
+    pub index: usize,
+    /// Its line in the file.
+    pub line: u64,
+    /// In a few words.
+    pub label: String,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// How long it took.
+    #[serde(rename = "duration_ms", serialize_with = "millis")]
+    pub duration: Duration,
+    /// What it did or found (a run id, a version, "3 timer(s) fired"...), or why it failed.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+/// Why a scenario failed.
+#[derive(Debug, Clone, Serialize)]
+pub struct Failure {
+    /// The step (1-based), or none for setup, the conformance check or teardown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<usize>,
+    /// `file:line:col` of the step (or the file).
+    pub at: String,
+    /// The step's label, or `setup`, `conformance`, `teardown`.
+    pub what: String,
+    /// What was expected versus what arrived.
+    pub message: String,
+}
+
+/// The end of an external service's output.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServiceOutput {
+    /// The service.
+    pub service: String,
+    /// Its last lines.
+    pub output: String,
+}
+
+/// One scenario's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioReport {
+    /// Its name.
+    pub name: String,
+    /// Its file.
+    pub file: String,
+    /// What it checks.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// Passed or failed.
+    pub outcome: Outcome,
+    /// Wall time, setup and teardown included.
+    #[serde(rename = "duration_ms", serialize_with = "millis")]
+    pub duration: Duration,
+    /// The nats-server it ran on.
+    pub nats: String,
+    /// Every step.
+    pub steps: Vec<StepReport>,
+    /// Why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
+    /// External services' output (the last lines).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<ServiceOutput>,
+}
+
+impl ScenarioReport {
+    /// Whether it passed.
+    #[must_use]
+    pub fn passed(&self) -> bool {
+        self.outcome == Outcome::Passed
+    }
+
+    /// `PASS name (1.23s)`.
+    #[must_use]
+    pub fn summary_line(&self) -> String {
+        format!(
+            "{} {} ({})",
+            self.outcome.word(),
+            self.name,
+            seconds(self.duration)
+        )
+    }
+
+    /// For a failure: which step, what was expected and what arrived, and external services'
+    /// output. Empty when it passed.
+    #[must_use]
+    pub fn failure_text(&self) -> String {
+        let Some(f) = &self.failure else {
+            return String::new();
+        };
+        let mut out = match f.step {
+            Some(i) => format!("  step {i}/{} at {}: {}\n", self.steps.len(), f.at, f.what),
+            None => format!("  {} ({})\n", f.what, f.at),
+        };
+        for line in f.message.lines() {
+            out.push_str("    ");
+            out.push_str(line);
+            out.push('\n');
+        }
+        for s in &self.services {
+            let lines: Vec<&str> = s.output.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(40)..];
+            out.push_str(&format!(
+                "  output of service {} (last {} lines):\n",
+                s.service,
+                tail.len()
+            ));
+            if tail.is_empty() {
+                out.push_str("    (nothing)\n");
+            }
+            for l in tail {
+                out.push_str("    | ");
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+/// `0.42s`, `12.3s`.
+#[must_use]
+pub fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 10.0 {
+        format!("{s:.2}s")
+    } else {
+        format!("{s:.1}s")
+    }
+}
+
+/// A run of several scenarios.
+#[derive(Debug, Clone, Serialize)]
+pub struct SuiteReport {
+    /// Each scenario, in file order.
+    pub scenarios: Vec<ScenarioReport>,
+    /// Wall time of the whole run.
+    #[serde(rename = "duration_ms", serialize_with = "millis")]
+    pub duration: Duration,
+    /// Scenarios run at once.
+    pub jobs: usize,
+}
+
+impl SuiteReport {
+    /// How many passed.
+    #[must_use]
+    pub fn passed(&self) -> usize {
+        self.scenarios.iter().filter(|s| s.passed()).count()
+    }
+
+    /// How many failed.
+    #[must_use]
+    pub fn failed(&self) -> usize {
+        self.scenarios.len() - self.passed()
+    }
+
+    /// `14 passed, 0 failed in 12.3s`.
+    #[must_use]
+    pub fn summary_line(&self) -> String {
+        format!(
+            "{} passed, {} failed in {}",
+            self.passed(),
+            self.failed(),
+            seconds(self.duration)
+        )
+    }
+
+    /// The report as JSON.
+    ///
+    /// # Errors
+    /// Never in practice (every field serialises).
+    pub fn to_json(&self) -> Result<String, ReportError> {
+        Ok(serde_json::to_string_pretty(self)?)
+    }
+
+    /// The report as JUnit XML: one test suite, one test case per scenario (its class name the
+    /// file), a failure with what was expected and what arrived, the steps in system-out and
+    /// external services' output in system-err.
+    ///
+    /// # Errors
+    /// When the XML cannot be written.
+    pub fn to_junit(&self) -> Result<String, ReportError> {
+        use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+        let mut report = Report::new("triggers-lab scenarios");
+        let mut suite = TestSuite::new("scenarios");
+        for s in &self.scenarios {
+            let status = match &s.failure {
+                None => TestCaseStatus::success(),
+                Some(f) => {
+                    let mut st = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                    st.set_message(format!("{} at {}", f.what, f.at));
+                    st.set_description(f.message.clone());
+                    st.set_type("scenario failure");
+                    st
+                }
+            };
+            let mut case = TestCase::new(s.name.clone(), status);
+            case.set_classname(s.file.clone());
+            case.set_time(s.duration);
+            let steps: Vec<String> = s
+                .steps
+                .iter()
+                .map(|st| {
+                    format!(
+                        "{} step {} (line {}): {} ({}){}",
+                        st.outcome.word(),
+                        st.index,
+                        st.line,
+                        st.label,
+                        seconds(st.duration),
+                        if st.detail.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {}", st.detail.lines().next().unwrap_or_default())
+                        }
+                    )
+                })
+                .collect();
+            case.set_system_out(steps.join("\n"));
+            if !s.services.is_empty() {
+                case.set_system_err(
+                    s.services
+                        .iter()
+                        .map(|o| format!("--- {} ---\n{}", o.service, o.output))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                );
+            }
+            suite.add_test_case(case);
+        }
+        suite.set_time(self.duration);
+        report.add_test_suite(suite);
+        report
+            .to_string()
+            .map_err(|e| ReportError::Junit(e.to_string()))
+    }
+}

@@ -1,0 +1,599 @@
+//! Running one scenario: a nats-server and an emulator of its own, its HTTP stubs and services,
+//! then its steps in order, each within its time limit, then the conformance check; services are
+//! stopped and the server removed whatever happened.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio::time::Instant;
+use triggers_emulator::conformance::{Severity, Violation};
+use triggers_emulator::recorder::Record;
+use triggers_emulator::{
+    ClockMode, Deployment, Emulator, EmulatorConfig, Harness, HashMismatchPolicy, NatsConfig,
+    WaitError, describe_violations,
+};
+
+use crate::describe::{self, RunNames};
+use crate::external::{External, Output};
+use crate::load::Scenario;
+use crate::model::{ClockSpec, Conformance, HashMismatchSpec, Readiness, StubSpec};
+use crate::report::{Failure, Outcome, ScenarioReport, ServiceOutput, StepReport};
+use crate::scripted::Scripted;
+use crate::vars;
+
+/// Called with the emulator of each scenario as it starts (for `--tui`); the scenario's
+/// teardown waits for the future it returns.
+pub type WatchFn = Arc<dyn Fn(Emulator) -> BoxFuture<'static, ()> + Send + Sync>;
+/// Called with progress as scenarios run.
+pub type EventFn = Arc<dyn Fn(Event) + Send + Sync>;
+
+/// How to run scenarios.
+#[derive(Clone, Default)]
+pub struct RunOptions {
+    /// How each scenario gets its nats-server (default: as [`triggers_emulator::NatsServer`]
+    /// chooses). Every scenario gets a server of its own unless this names an external one.
+    pub nats: NatsConfig,
+    /// Overrides every scenario's `timeout`.
+    pub timeout: Option<Duration>,
+    /// Progress.
+    pub on_event: Option<EventFn>,
+    /// Watch each scenario's emulator (the terminal UI).
+    pub watch: Option<WatchFn>,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("nats", &self.nats)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Progress of a run.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A scenario is starting (its server and services next).
+    ScenarioStarted {
+        /// Its position in the run (0-based).
+        index: usize,
+        /// Scenarios in the run.
+        total: usize,
+        /// Its name.
+        name: String,
+        /// What it checks.
+        description: String,
+    },
+    /// A step is starting.
+    StepStarted {
+        /// The scenario's position.
+        index: usize,
+        /// The scenario's name.
+        name: String,
+        /// The step, 1-based.
+        step: usize,
+        /// Steps in the scenario.
+        steps: usize,
+        /// The step's label.
+        label: String,
+    },
+    /// A step ended.
+    StepFinished {
+        /// The scenario's position.
+        index: usize,
+        /// The scenario's name.
+        name: String,
+        /// Steps in the scenario.
+        steps: usize,
+        /// The step's result.
+        step: StepReport,
+    },
+    /// A scenario ended.
+    ScenarioFinished {
+        /// Its position.
+        index: usize,
+        /// Scenarios in the run.
+        total: usize,
+        /// Its result.
+        report: Box<ScenarioReport>,
+    },
+}
+
+/// How long to watch for more after an exact count was reached, by default.
+pub(crate) const DEFAULT_SETTLE: Duration = Duration::from_millis(250);
+/// How long an idle run may sit before a mismatch is final.
+pub(crate) const IDLE_GRACE: Duration = Duration::from_millis(300);
+
+/// Waits for the emulator to record something, or a short tick, until a deadline.
+pub(crate) struct Waiter {
+    records: tokio::sync::broadcast::Receiver<Record>,
+    started: Instant,
+    deadline: Instant,
+    /// Whether the deadline is the scenario's rather than the step's.
+    scenario_bound: bool,
+}
+
+impl Waiter {
+    /// `false` once the deadline has passed.
+    pub(crate) async fn next(&mut self) -> bool {
+        if Instant::now() >= self.deadline {
+            return false;
+        }
+        let tick = Instant::now() + Duration::from_millis(50);
+        tokio::select! {
+            _ = self.records.recv() => {}
+            () = tokio::time::sleep_until(tick.min(self.deadline)) => {}
+        }
+        true
+    }
+
+    /// The timeout message: what it waited for, and what it saw.
+    pub(crate) fn timeout(&self, waiting_for: String, saw: String) -> String {
+        let text = WaitError::Timeout {
+            waited: round(self.started.elapsed()),
+            waiting_for,
+            saw,
+        }
+        .to_string();
+        if self.scenario_bound {
+            format!("{text}\n(the scenario's timeout ran out)")
+        } else {
+            text
+        }
+    }
+}
+
+fn round(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64 / 10 * 10)
+}
+
+/// A scenario while it runs.
+pub(crate) struct Lab<'a> {
+    pub(crate) scenario: &'a Scenario,
+    pub(crate) harness: Harness,
+    pub(crate) hand: async_nats::Client,
+    pub(crate) stubs: BTreeMap<String, (StubSpec, wiremock::MockServer)>,
+    pub(crate) scripted: BTreeMap<String, Scripted>,
+    pub(crate) external: BTreeMap<String, External>,
+    pub(crate) outputs: Vec<(String, Output)>,
+    /// Run name -> run id.
+    pub(crate) runs: BTreeMap<String, String>,
+    pub(crate) deployed: BTreeMap<String, Deployment>,
+    /// Rules an `expect_violation` step expected: the conformance check leaves them out.
+    pub(crate) expected_rules: BTreeSet<String>,
+    pub(crate) deadline: Instant,
+}
+
+impl Lab<'_> {
+    pub(crate) fn em(&self) -> &Emulator {
+        self.harness.emulator()
+    }
+
+    /// A waiter for one step: its `timeout` (or the scenario's `step_timeout`), cut at the
+    /// scenario's deadline.
+    pub(crate) fn waiter(&self, step_timeout: Option<crate::model::Dur>) -> Waiter {
+        let now = Instant::now();
+        let own = now + step_timeout.map_or(self.scenario.step_timeout, |d| d.0);
+        Waiter {
+            records: self.em().subscribe_records(),
+            started: now,
+            deadline: own.min(self.deadline),
+            scenario_bound: self.deadline < own,
+        }
+    }
+
+    pub(crate) fn run_names(&self) -> RunNames {
+        self.runs
+            .iter()
+            .map(|(name, id)| (id.clone(), name.clone()))
+            .collect()
+    }
+
+    /// The run id of a run name.
+    pub(crate) fn run_id(&self, name: &str) -> Result<String, String> {
+        self.runs
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("no run named {name:?} has started (did its trigger step run?)"))
+    }
+
+    fn lookup(&self, name: &str) -> Option<String> {
+        if name == "nats.url" {
+            return Some(self.harness.url().to_owned());
+        }
+        if let Some(run) = name.strip_prefix("runs.") {
+            return self.runs.get(run).cloned();
+        }
+        let stub = name.strip_prefix("stubs.")?.strip_suffix(".url")?;
+        self.stubs
+            .get(stub)
+            .map(|(spec, server)| format!("{}{}", server.uri(), spec.path))
+    }
+
+    /// `${...}` replaced in a JSON value.
+    pub(crate) fn subst(&self, value: &Value) -> Result<Value, String> {
+        vars::substitute(value, &|n| self.lookup(n))
+    }
+
+    /// `${...}` replaced in text.
+    pub(crate) fn subst_str(&self, text: &str) -> Result<String, String> {
+        vars::substitute_str(text, &|n| self.lookup(n))
+    }
+
+    pub(crate) fn account_run(&self, id: &str) -> String {
+        describe::run(self.em(), id, &self.run_names())
+    }
+}
+
+/// Runs one scenario; never fails: a failure is in the report.
+pub async fn run_scenario(
+    scenario: &Scenario,
+    options: &RunOptions,
+    index: usize,
+    total: usize,
+) -> ScenarioReport {
+    let emitter = Emitter(options.on_event.clone());
+    emitter.emit(Event::ScenarioStarted {
+        index,
+        total,
+        name: scenario.name.clone(),
+        description: scenario.description.clone(),
+    });
+    let started = Instant::now();
+    let mut report = ScenarioReport {
+        name: scenario.name.clone(),
+        file: scenario.file.clone(),
+        description: scenario.description.clone(),
+        outcome: Outcome::Passed,
+        duration: Duration::ZERO,
+        nats: String::new(),
+        steps: Vec::new(),
+        failure: None,
+        services: Vec::new(),
+    };
+    let whole_file = scenario.file.clone();
+    match setup(scenario, options).await {
+        Err((message, outputs)) => {
+            report.outcome = Outcome::Failed;
+            report.failure = Some(Failure {
+                step: None,
+                at: whole_file,
+                what: "setup".into(),
+                message,
+            });
+            report.services = outputs;
+            for (i, s) in scenario.steps.iter().enumerate() {
+                report.steps.push(StepReport {
+                    index: i + 1,
+                    line: s.line,
+                    label: describe::label(&s.step),
+                    outcome: Outcome::Skipped,
+                    duration: Duration::ZERO,
+                    detail: String::new(),
+                });
+            }
+        }
+        Ok(mut lab) => {
+            report.nats = lab.harness.nats().summary();
+            let watching = options
+                .watch
+                .as_ref()
+                .map(|w| tokio::spawn(w(lab.em().clone())));
+            lab.deadline = Instant::now() + options.timeout.unwrap_or(scenario.timeout);
+            run_steps(&mut lab, &mut report, index, &emitter).await;
+            if report.failure.is_none()
+                && let Some(message) = conformance(&lab)
+            {
+                report.failure = Some(Failure {
+                    step: None,
+                    at: whole_file.clone(),
+                    what: format!("conformance: {:?}", scenario.conformance).to_lowercase(),
+                    message,
+                });
+            }
+            if let Some(w) = watching {
+                let _ = w.await;
+            }
+            if let Some(message) = teardown(&mut lab).await
+                && report.failure.is_none()
+            {
+                report.failure = Some(Failure {
+                    step: None,
+                    at: whole_file,
+                    what: "teardown".into(),
+                    message,
+                });
+            }
+            report.services = lab
+                .outputs
+                .iter()
+                .map(|(service, out)| ServiceOutput {
+                    service: service.clone(),
+                    output: out.text(),
+                })
+                .collect();
+            if report.failure.is_some() {
+                report.outcome = Outcome::Failed;
+            }
+        }
+    }
+    report.duration = started.elapsed();
+    emitter.emit(Event::ScenarioFinished {
+        index,
+        total,
+        report: Box::new(report.clone()),
+    });
+    report
+}
+
+type SetupError = (String, Vec<ServiceOutput>);
+
+/// Sends progress to the caller's [`EventFn`], if any.
+struct Emitter(Option<EventFn>);
+
+impl Emitter {
+    fn emit(&self, e: Event) {
+        if let Some(f) = &self.0 {
+            f(e);
+        }
+    }
+}
+
+async fn setup<'a>(scenario: &'a Scenario, options: &RunOptions) -> Result<Lab<'a>, SetupError> {
+    let plain = |m: String| (m, Vec::new());
+    let config = EmulatorConfig {
+        hash_mismatch: match scenario.emulator.hash_mismatch {
+            HashMismatchSpec::Reject => HashMismatchPolicy::Reject,
+            HashMismatchSpec::Record => HashMismatchPolicy::Record,
+        },
+        clock: match scenario.emulator.clock {
+            ClockSpec::Virtual => ClockMode::Virtual,
+            ClockSpec::Real => ClockMode::Real,
+        },
+        auto_advance: scenario.emulator.auto_advance,
+        wait_timeout: scenario.step_timeout,
+        heartbeat_interval: Duration::from_millis(500),
+        ..Default::default()
+    };
+    let harness = Harness::start_with(options.nats.clone(), config)
+        .await
+        .map_err(|e| {
+            plain(format!(
+                "cannot start the nats-server and the emulator: {e}"
+            ))
+        })?;
+    let hand = async_nats::ConnectOptions::new()
+        .name("triggers-lab scenario")
+        .connect(harness.url())
+        .await
+        .map_err(|e| plain(format!("cannot connect to {}: {e}", harness.url())))?;
+    let mut lab = Lab {
+        scenario,
+        harness,
+        hand,
+        stubs: BTreeMap::new(),
+        scripted: BTreeMap::new(),
+        external: BTreeMap::new(),
+        outputs: Vec::new(),
+        runs: BTreeMap::new(),
+        deployed: BTreeMap::new(),
+        expected_rules: BTreeSet::new(),
+        deadline: Instant::now(),
+    };
+    for stub in &scenario.http_stubs {
+        lab.stubs
+            .insert(stub.name.clone(), (stub.clone(), start_stub(stub).await));
+    }
+    for spec in &scenario.services {
+        if spec.is_external() {
+            let mut ext =
+                External::start(spec, &scenario.base_dir, lab.harness.url()).map_err(plain)?;
+            lab.outputs.push((spec.name.clone(), ext.output.clone()));
+            if spec.ready.unwrap_or_default() == Readiness::Registered {
+                let limit = spec.ready_timeout.map_or(Duration::from_secs(300), |d| d.0);
+                if let Err(message) = wait_registered(&lab, &mut ext, limit).boxed_local().await {
+                    let outputs = vec![ServiceOutput {
+                        service: spec.name.clone(),
+                        output: ext.output.text(),
+                    }];
+                    let _ = ext.stop().await;
+                    teardown(&mut lab).boxed_local().await;
+                    return Err((message, outputs));
+                }
+            }
+            lab.external.insert(spec.name.clone(), ext);
+        } else {
+            match Scripted::start(spec, lab.harness.url()).boxed_local().await {
+                Ok(s) => {
+                    lab.scripted.insert(spec.name.clone(), s);
+                }
+                Err(message) => {
+                    let outputs = lab
+                        .outputs
+                        .iter()
+                        .map(|(service, o)| ServiceOutput {
+                            service: service.clone(),
+                            output: o.text(),
+                        })
+                        .collect();
+                    teardown(&mut lab).boxed_local().await;
+                    return Err((message, outputs));
+                }
+            }
+        }
+    }
+    Ok(lab)
+}
+
+async fn start_stub(spec: &StubSpec) -> wiremock::MockServer {
+    use wiremock::matchers::{method, path};
+    let server = wiremock::MockServer::start().await;
+    let mut response = wiremock::ResponseTemplate::new(spec.status);
+    if let Some(body) = &spec.body {
+        response = response.set_body_json(body.clone());
+    }
+    if let Some(d) = spec.delay {
+        response = response.set_delay(d.0);
+    }
+    wiremock::Mock::given(method(spec.method.to_uppercase().as_str()))
+        .and(path(spec.path.as_str()))
+        .respond_with(response)
+        .mount(&server)
+        .await;
+    server
+}
+
+async fn wait_registered(lab: &Lab<'_>, ext: &mut External, limit: Duration) -> Result<(), String> {
+    let now = Instant::now();
+    let mut w = Waiter {
+        records: lab.em().subscribe_records(),
+        started: now,
+        deadline: now + limit,
+        scenario_bound: false,
+    };
+    loop {
+        if lab.em().services().contains_key(&ext.name) {
+            return Ok(());
+        }
+        if let Some(status) = ext.exited() {
+            // Give its last lines a moment to be read.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            return Err(format!(
+                "service {:?} exited ({status}) before it registered; {}",
+                ext.name,
+                describe::registrations(lab.em())
+            ));
+        }
+        if !w.next().await {
+            return Err(w.timeout(
+                format!(
+                    "service {:?} to register (it is external: `ready: registered`)",
+                    ext.name
+                ),
+                describe::registrations(lab.em()),
+            ));
+        }
+    }
+}
+
+async fn run_steps(
+    lab: &mut Lab<'_>,
+    report: &mut ScenarioReport,
+    index: usize,
+    emitter: &Emitter,
+) {
+    let scenario = lab.scenario;
+    let steps = scenario.steps.len();
+    let mut failed = false;
+    for (i, at) in scenario.steps.iter().enumerate() {
+        let label = describe::label(&at.step);
+        if failed {
+            report.steps.push(StepReport {
+                index: i + 1,
+                line: at.line,
+                label,
+                outcome: Outcome::Skipped,
+                duration: Duration::ZERO,
+                detail: String::new(),
+            });
+            continue;
+        }
+        emitter.emit(Event::StepStarted {
+            index,
+            name: scenario.name.clone(),
+            step: i + 1,
+            steps,
+            label: label.clone(),
+        });
+        let started = Instant::now();
+        let result = if Instant::now() >= lab.deadline {
+            Err(format!(
+                "the scenario's timeout ({}) ran out before this step",
+                crate::model::Dur(scenario.timeout)
+            ))
+        } else {
+            // A backstop for steps that do not wait by themselves (a publish to a server that
+            // is gone): the scenario's deadline, and a little more for the waits' own messages.
+            let backstop = lab.deadline + Duration::from_secs(2);
+            match tokio::time::timeout_at(backstop, crate::steps::run(lab, &at.step)).await {
+                Ok(r) => r,
+                Err(_) => Err(format!(
+                    "the step did not finish within the scenario's timeout ({})",
+                    crate::model::Dur(scenario.timeout)
+                )),
+            }
+        };
+        let (outcome, detail) = match result {
+            Ok(detail) => (Outcome::Passed, detail),
+            Err(message) => {
+                failed = true;
+                report.failure = Some(Failure {
+                    step: Some(i + 1),
+                    at: format!("{}:{}:{}", scenario.file, at.line, at.column),
+                    what: label.clone(),
+                    message: message.clone(),
+                });
+                (Outcome::Failed, message)
+            }
+        };
+        let step = StepReport {
+            index: i + 1,
+            line: at.line,
+            label,
+            outcome,
+            duration: started.elapsed(),
+            detail,
+        };
+        emitter.emit(Event::StepFinished {
+            index,
+            name: scenario.name.clone(),
+            steps,
+            step: step.clone(),
+        });
+        report.steps.push(step);
+    }
+}
+
+/// The violations the scenario's `conformance` setting does not allow, described with their
+/// bytes; `None` when there are none.
+fn conformance(lab: &Lab<'_>) -> Option<String> {
+    let policy = lab.scenario.conformance;
+    let failing: Vec<Violation> = lab
+        .em()
+        .violations()
+        .into_iter()
+        .filter(|v| !lab.expected_rules.contains(v.rule))
+        .filter(|v| match policy {
+            Conformance::Strict => true,
+            Conformance::Errors => v.severity == Severity::Error,
+            Conformance::Off => false,
+        })
+        .collect();
+    if failing.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "the conformance checker found what `conformance: {}` does not allow (expect a rule with expect_violation if it is on purpose):\n{}",
+        format!("{policy:?}").to_lowercase(),
+        describe_violations(&failing).trim_end()
+    ))
+}
+
+/// Stops every service (gracefully) and the stubs. `Some` when a service would not stop.
+async fn teardown(lab: &mut Lab<'_>) -> Option<String> {
+    let mut problems = Vec::new();
+    for (_, s) in std::mem::take(&mut lab.scripted) {
+        s.stop().await;
+    }
+    for (_, mut e) in std::mem::take(&mut lab.external) {
+        if let Err(m) = e.stop().await {
+            problems.push(m);
+        }
+    }
+    lab.stubs.clear();
+    (!problems.is_empty()).then(|| problems.join("\n"))
+}

@@ -1,0 +1,363 @@
+//! Scripted services: a scenario's `services` entry without a `command`, run in-process on the
+//! SDK runtime. Each action does what its `behavior` says, and every call is logged for
+//! `expect_calls`.
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use triggers_sdk::flow;
+use triggers_sdk::runtime::{
+    ActionContext, ActionDef, ActionError, DEFAULT_RETRY, ResultEventConfig, RunningService,
+    RuntimeConfig, Service,
+};
+use triggers_sdk::wire::Retry;
+
+use crate::model::{ActionSpec, Behavior, ResultEventSpec, ServiceSpec};
+
+/// The per-attempt timeout of a scripted action that does not set one.
+const DEFAULT_ACTION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One call of a scripted action (one attempt).
+#[derive(Debug, Clone, Serialize)]
+pub struct Call {
+    /// The action.
+    pub action: String,
+    /// The attempt, from 1.
+    pub attempt: u32,
+    /// The run.
+    pub run_id: String,
+    /// The input it got.
+    pub input: Value,
+    /// Which replica ran it (0-based).
+    pub replica: usize,
+}
+
+/// The calls of a scripted service, shared by its replicas.
+pub(crate) type Calls = Arc<Mutex<Vec<Call>>>;
+
+/// A running scripted service: its replicas and their calls.
+pub(crate) struct Scripted {
+    pub(crate) replicas: Vec<RunningService>,
+    pub(crate) calls: Calls,
+}
+
+impl Scripted {
+    /// Starts every replica against `nats_url`; each has registered when this returns.
+    pub(crate) async fn start(spec: &ServiceSpec, nats_url: &str) -> Result<Self, String> {
+        let calls: Calls = Arc::default();
+        if spec
+            .actions
+            .iter()
+            .any(|a| a.value.behavior.panic.is_some())
+        {
+            quiet_scripted_panics();
+        }
+        let mut replicas = Vec::new();
+        for replica in 0..spec.replicas.unwrap_or(1) as usize {
+            let service = build(spec, nats_url, replica, calls.clone())?;
+            let running = service
+                .start()
+                .await
+                .map_err(|e| format!("scripted service {:?} did not start: {e}", spec.name))?;
+            replicas.push(running);
+        }
+        Ok(Scripted { replicas, calls })
+    }
+
+    /// Stops every replica gracefully.
+    pub(crate) async fn stop(self) {
+        for r in self.replicas {
+            r.shutdown().await;
+        }
+    }
+}
+
+thread_local! {
+    /// Set just before a scripted `panic`: the panic is the behavior asked for, not a bug, so
+    /// the panic hook does not print it (the SDK reports it as `action_panicked`).
+    static QUIET_PANIC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Wraps the process's panic hook, once, so scripted panics stay quiet and others do not.
+fn quiet_scripted_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET_PANIC.with(|q| q.replace(false)) {
+                previous(info);
+            }
+        }));
+    });
+}
+
+thread_local! {
+    /// The schemas the next `ActionDef::new` reads: a scripted action's schemas are data, and
+    /// the SDK takes them from the handler's types (see `DynInput`).
+    static SCHEMAS: RefCell<(Value, Value)> =
+        const { RefCell::new((Value::Bool(true), Value::Bool(true))) };
+}
+
+/// A handler's input: any JSON, whose schema is the scenario's.
+#[derive(Debug, Deserialize)]
+#[serde(transparent)]
+struct DynInput(Value);
+
+/// A handler's output: any JSON, whose schema is the scenario's.
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+struct DynOutput(Value);
+
+fn schema_of(v: Value) -> Schema {
+    Schema::try_from(v).unwrap_or_default()
+}
+
+impl JsonSchema for DynInput {
+    fn schema_name() -> Cow<'static, str> {
+        "ScenarioInput".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        SCHEMAS.with(|s| schema_of(s.borrow().0.clone()))
+    }
+}
+
+impl JsonSchema for DynOutput {
+    fn schema_name() -> Cow<'static, str> {
+        "ScenarioResult".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        SCHEMAS.with(|s| schema_of(s.borrow().1.clone()))
+    }
+}
+
+/// The result schema of an action: as written, else inferred from `return`, else anything.
+/// The bool says whether it was inferred.
+fn result_schema(spec: &ActionSpec) -> (Value, bool) {
+    match (&spec.result, &spec.behavior.returns) {
+        (Some(schema), _) => (schema.clone(), false),
+        (None, Some(value)) => (infer_schema(value), true),
+        (None, None) => (Value::Bool(true), false),
+    }
+}
+
+/// The schema of a value's shape: what a typed handler returning it would declare.
+pub(crate) fn infer_schema(value: &Value) -> Value {
+    let ty = |t: &str| serde_json::json!({"type": t});
+    match value {
+        Value::Null => ty("null"),
+        Value::Bool(_) => ty("boolean"),
+        Value::Number(n) if n.is_f64() => ty("number"),
+        Value::Number(_) => ty("integer"),
+        Value::String(_) => ty("string"),
+        Value::Array(items) => match items.first() {
+            Some(first) => serde_json::json!({"type": "array", "items": infer_schema(first)}),
+            None => ty("array"),
+        },
+        Value::Object(map) => {
+            let properties: Map<String, Value> = map
+                .iter()
+                .map(|(k, v)| (k.clone(), infer_schema(v)))
+                .collect();
+            let required: Vec<Value> = map.keys().map(|k| Value::from(k.as_str())).collect();
+            serde_json::json!({"type": "object", "properties": properties, "required": required})
+        }
+    }
+}
+
+fn build(
+    spec: &ServiceSpec,
+    nats_url: &str,
+    replica: usize,
+    calls: Calls,
+) -> Result<Service, String> {
+    let mut builder = Service::builder(
+        spec.name.clone(),
+        spec.version.clone().unwrap_or_else(|| "1.0.0".into()),
+    );
+    match &spec.sources {
+        Some(sources) => {
+            for s in sources {
+                builder = builder.nats_source(s.name.clone(), s.subject.clone());
+            }
+        }
+        None => builder = builder.nats_source("nats", format!("{}.inbound", spec.name)),
+    }
+    for c in &spec.capabilities {
+        builder = builder.capability(c.clone());
+    }
+    if let Some(nodes) = &spec.supports_nodes {
+        builder = builder.supports_nodes(nodes.clone());
+    }
+    for a in &spec.actions {
+        builder = builder.action(action(&spec.name, &a.value, replica, calls.clone()));
+    }
+    builder
+        .config(RuntimeConfig {
+            nats_url: Some(nats_url.to_owned()),
+            heartbeat_interval: Some(Duration::from_millis(500)),
+            shutdown_grace: Some(Duration::from_secs(5)),
+            register_timeout: Some(Duration::from_secs(10)),
+            // Deploys come before triggers in a scenario: a broadcast is never far behind.
+            flow_wait: Some(Duration::from_secs(1)),
+            ..Default::default()
+        })
+        .build()
+        .map_err(|e| format!("scripted service {:?}: {e}", spec.name))
+}
+
+fn action(service: &str, spec: &ActionSpec, replica: usize, calls: Calls) -> ActionDef {
+    let (result, inferred) = result_schema(spec);
+    let input = spec.input.clone().unwrap_or(Value::Bool(true));
+    let behavior = Arc::new(spec.behavior.clone());
+    let name = spec.name.clone();
+    let handler = move |input: DynInput, ctx: ActionContext| {
+        let behavior = behavior.clone();
+        let calls = calls.clone();
+        let name = name.clone();
+        async move {
+            calls.lock().unwrap_or_else(|e| e.into_inner()).push(Call {
+                action: name,
+                attempt: ctx.attempt,
+                run_id: ctx.envelope.flow_run_id.clone(),
+                input: input.0.clone(),
+                replica,
+            });
+            perform(&behavior, input.0, &ctx).await.map(DynOutput)
+        }
+    };
+    let def = SCHEMAS.with(|s| {
+        *s.borrow_mut() = (input, result.clone());
+        ActionDef::new(spec.name.clone(), handler)
+    });
+    let retry = spec.retry.clone().unwrap_or_default();
+    let mut def = def
+        .timeout(spec.timeout.map_or(DEFAULT_ACTION_TIMEOUT, |d| d.0))
+        .retry(Retry {
+            max_attempts: retry.max_attempts.unwrap_or(DEFAULT_RETRY.max_attempts),
+            initial_backoff_ms: retry
+                .initial_backoff_ms
+                .unwrap_or(DEFAULT_RETRY.initial_backoff_ms),
+            backoff_factor: retry.backoff_factor.unwrap_or(DEFAULT_RETRY.backoff_factor),
+            max_backoff_ms: retry.max_backoff_ms.unwrap_or(DEFAULT_RETRY.max_backoff_ms),
+        });
+    let derivable = || {
+        triggers_sdk::wire::schema::normalize(&result)
+            .ok()
+            .is_some_and(|s| {
+                triggers_sdk::wire::ResultEvent::derive(service, &spec.name, &s).is_ok()
+            })
+    };
+    // An inferred schema that cannot be flattened (a nested return value) declares no result
+    // event rather than failing the build; a written one was checked when the file was read.
+    if spec.result_event == ResultEventSpec::Off || (inferred && !derivable()) {
+        def = def.result_event(ResultEventConfig::Off);
+    }
+    def
+}
+
+fn message(template: &str, ctx: &ActionContext) -> String {
+    template
+        .replace("{attempt}", &ctx.attempt.to_string())
+        .replace("{max_attempts}", &ctx.max_attempts.to_string())
+}
+
+async fn perform(b: &Behavior, input: Value, ctx: &ActionContext) -> Result<Value, ActionError> {
+    let fail = |text: String| {
+        if b.permanent {
+            ActionError::permanent(text)
+        } else {
+            ActionError::retryable(text)
+        }
+    };
+    if let Some(d) = b.sleep {
+        tokio::time::sleep(d.0).await;
+    }
+    let error = || {
+        message(
+            b.error
+                .as_deref()
+                .unwrap_or("scripted failure (attempt {attempt} of {max_attempts})"),
+            ctx,
+        )
+    };
+    if b.fail_first.is_some_and(|n| ctx.attempt <= n) {
+        return Err(fail(error()));
+    }
+    if let Some(cond) = &b.fail_if {
+        match flow::condition(cond, &input) {
+            Ok(true) => return Err(fail(error())),
+            Ok(false) => {}
+            Err(e) => return Err(ActionError::permanent(format!("fail_if: {e}"))),
+        }
+    }
+    if let Some(v) = &b.returns {
+        return Ok(v.clone());
+    }
+    if let Some(fields) = &b.map {
+        let mut config = Map::new();
+        config.insert("fields".into(), Value::Object(fields.clone()));
+        return flow::mapping(&config, &input)
+            .map_err(|e| ActionError::permanent(format!("map: {e}")));
+    }
+    if let Some(text) = &b.fail {
+        return Err(fail(message(text, ctx)));
+    }
+    if let Some(text) = &b.panic {
+        QUIET_PANIC.with(|q| q.set(true));
+        panic!("{}", message(text, ctx));
+    }
+    Ok(input)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn inferred_schemas_are_what_a_typed_handler_declares() {
+        assert_eq!(
+            infer_schema(&json!({"ok": true, "n": 3, "x": 1.5, "id": "a"})),
+            json!({"type": "object", "properties": {
+                "id": {"type": "string"}, "n": {"type": "integer"},
+                "ok": {"type": "boolean"}, "x": {"type": "number"}},
+                "required": ["id", "n", "ok", "x"]})
+        );
+    }
+
+    #[test]
+    fn a_scripted_action_declares_the_schemas_and_result_event_it_is_given() {
+        let a: ActionSpec = serde_json::from_value(json!({
+            "name": "charge",
+            "behavior": {"return": {"charged": true, "id": "c-1"}}
+        }))
+        .unwrap();
+        let service = Service::builder("shop", "1.0.0")
+            .action(action("shop", &a, 0, Calls::default()))
+            .nats_source("nats", "shop.inbound")
+            .build()
+            .unwrap();
+        let declared = &service.manifest().actions[0];
+        assert_eq!(
+            Value::Object(declared.result_schema.clone().unwrap()),
+            json!({"type": "object", "properties": {"charged": {"type": "boolean"}, "id": {"type": "string"}}, "required": ["charged", "id"]})
+        );
+        let ev = declared.result_event.as_ref().unwrap();
+        assert_eq!(ev["event_type"], "shop.charge.result");
+        assert_eq!(
+            Value::Object(declared.input_schema.clone().unwrap()),
+            json!({})
+        );
+    }
+}
