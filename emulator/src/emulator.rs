@@ -207,6 +207,8 @@ impl Drop for Tasks {
 pub struct Emulator {
     pub(crate) shared: Arc<Shared>,
     _tasks: Arc<Tasks>,
+    /// This handle's `wait_*` timeout, when not the config's.
+    pub(crate) wait_timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for Emulator {
@@ -260,6 +262,7 @@ impl Emulator {
         let emulator = Emulator {
             _tasks: Arc::new(Tasks(shared.clone())),
             shared: shared.clone(),
+            wait_timeout: None,
         };
 
         let register = client
@@ -335,6 +338,16 @@ impl Emulator {
     #[must_use]
     pub fn client(&self) -> &async_nats::Client {
         &self.shared.client
+    }
+
+    /// A handle to the same emulator whose `wait_*` methods give up after `timeout` instead of
+    /// [`EmulatorConfig::wait_timeout`]: `lab.with_wait_timeout(Duration::from_secs(60)).wait_run_settled(&run)`.
+    #[must_use]
+    pub fn with_wait_timeout(&self, timeout: Duration) -> Emulator {
+        Emulator {
+            wait_timeout: Some(timeout),
+            ..self.clone()
+        }
     }
 
     /// The configuration it runs with.

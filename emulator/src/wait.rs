@@ -158,7 +158,7 @@ impl Emulator {
     /// [`WaitError::Timeout`] listing the registrations that did arrive.
     pub async fn wait_for_registration(&self, service: &str) -> Result<ServiceState, WaitError> {
         self.wait_until(
-            self.config().wait_timeout,
+            self.wait_timeout.unwrap_or(self.config().wait_timeout),
             || format!("service {service:?} to register"),
             |s| s.services.get(service).cloned(),
             |s| describe_records(s, |k| matches!(k, RecordKind::Registration { .. })),
@@ -176,7 +176,7 @@ impl Emulator {
         pred: impl Fn(&Heartbeat) -> bool,
     ) -> Result<Heartbeat, WaitError> {
         self.wait_until(
-            self.config().wait_timeout,
+            self.wait_timeout.unwrap_or(self.config().wait_timeout),
             || format!("a matching heartbeat from {service:?}"),
             |s| {
                 s.records.iter().rev().find_map(|r| match &r.kind {
@@ -205,7 +205,7 @@ impl Emulator {
     ) -> Result<TimelineEntry, WaitError> {
         let run_id = run_id.as_ref();
         self.wait_until(
-            self.config().wait_timeout,
+            self.wait_timeout.unwrap_or(self.config().wait_timeout),
             || format!("node {node_id:?} of run {run_id} to finish"),
             |s| {
                 s.runs.get(run_id).and_then(|r| {
@@ -231,7 +231,7 @@ impl Emulator {
     pub async fn wait_run_settled(&self, run_id: impl AsRef<str>) -> Result<Run, WaitError> {
         let run_id = run_id.as_ref();
         self.wait_until(
-            self.config().wait_timeout,
+            self.wait_timeout.unwrap_or(self.config().wait_timeout),
             || format!("run {run_id} to settle"),
             |s| {
                 s.runs
@@ -251,7 +251,7 @@ impl Emulator {
     pub async fn wait_run_idle(&self, run_id: impl AsRef<str>) -> Result<Run, WaitError> {
         let run_id = run_id.as_ref();
         self.wait_until(
-            self.config().wait_timeout,
+            self.wait_timeout.unwrap_or(self.config().wait_timeout),
             || format!("run {run_id} to be idle (settled, or waiting on a timer)"),
             |s| s.runs.get(run_id).filter(|r| r.pending.is_empty()).cloned(),
             |s| describe_run(s, run_id),
@@ -268,7 +268,7 @@ impl Emulator {
         rule: &str,
     ) -> Result<crate::conformance::Violation, WaitError> {
         self.wait_until(
-            self.config().wait_timeout,
+            self.wait_timeout.unwrap_or(self.config().wait_timeout),
             || format!("a {rule} conformance violation"),
             |s| s.violations.iter().find(|v| v.rule == rule).cloned(),
             |s| describe_records(s, |k| matches!(k, RecordKind::Violation { .. })),
@@ -282,7 +282,7 @@ impl Emulator {
     /// [`WaitError::Timeout`] listing the DLQ entries that did arrive.
     pub async fn wait_dlq(&self, filter: DlqFilter) -> Result<DlqRecord, WaitError> {
         self.wait_until(
-            self.config().wait_timeout,
+            self.wait_timeout.unwrap_or(self.config().wait_timeout),
             || format!("{} (after Nats-Msg-Id dedup)", filter.describe()),
             |s| {
                 s.records
@@ -305,7 +305,7 @@ impl Emulator {
         count: usize,
     ) -> Result<Vec<DlqRecord>, WaitError> {
         self.wait_until(
-            self.config().wait_timeout,
+            self.wait_timeout.unwrap_or(self.config().wait_timeout),
             || format!("{count} x {}", filter.describe()),
             |s| {
                 let found: Vec<DlqRecord> = s
@@ -385,6 +385,15 @@ pub(crate) fn describe_record(r: &Record) -> String {
             }
         ),
         other => format!("#{} {} {}", r.seq, other.name(), r.subject),
+    }
+}
+
+impl Emulator {
+    /// A readable account of a run: its timeline with errors, what is pending, armed timers and
+    /// its DLQ entries (what a timed-out wait prints).
+    #[must_use]
+    pub fn describe_run(&self, run_id: &str) -> String {
+        describe_run(&self.lock(), run_id)
     }
 }
 

@@ -467,9 +467,15 @@ async fn a_wait_that_times_out_says_what_did_arrive() {
     assert!(saw.contains("retrying: first attempt: boom"), "{err}");
     assert!(saw.contains("pending: {\"step\"}"), "{err}");
     let err = lab
+        .with_wait_timeout(Duration::from_millis(120))
         .wait_dlq(DlqFilter::subject("triggers.v2.dlq.a.x"))
         .await
         .unwrap_err();
+    assert!(err.to_string().starts_with("waited 120ms"), "{err}");
+    assert!(
+        lab.describe_run(&run.0)
+            .contains("retrying: first attempt: boom")
+    );
     assert!(
         err.to_string().contains("nothing of that kind arrived"),
         "{err}"

@@ -2,13 +2,10 @@
 //! SDK runtime. Each action does what its `behavior` says, and every call is logged for
 //! `expect_calls`.
 
-use std::borrow::Cow;
-use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use schemars::{JsonSchema, Schema, SchemaGenerator};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Map, Value};
 use triggers_sdk::flow;
 use triggers_sdk::runtime::{
@@ -96,51 +93,6 @@ fn quiet_scripted_panics() {
     });
 }
 
-thread_local! {
-    /// The schemas the next `ActionDef::new` reads: a scripted action's schemas are data, and
-    /// the SDK takes them from the handler's types (see `DynInput`).
-    static SCHEMAS: RefCell<(Value, Value)> =
-        const { RefCell::new((Value::Bool(true), Value::Bool(true))) };
-}
-
-/// A handler's input: any JSON, whose schema is the scenario's.
-#[derive(Debug, Deserialize)]
-#[serde(transparent)]
-struct DynInput(Value);
-
-/// A handler's output: any JSON, whose schema is the scenario's.
-#[derive(Debug, Serialize)]
-#[serde(transparent)]
-struct DynOutput(Value);
-
-fn schema_of(v: Value) -> Schema {
-    Schema::try_from(v).unwrap_or_default()
-}
-
-impl JsonSchema for DynInput {
-    fn schema_name() -> Cow<'static, str> {
-        "ScenarioInput".into()
-    }
-    fn inline_schema() -> bool {
-        true
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        SCHEMAS.with(|s| schema_of(s.borrow().0.clone()))
-    }
-}
-
-impl JsonSchema for DynOutput {
-    fn schema_name() -> Cow<'static, str> {
-        "ScenarioResult".into()
-    }
-    fn inline_schema() -> bool {
-        true
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        SCHEMAS.with(|s| schema_of(s.borrow().1.clone()))
-    }
-}
-
 /// The result schema of an action: as written, else inferred from `return`, else anything.
 /// The bool says whether it was inferred.
 fn result_schema(spec: &ActionSpec) -> (Value, bool) {
@@ -221,7 +173,7 @@ fn action(service: &str, spec: &ActionSpec, replica: usize, calls: Calls) -> Act
     let input = spec.input.clone().unwrap_or(Value::Bool(true));
     let behavior = Arc::new(spec.behavior.clone());
     let name = spec.name.clone();
-    let handler = move |input: DynInput, ctx: ActionContext| {
+    let handler = move |input: Value, ctx: ActionContext| {
         let behavior = behavior.clone();
         let calls = calls.clone();
         let name = name.clone();
@@ -230,16 +182,13 @@ fn action(service: &str, spec: &ActionSpec, replica: usize, calls: Calls) -> Act
                 action: name,
                 attempt: ctx.attempt,
                 run_id: ctx.envelope.flow_run_id.clone(),
-                input: input.0.clone(),
+                input: input.clone(),
                 replica,
             });
-            perform(&behavior, input.0, &ctx).await.map(DynOutput)
+            perform(&behavior, input, &ctx).await
         }
     };
-    let def = SCHEMAS.with(|s| {
-        *s.borrow_mut() = (input, result.clone());
-        ActionDef::new(spec.name.clone(), handler)
-    });
+    let def = ActionDef::dynamic(spec.name.clone(), &input, &result, handler);
     let retry = spec.retry.clone().unwrap_or_default();
     let mut def = def
         .timeout(spec.timeout.map_or(DEFAULT_ACTION_TIMEOUT, |d| d.0))

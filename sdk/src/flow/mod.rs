@@ -99,8 +99,9 @@ impl std::fmt::Display for NodeType {
     }
 }
 
-/// One node of a flow.
+/// One node of a flow. Unknown keys are refused: a misspelt `service` must not pass unnoticed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Node {
     /// Unique in the flow.
     pub id: String,
@@ -121,8 +122,9 @@ pub struct Node {
     pub inbound: String,
 }
 
-/// One edge: `from`'s output goes to `to`.
+/// One edge: `from`'s output goes to `to`. Unknown keys are refused.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Edge {
     /// Unique in the flow.
     pub id: String,
@@ -531,6 +533,15 @@ mod tests {
         assert!(at.contains(&"edges[e8]".to_owned()), "{at:?}");
         assert!(at.contains(&"nodes[x]".to_owned()), "{at:?}");
         assert!(at.iter().any(|a| a.starts_with("nodes[")), "{at:?}");
+    }
+
+    #[test]
+    fn misspelt_keys_are_refused() {
+        let err = serde_json::from_value::<Flow>(json!({"id": "f", "nodes": [
+            {"id": "in", "type": "service-in", "servise": "a"}
+        ], "edges": []}))
+        .unwrap_err();
+        assert!(err.to_string().contains("servise"), "{err}");
     }
 
     #[test]

@@ -213,6 +213,48 @@ impl ActionDef {
         }
     }
 
+    /// An action whose input and output are any JSON, with schemas given as data (normalised as
+    /// the contract says): for services whose shapes are not Rust types, such as scripted ones
+    /// or a gateway. A value that does not match the input schema is not refused by the SDK; the
+    /// schema is what the manifest declares.
+    ///
+    /// # Errors
+    /// Never here: a schema that cannot be normalised makes [`ServiceBuilder::build`] fail,
+    /// naming the action.
+    ///
+    /// [`ServiceBuilder::build`]: crate::runtime::ServiceBuilder::build
+    pub fn dynamic<F, Fut, E>(
+        name: impl Into<String>,
+        input_schema: &Value,
+        result_schema: &Value,
+        handler: F,
+    ) -> Self
+    where
+        F: Fn(Value, ActionContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, E>> + Send + 'static,
+        E: Into<ActionError>,
+    {
+        let handler = Arc::new(handler);
+        let erased: ErasedHandler = Arc::new(move |input: Value, ctx: ActionContext| {
+            let fut = handler(input, ctx);
+            Box::pin(async move { fut.await.map_err(|e| CallError::Failed(e.into())) })
+        });
+        let schema = |v: &Value| crate::wire::schema::normalize(v).map_err(|e| e.to_string());
+        ActionDef {
+            name: name.into(),
+            handler: erased,
+            input_schema: schema(input_schema),
+            result_schema: schema(result_schema),
+            timeout: DEFAULT_TIMEOUT,
+            retry: DEFAULT_RETRY,
+            display_name: String::new(),
+            description: String::new(),
+            version: String::new(),
+            lifecycle: String::new(),
+            result_event: ResultEventConfig::Auto,
+        }
+    }
+
     /// The per-attempt timeout (default 30 s).
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
