@@ -6,7 +6,8 @@ use std::time::Duration;
 use triggers_emulator::{Backend, EmulatorConfig, Harness, NatsConfig};
 use triggers_sdk::runtime::RuntimeConfig;
 
-/// A harness on a nats-server binary of its own, waits bounded at 10 s.
+/// A harness on a nats-server binary of its own, waits bounded at 20 s (they return as soon as
+/// what they wait for arrives; the bound only matters on a loaded CI machine).
 ///
 /// # Panics
 /// When no nats-server can be started (the message says how to get one).
@@ -25,7 +26,7 @@ pub async fn lab_with(config: EmulatorConfig) -> Harness {
             ..Default::default()
         },
         EmulatorConfig {
-            wait_timeout: Duration::from_secs(10),
+            wait_timeout: Duration::from_secs(20),
             ..config
         },
     )

@@ -28,7 +28,7 @@ pub async fn lab_with(config: EmulatorConfig) -> Harness {
             ..Default::default()
         },
         EmulatorConfig {
-            wait_timeout: Duration::from_secs(5),
+            wait_timeout: Duration::from_secs(15),
             ..config
         },
     )
