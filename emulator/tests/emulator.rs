@@ -179,7 +179,7 @@ async fn every_replica_receives_every_broadcast() {
     assert_eq!(cross.broadcast_subject, subject::FLOW_BROADCAST_ALL);
     // Each replica got the single-service flow on its own subject and the cross one on .all.
     for (i, sub) in subs.iter_mut().enumerate() {
-        let msg = tokio::time::timeout(Duration::from_secs(5), sub.next())
+        let msg = tokio::time::timeout(Duration::from_secs(15), sub.next())
             .await
             .unwrap()
             .unwrap();

@@ -430,7 +430,7 @@ async fn the_durable_timer_triplet_is_accepted_refused_and_stripped() {
         .unwrap();
     assert!(
         plain
-            .wait_for_flow("plainflow", 1, Duration::from_secs(5))
+            .wait_for_flow("plainflow", 1, Duration::from_secs(15))
             .await
     );
     let body = br#"{"order_id":"x","total":1}"#;

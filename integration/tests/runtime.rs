@@ -200,7 +200,7 @@ async fn two_replicas_both_get_broadcasts_and_share_the_work() {
         .unwrap();
     for r in &replicas {
         assert!(
-            r.wait_for_flow("order", deployed.flow.version, Duration::from_secs(5))
+            r.wait_for_flow("order", deployed.flow.version, Duration::from_secs(15))
                 .await,
             "every replica got the broadcast"
         );
@@ -229,7 +229,7 @@ async fn two_replicas_both_get_broadcasts_and_share_the_work() {
         .unwrap();
     for r in &replicas {
         assert!(
-            r.wait_for_flow("order", again.flow.version, Duration::from_secs(5))
+            r.wait_for_flow("order", again.flow.version, Duration::from_secs(15))
                 .await
         );
     }
@@ -315,7 +315,7 @@ async fn a_panicking_or_slow_handler_is_a_failed_attempt_not_a_dead_service() {
         )
         .action(
             ActionDef::new("slow", |o: Order, _ctx: ActionContext| async move {
-                tokio::time::sleep(Duration::from_secs(5)).await;
+                tokio::time::sleep(Duration::from_secs(15)).await;
                 Ok::<_, ActionError>(Charged {
                     order_id: o.order_id,
                     charged: true,

@@ -117,7 +117,7 @@ pub async fn next_delivery(client: &async_nats::Client, service: &str) -> Delive
         .await
         .unwrap();
     let mut messages = consumer.messages().await.unwrap();
-    let msg = tokio::time::timeout(Duration::from_secs(5), messages.next())
+    let msg = tokio::time::timeout(Duration::from_secs(15), messages.next())
         .await
         .expect("a delivery within 5 s")
         .unwrap()
