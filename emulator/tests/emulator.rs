@@ -567,7 +567,7 @@ async fn timer_run_fires_by_itself(config: EmulatorConfig, delay_ms: u64) {
 
 #[tokio::test]
 async fn auto_advance_jumps_to_the_timer_when_every_run_is_idle() {
-    let started = std::time::Instant::now();
+    // A week of virtual time: were it waited for, the test's waits would give up long before.
     timer_run_fires_by_itself(
         EmulatorConfig {
             auto_advance: true,
@@ -576,10 +576,6 @@ async fn auto_advance_jumps_to_the_timer_when_every_run_is_idle() {
         7 * 24 * 3600 * 1000,
     )
     .await;
-    assert!(
-        started.elapsed() < Duration::from_secs(30),
-        "a week of virtual time, not of waiting"
-    );
 }
 
 #[tokio::test]
