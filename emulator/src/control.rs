@@ -68,7 +68,7 @@ pub struct RunSummary {
     pub flow_id: String,
     /// Where it is.
     pub status: RunStatus,
-    /// When it started (emulator clock).
+    /// When it started (wall clock).
     pub started_at: GoTime,
     /// When it settled.
     pub settled_at: Option<GoTime>,

@@ -501,12 +501,14 @@ impl Emulator {
                 durable_timer::write_triplet(&mut headers, &root, &payload);
             }
             state.own_msg_ids.insert(envelope.idempotency_key.clone());
+            // Run and timeline times are wall-clock, like the services' own steps; the
+            // emulator's clock (virtual or not) rules envelopes and timers.
             let run = Run::start(
                 run_id.clone(),
                 &flow,
                 &entry.id,
                 trace_id,
-                now,
+                GoTime::now(),
                 payload.clone(),
             );
             state.runs.insert(run_id.clone(), run);
@@ -524,14 +526,13 @@ impl Emulator {
         );
         {
             let mut state = self.lock();
-            let now = state.clock.now();
             if let Some(run) = state.runs.get_mut(&run_id) {
                 run.engine_step(
                     seq,
                     &entry_id,
                     NodeType::ServiceIn.as_str(),
                     "triggered",
-                    now,
+                    GoTime::now(),
                 );
             }
         }

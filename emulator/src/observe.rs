@@ -282,7 +282,7 @@ impl Shared {
         }
         let settled = state.runs.get_mut(&event.flow_run_id).and_then(|run| {
             let was = run.status.is_settled();
-            run.refresh_status(now);
+            run.refresh_status(GoTime::now());
             (!was && run.status.is_settled()).then(|| (run.flow_id.clone(), run.status))
         });
         if let Some((flow_id, status)) = settled {

@@ -5,6 +5,9 @@
 //! language: a run starts with its entry's successors pending; a node's `succeeded` event makes
 //! its successors pending (a timer is armed instead); `skipped` and `failed` end that path. A run
 //! with nothing pending is *waiting* while a timer is armed, else *settled*.
+//!
+//! A run's times (start, settle, each step) are wall-clock, as the services' completion events
+//! are; only a timer's `due` is on the emulator's clock, which may be virtual.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -266,9 +269,9 @@ pub struct Run {
     pub trace_id: String,
     /// Where it is.
     pub status: RunStatus,
-    /// When it started (emulator clock).
+    /// When it started (wall clock).
     pub started_at: GoTime,
-    /// When it settled (emulator clock).
+    /// When it settled (wall clock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settled_at: Option<GoTime>,
     /// Nodes waiting for a completion event.

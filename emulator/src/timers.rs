@@ -54,7 +54,7 @@ pub(crate) fn arm(
         },
     );
     if let Some(run) = state.runs.get_mut(run_id) {
-        run.engine_step(seq, timer, NodeType::Timer.as_str(), "armed", now);
+        run.engine_step(seq, timer, NodeType::Timer.as_str(), "armed", GoTime::now());
     }
 }
 
@@ -203,7 +203,13 @@ fn take_due(state: &mut State, due: GoTime) -> Vec<Delivery> {
         }
         let seq = state.seq;
         if let Some(run) = state.runs.get_mut(&run_id) {
-            run.engine_step(seq, &timer.node_id, NodeType::Timer.as_str(), "fired", now);
+            run.engine_step(
+                seq,
+                &timer.node_id,
+                NodeType::Timer.as_str(),
+                "fired",
+                GoTime::now(),
+            );
             for (_, resume) in flow.successors(&timer.node_id) {
                 run.enter(&flow, &resume.id);
             }
@@ -220,7 +226,7 @@ fn take_due(state: &mut State, due: GoTime) -> Vec<Delivery> {
             } else {
                 run.completed.insert(timer.node_id.clone());
             }
-            run.refresh_status(now);
+            run.refresh_status(GoTime::now());
         }
     }
     deliveries
