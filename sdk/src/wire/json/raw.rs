@@ -62,7 +62,7 @@ impl RawJson {
     /// Encodes `value` with the Go writer and keeps the bytes.
     ///
     /// # Errors
-    /// As [`to_vec`].
+    /// As [`to_vec`](super::to_vec).
     pub fn from_value<T: Serialize + ?Sized>(value: &T) -> Result<Self, JsonError> {
         Ok(RawJson(to_string(value)?.into_boxed_str()))
     }
