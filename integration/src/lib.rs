@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
+use serde_json::{Value, json};
 use triggers_emulator::{Backend, EmulatorConfig, Harness, NatsConfig};
+use triggers_sdk::flow::Flow;
 use triggers_sdk::runtime::RuntimeConfig;
 
 /// A harness on a nats-server binary of its own, waits bounded at 20 s (they return as soon as
@@ -43,6 +45,24 @@ pub fn config(lab: &Harness) -> RuntimeConfig {
         shutdown_grace: Some(Duration::from_secs(5)),
         ..Default::default()
     }
+}
+
+/// A flow from its JSON.
+///
+/// # Panics
+/// When the JSON is not a flow (a mistake in the test).
+#[must_use]
+pub fn flow(v: Value) -> Flow {
+    serde_json::from_value(v).expect("a flow")
+}
+
+/// `in -> step`: one service-in and one action of the same service.
+#[must_use]
+pub fn one_step(id: &str, service: &str, action: &str) -> Flow {
+    flow(json!({"id": id, "nodes": [
+        {"id": "in", "type": "service-in", "service": service},
+        {"id": "step", "type": "action", "service": service, "action": action}
+    ], "edges": [{"id": "e1", "from": "in", "to": "step"}]}))
 }
 
 /// `docs/sdk.md`, so its Rust blocks are compiled as doc tests.

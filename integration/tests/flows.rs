@@ -8,8 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use triggers_emulator::DlqFilter;
-use triggers_integration::{config, lab};
-use triggers_sdk::flow::Flow;
+use triggers_integration::{config, flow, lab};
 use triggers_sdk::runtime::{ActionContext, ActionDef, ActionError, DURABLE_TIMER_V1, Service};
 use triggers_sdk::wire::durable_timer::{self, RootContext, TimerContext};
 use triggers_sdk::wire::header::names;
@@ -39,10 +38,6 @@ struct ReceiptInput {
 #[derive(Debug, Serialize, JsonSchema)]
 struct ReceiptSent {
     sent: bool,
-}
-
-fn flow(v: Value) -> Flow {
-    serde_json::from_value(v).unwrap()
 }
 
 type Seen = Arc<Mutex<Vec<(String, i64, Envelope)>>>;

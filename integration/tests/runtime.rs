@@ -11,9 +11,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use triggers_emulator::{DlqFilter, TriggerOptions};
-use triggers_integration::{config, lab};
+use triggers_integration::{config, lab, one_step};
 use triggers_sdk::error::StartError;
-use triggers_sdk::flow::Flow;
 use triggers_sdk::runtime::{ActionContext, ActionDef, ActionError, Retry, RuntimeConfig, Service};
 use triggers_sdk::wire::header::names;
 use triggers_sdk::wire::{Envelope, Headers, subject};
@@ -41,17 +40,6 @@ fn shop() -> triggers_sdk::runtime::ServiceBuilder {
     Service::builder("shop", "1.0.0")
         .action(ActionDef::new("charge", charge))
         .nats_source("nats", "shop.inbound")
-}
-
-fn flow(v: serde_json::Value) -> Flow {
-    serde_json::from_value(v).unwrap()
-}
-
-fn one_step(id: &str, service: &str, action: &str) -> Flow {
-    flow(json!({"id": id, "nodes": [
-        {"id": "in", "type": "service-in", "service": service},
-        {"id": "step", "type": "action", "service": service, "action": action}
-    ], "edges": [{"id": "e1", "from": "in", "to": "step"}]}))
 }
 
 #[tokio::test]
