@@ -389,3 +389,34 @@ async fn two_servers_at_once_are_isolated() {
         "a stream created on one server must not exist on the other"
     );
 }
+
+/// A start, a restart and a stop can be awaited from spawned tasks (a scenario runner spawns).
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_restart_and_stop_run_in_spawned_tasks() {
+    let Some(server) = tokio::spawn(start_docker()).await.unwrap() else {
+        return;
+    };
+    let mut server = server;
+    let url = server.url().to_owned();
+    let mut server = tokio::spawn(async move {
+        server.restart().await.unwrap();
+        server
+    })
+    .await
+    .unwrap();
+    assert_eq!(server.url(), url);
+    async_nats::connect(server.url())
+        .await
+        .unwrap()
+        .flush()
+        .await
+        .unwrap();
+    let binary = start_binary().await;
+    tokio::spawn(async move {
+        server.restart().await.unwrap();
+        server.stop().await.unwrap();
+        binary.stop().await.unwrap();
+    })
+    .await
+    .unwrap();
+}

@@ -161,17 +161,15 @@ impl BinaryServer {
         let client_url = self.client_url();
         let monitor_url = self.monitor_url();
         let child = &mut self.child;
-        let result = probe::wait_ready(
-            &client_url,
-            Some(&monitor_url),
-            budget,
-            async || match child.as_mut().map(Child::try_wait) {
+        let result = probe::wait_ready(&client_url, Some(&monitor_url), budget, || {
+            let how = match child.as_mut().map(Child::try_wait) {
                 None => Some("the process is not running".to_string()),
                 Some(Ok(Some(status))) => Some(format!("nats-server exited early ({status})")),
                 Some(Ok(None)) => None,
                 Some(Err(e)) => Some(format!("cannot check the process: {e}")),
-            },
-        )
+            };
+            Box::pin(std::future::ready(how))
+        })
         .await;
         result.map_err(|reason| NatsError::NotReady {
             backend: self.backend(),

@@ -340,55 +340,77 @@ impl DockerServer {
     }
 
     async fn wait_ready(&mut self, budget: Duration) -> Result<(), NatsError> {
-        let Some(container) = &self.container else {
-            return Ok(());
-        };
         let client_url = self.client_url();
         let monitor_url = self.monitor_url();
-        let result = probe::wait_ready(&client_url, Some(&monitor_url), budget, async || {
-            match container.is_running().await {
-                Ok(false) => Some(match container.exit_code().await {
-                    Ok(Some(code)) => format!("the container exited with code {code}"),
-                    _ => "the container stopped".to_string(),
-                }),
-                // An engine hiccup is no reason to give up; the deadline still holds.
-                _ => None,
-            }
+        // The container goes to a blocking thread for each look (see `off_task`) and comes back.
+        let slot = tokio::sync::Mutex::new(self.container.take());
+        let result = probe::wait_ready(&client_url, Some(&monitor_url), budget, || {
+            Box::pin(async {
+                let mut slot = slot.lock().await;
+                let container = slot.take()?;
+                let (container, how) = off_task(container, |c| {
+                    Box::pin(async move {
+                        match c.is_running().await {
+                            Ok(false) => Some(match c.exit_code().await {
+                                Ok(Some(code)) => format!("the container exited with code {code}"),
+                                _ => "the container stopped".to_string(),
+                            }),
+                            // An engine hiccup is no reason to give up; the deadline still holds.
+                            _ => None,
+                        }
+                    })
+                })
+                .await;
+                *slot = Some(container);
+                how
+            })
         })
         .await;
-        match result {
-            Ok(()) => Ok(()),
-            Err(reason) => {
-                // The followers may lag behind a container that just died; read the log whole.
-                if let (Ok(mut all), Ok(stdout)) = (
-                    container.stderr_to_vec().await,
-                    container.stdout_to_vec().await,
-                ) {
-                    all.extend(stdout);
-                    self.log.replace(all);
-                }
-                Err(NatsError::NotReady {
-                    backend: self.backend(),
-                    waited: budget,
-                    reason,
-                    log: self.log(),
-                })
+        self.container = slot.into_inner();
+        let Err(reason) = result else {
+            return Ok(());
+        };
+        if let Some(container) = self.container.take() {
+            // The followers may lag behind a container that just died; read the log whole.
+            let (container, logs) = off_task(container, |c| {
+                Box::pin(async move { (c.stderr_to_vec().await, c.stdout_to_vec().await) })
+            })
+            .await;
+            self.container = Some(container);
+            if let (Ok(mut all), Ok(stdout)) = logs {
+                all.extend(stdout);
+                self.log.replace(all);
             }
         }
+        Err(NatsError::NotReady {
+            backend: self.backend(),
+            waited: budget,
+            reason,
+            log: self.log(),
+        })
     }
 
     /// `docker stop` (SIGTERM, so JetStream flushes) and `docker start` of the same container:
     /// same ports, same store in the container's filesystem.
+    ///
+    /// Every testcontainers call here runs through [`off_task`]: testcontainers' futures hold
+    /// references whose `Send` the compiler cannot prove for every lifetime, and awaiting one
+    /// here would keep `NatsServer::restart` out of spawned tasks (a scenario runner spawns).
     pub(crate) async fn restart(&mut self, ready_timeout: Duration) -> Result<(), NatsError> {
-        if let Some(container) = &self.container {
-            container
-                .stop()
-                .await
-                .map_err(docker_error("stop the nats container"))?;
-            container
-                .start()
-                .await
-                .map_err(docker_error("start the nats container again"))?;
+        if let Some(container) = self.container.take() {
+            let (container, result) = off_task(container, |c| {
+                Box::pin(async move {
+                    c.stop()
+                        .await
+                        .map_err(docker_error("stop the nats container"))?;
+                    c.start()
+                        .await
+                        .map_err(docker_error("start the nats container again"))
+                })
+            })
+            .await;
+            self.container = Some(container);
+            result?;
         }
         self.follow_logs();
         self.wait_ready(ready_timeout).await
@@ -400,16 +422,42 @@ impl DockerServer {
             follower.abort();
         }
         if let Some(container) = self.container.take() {
-            // If stop fails, rm below still removes the container (it forces).
-            let stopped = container.stop().await;
-            container
-                .rm()
-                .await
-                .map_err(docker_error("remove the nats container"))?;
-            stopped.map_err(docker_error("stop the nats container"))?;
+            // On a blocking thread, as in `off_task`; `rm` consumes the container.
+            let handle = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || {
+                handle.block_on(async move {
+                    // If stop fails, rm still removes the container (it forces).
+                    let stopped = container.stop().await;
+                    container
+                        .rm()
+                        .await
+                        .map_err(docker_error("remove the nats container"))?;
+                    stopped.map_err(docker_error("stop the nats container"))
+                })
+            })
+            .await
+            .expect("testcontainers calls do not panic")?;
         }
         Ok(())
     }
+}
+
+/// Runs testcontainers calls on a blocking thread of the runtime, handing the container back.
+async fn off_task<T: Send + 'static>(
+    container: ContainerAsync<GenericImage>,
+    op: impl for<'c> FnOnce(
+        &'c ContainerAsync<GenericImage>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = T> + 'c>>
+    + Send
+    + 'static,
+) -> (ContainerAsync<GenericImage>, T) {
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let out = handle.block_on(op(&container));
+        (container, out)
+    })
+    .await
+    .expect("testcontainers calls do not panic")
 }
 
 impl Drop for DockerServer {

@@ -266,7 +266,7 @@ async fn external(
         url,
         monitor_url.as_deref(),
         resolved.ready_timeout,
-        async || None,
+        probe::never_exits,
     )
     .await
     .map_err(|reason| NatsError::ExternalUnreachable {

@@ -114,15 +114,28 @@ pub(crate) async fn client_answers(url: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// What a readiness wait asks before each attempt: `Some(how)` when the server is gone.
+pub(crate) type Exited<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Option<String>> + Send + 'a>>;
+
+/// Never gone: for a server that is not ours to watch.
+pub(crate) fn never_exits<'a>() -> Exited<'a> {
+    Box::pin(std::future::ready(None))
+}
+
 /// Polls until `/healthz` (when a monitoring URL is known) and a client connection both succeed.
 ///
 /// `exited` is asked before every attempt; `Some(how)` means the server is gone and waiting longer
 /// is pointless. On failure the error is the last thing that went wrong.
-pub(crate) async fn wait_ready(
+///
+/// `exited` returns a boxed `Send` future rather than being an async closure: an async closure's
+/// future borrows the closure for every lifetime, and the compiler then cannot prove the whole
+/// wait `Send`, which would keep provisioning out of spawned tasks.
+pub(crate) async fn wait_ready<'a>(
     client_url: &str,
     monitor_url: Option<&str>,
     budget: Duration,
-    mut exited: impl AsyncFnMut() -> Option<String>,
+    mut exited: impl FnMut() -> Exited<'a>,
 ) -> Result<(), String> {
     let deadline = Instant::now() + budget;
     loop {
