@@ -241,6 +241,21 @@ pub struct TimelineEntry {
     pub retries: u32,
 }
 
+impl std::fmt::Display for TimelineEntry {
+    /// One line: `#<seq> <node> (<type> on <service>): <status>[: <error>]`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "#{} {} ({} on {}): {}",
+            self.seq, self.node_id, self.node_type, self.service, self.status
+        )?;
+        if !self.error.is_empty() {
+            write!(f, ": {}", self.error)?;
+        }
+        Ok(())
+    }
+}
+
 /// An armed timer of a run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ArmedTimer {

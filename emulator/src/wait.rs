@@ -418,19 +418,7 @@ fn describe_run(state: &State, run_id: &str) -> String {
         );
     }
     for e in &run.timeline {
-        out.push_str(&format!(
-            "\n    #{} {} ({} on {}): {}{}",
-            e.seq,
-            e.node_id,
-            e.node_type,
-            e.service,
-            e.status,
-            if e.error.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", e.error)
-            }
-        ));
+        out.push_str(&format!("\n    {e}"));
     }
     if !run.pending.is_empty() {
         out.push_str(&format!("\n  pending: {:?}", run.pending));

@@ -136,19 +136,7 @@ pub(crate) fn run(em: &Emulator, id: &str, names: &RunNames) -> String {
         out.push_str(" (empty: no completion event arrived; is the service running?)");
     }
     for e in &run.timeline {
-        out.push_str(&format!(
-            "\n    #{} {} ({} on {}): {}{}",
-            e.seq,
-            e.node_id,
-            e.node_type,
-            e.service,
-            e.status,
-            if e.error.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", e.error)
-            }
-        ));
+        out.push_str(&format!("\n    {e}"));
     }
     if !run.pending.is_empty() {
         out.push_str(&format!(
