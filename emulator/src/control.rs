@@ -465,6 +465,13 @@ impl ControlClient {
                     url: self.url.clone(),
                     reason: e.to_string(),
                 })?;
+        // Every record published after this returns reaches the stream.
+        triggers_sdk::transport::round_trip(&self.client)
+            .await
+            .map_err(|reason| ControlError::NoEmulator {
+                url: self.url.clone(),
+                reason,
+            })?;
         Ok(sub
             .filter_map(|m| async move { serde_json::from_slice(&m.payload).ok() })
             .boxed())

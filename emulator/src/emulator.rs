@@ -318,10 +318,10 @@ impl Emulator {
             }
             ClockMode::Virtual => {}
         }
-        client
-            .flush()
+        // Every subscription in place at the server before anyone is told the emulator is up.
+        transport::round_trip(&client)
             .await
-            .map_err(|e| EmulatorError::nats("flush the subscriptions", e))?;
+            .map_err(|e| EmulatorError::nats("confirm the subscriptions", e))?;
         Ok(emulator)
     }
 

@@ -164,7 +164,8 @@ async fn every_replica_receives_every_broadcast() {
     for c in [&r1, &r2] {
         subs.push(c.subscribe("triggers.v2.flow.broadcast.a").await.unwrap());
         subs.push(c.subscribe(subject::FLOW_BROADCAST_ALL).await.unwrap());
-        c.flush().await.unwrap();
+        // In place at the server, not only sent (async-nats' flush only writes the socket).
+        triggers_sdk::transport::round_trip(c).await.unwrap();
     }
     let single = lab.deploy(one_step_flow("solo", "a", "x")).await.unwrap();
     assert_eq!(single.broadcast_subject, "triggers.v2.flow.broadcast.a");
@@ -181,7 +182,7 @@ async fn every_replica_receives_every_broadcast() {
     for (i, sub) in subs.iter_mut().enumerate() {
         let msg = tokio::time::timeout(Duration::from_secs(15), sub.next())
             .await
-            .unwrap()
+            .unwrap_or_else(|_| panic!("subscriber {i} got nothing"))
             .unwrap();
         let env = triggers_sdk::wire::FlowEnvelope::from_json(&msg.payload).unwrap();
         assert_eq!(env.id, if i % 2 == 0 { "solo" } else { "cross" });

@@ -85,7 +85,7 @@ async fn raw_with(url: &str, n: usize, round: usize, event: bool) -> Duration {
     let subject = format!("{tag}{round}.in");
     let events_subject = format!("triggers.v2.flow.events.{tag}{round}");
     let mut events = client.subscribe(events_subject.clone()).await.unwrap();
-    client.flush().await.unwrap();
+    triggers_sdk::transport::round_trip(&client).await.unwrap();
     let stream = js
         .create_stream(jetstream::stream::Config {
             name: format!("{tag}{round}"),
@@ -205,7 +205,7 @@ async fn with_emulator(lab: &triggers_emulator::Harness, n: usize, round: usize)
         .subscribe(format!("triggers.v2.flow.events.{service_name}"))
         .await
         .unwrap();
-    client.flush().await.unwrap();
+    triggers_sdk::transport::round_trip(&client).await.unwrap();
     let js = jetstream::new(client.clone());
     let start = Instant::now();
     let count = tokio::spawn(async move {
@@ -318,7 +318,7 @@ async fn runtime_alone(url: &str, n: usize, round: usize) -> Duration {
         .subscribe("triggers.v2.manifest.register")
         .await
         .unwrap();
-    client.flush().await.unwrap();
+    triggers_sdk::transport::round_trip(&client).await.unwrap();
     let responder = client.clone();
     let reply_body = serde_json::to_vec(&json!({"flows": [flow]})).unwrap();
     tokio::spawn(async move {
@@ -351,7 +351,7 @@ async fn runtime_alone(url: &str, n: usize, round: usize) -> Duration {
         .subscribe(format!("triggers.v2.flow.events.{service_name}"))
         .await
         .unwrap();
-    client.flush().await.unwrap();
+    triggers_sdk::transport::round_trip(&client).await.unwrap();
     let start = Instant::now();
     let count = tokio::spawn(async move {
         for _ in 0..n {

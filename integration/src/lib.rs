@@ -14,10 +14,14 @@ use triggers_sdk::runtime::RuntimeConfig;
 /// # Panics
 /// When no nats-server can be started (the message says how to get one).
 pub async fn lab() -> Harness {
-    lab_with(EmulatorConfig::default()).await
+    lab_with(EmulatorConfig {
+        wait_timeout: Duration::from_secs(20),
+        ..Default::default()
+    })
+    .await
 }
 
-/// As [`lab`] with emulator settings.
+/// As [`lab`], with the emulator configured exactly as given.
 ///
 /// # Panics
 /// As [`lab`].
@@ -27,10 +31,7 @@ pub async fn lab_with(config: EmulatorConfig) -> Harness {
             backend: Backend::Binary,
             ..Default::default()
         },
-        EmulatorConfig {
-            wait_timeout: Duration::from_secs(20),
-            ..config
-        },
+        config,
     )
     .await
     .unwrap_or_else(|e| panic!("cannot start the harness: {e}"))

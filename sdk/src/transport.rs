@@ -60,6 +60,34 @@ pub fn from_nats(map: Option<&HeaderMap>) -> Headers {
     pairs.into_iter().collect()
 }
 
+/// Waits until the server has processed everything this client sent before the call: its
+/// subscriptions included.
+///
+/// async-nats' `flush` only writes the client's buffer to the socket; a subscription made just
+/// before it may not be in place yet when another connection publishes. A message to a fresh
+/// inbox, received back, proves the server has read every earlier command of this connection (it
+/// reads them in order).
+///
+/// # Errors
+/// When the subscription or the publish fails, or the message does not come back in 10 s.
+pub async fn round_trip(client: &async_nats::Client) -> Result<(), String> {
+    use futures::StreamExt;
+    let inbox = client.new_inbox();
+    let mut sub = client
+        .subscribe(inbox.clone())
+        .await
+        .map_err(|e| format!("cannot subscribe: {e}"))?;
+    client
+        .publish(inbox, bytes::Bytes::new())
+        .await
+        .map_err(|e| format!("cannot publish: {e}"))?;
+    match tokio::time::timeout(std::time::Duration::from_secs(10), sub.next()).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err("the connection closed".into()),
+        Err(_) => Err("the server did not echo a message within 10 s".into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

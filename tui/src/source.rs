@@ -94,6 +94,13 @@ impl Source {
                             subject: subject::ALL.into(),
                             reason: e.to_string(),
                         })?;
+                // In place at the server before the UI says it is watching.
+                triggers_sdk::transport::round_trip(client)
+                    .await
+                    .map_err(|reason| TuiError::Subscribe {
+                        subject: subject::ALL.into(),
+                        reason,
+                    })?;
                 tasks.push(tokio::spawn(observe(sub, tx)));
             }
             Source::InProcess(emulator) => {

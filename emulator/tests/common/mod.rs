@@ -18,19 +18,22 @@ use triggers_sdk::wire::{
 /// A harness on a nats-server binary of its own (the fastest backend; provisioning tests cover
 /// the others).
 pub async fn lab() -> Harness {
-    lab_with(EmulatorConfig::default()).await
+    lab_with(EmulatorConfig {
+        // Waits return as soon as things arrive; the bound only matters on a loaded machine.
+        wait_timeout: Duration::from_secs(15),
+        ..Default::default()
+    })
+    .await
 }
 
+/// As [`lab`], with the emulator configured exactly as given.
 pub async fn lab_with(config: EmulatorConfig) -> Harness {
     Harness::start_with(
         NatsConfig {
             backend: Backend::Binary,
             ..Default::default()
         },
-        EmulatorConfig {
-            wait_timeout: Duration::from_secs(15),
-            ..config
-        },
+        config,
     )
     .await
     .unwrap_or_else(|e| panic!("cannot start the harness: {e}"))
