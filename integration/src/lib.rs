@@ -66,6 +66,30 @@ pub fn one_step(id: &str, service: &str, action: &str) -> Flow {
     ], "edges": [{"id": "e1", "from": "in", "to": "step"}]}))
 }
 
+/// Publishes exact bytes and headers through JetStream (waiting for the ack), as a peer would
+/// put a hand-made delivery onto a service's inbound subject.
+///
+/// # Panics
+/// When the publish fails (the test cannot go on).
+pub async fn publish_js(
+    url: &str,
+    subject: &str,
+    headers: &triggers_sdk::wire::Headers,
+    body: &[u8],
+) {
+    let client = async_nats::connect(url).await.expect("a connection");
+    async_nats::jetstream::new(client)
+        .publish_with_headers(
+            subject.to_owned(),
+            triggers_sdk::transport::to_nats(headers).expect("headers NATS can carry"),
+            body.to_vec().into(),
+        )
+        .await
+        .expect("published")
+        .await
+        .expect("acked");
+}
+
 /// `docs/sdk.md`, so its Rust blocks are compiled as doc tests.
 #[doc = include_str!("../../docs/sdk.md")]
 #[cfg(doctest)]

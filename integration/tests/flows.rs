@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use triggers_emulator::DlqFilter;
-use triggers_integration::{config, flow, lab};
+use triggers_integration::{config, flow, lab, publish_js};
 use triggers_sdk::runtime::{ActionContext, ActionDef, ActionError, DURABLE_TIMER_V1, Service};
 use triggers_sdk::wire::durable_timer::{self, RootContext, TimerContext};
 use triggers_sdk::wire::header::names;
@@ -308,20 +308,6 @@ fn root_delivery(flow_id: &str, run: &str, node: &str, body: &[u8]) -> Headers {
     h
 }
 
-async fn publish(url: &str, subject: &str, headers: Headers, body: &[u8]) {
-    let client = async_nats::connect(url).await.unwrap();
-    async_nats::jetstream::new(client)
-        .publish_with_headers(
-            subject.to_owned(),
-            triggers_sdk::transport::to_nats(&headers).unwrap(),
-            body.to_vec().into(),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn the_durable_timer_triplet_is_accepted_refused_and_stripped() {
     let lab = lab().await;
@@ -377,7 +363,7 @@ async fn the_durable_timer_triplet_is_accepted_refused_and_stripped() {
         names::DURABLE_TIMER_PAYLOAD_SHA256,
         durable_timer::payload_sha256(b"something else"),
     );
-    publish(lab.url(), "orders.inbound", headers, body).await;
+    publish_js(lab.url(), "orders.inbound", &headers, body).await;
     let d = lab.wait_dlq(DlqFilter::run("run-tampered")).await.unwrap();
     assert_eq!(d.subject, "triggers.v2.dlq.orders.create_order");
     let entry = d.entry.unwrap();
@@ -429,10 +415,10 @@ async fn the_durable_timer_triplet_is_accepted_refused_and_stripped() {
             .await
     );
     let body = br#"{"order_id":"x","total":1}"#;
-    publish(
+    publish_js(
         lab.url(),
         "plain.inbound",
-        root_delivery("plainflow", "run-nocap", "in", body),
+        &root_delivery("plainflow", "run-nocap", "in", body),
         body,
     )
     .await;

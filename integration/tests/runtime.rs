@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use triggers_emulator::{DlqFilter, TriggerOptions};
-use triggers_integration::{config, lab, one_step};
+use triggers_integration::{config, lab, one_step, publish_js};
 use triggers_sdk::error::StartError;
 use triggers_sdk::runtime::{ActionContext, ActionDef, ActionError, Retry, RuntimeConfig, Service};
 use triggers_sdk::wire::header::names;
@@ -361,25 +361,6 @@ async fn a_panicking_or_slow_handler_is_a_failed_attempt_not_a_dead_service() {
     lab.assert_conformant();
 }
 
-async fn publish_raw(
-    lab: &triggers_emulator::Harness,
-    subject: &str,
-    headers: Headers,
-    body: &[u8],
-) {
-    let client = async_nats::connect(lab.url()).await.unwrap();
-    let js = async_nats::jetstream::new(client);
-    js.publish_with_headers(
-        subject.to_owned(),
-        triggers_sdk::transport::to_nats(&headers).unwrap(),
-        body.to_vec().into(),
-    )
-    .await
-    .unwrap()
-    .await
-    .unwrap();
-}
-
 #[tokio::test]
 async fn messages_without_action_context_go_to_the_fallback_dlqs() {
     let lab = lab().await;
@@ -416,7 +397,13 @@ async fn messages_without_action_context_go_to_the_fallback_dlqs() {
     // No envelope at all.
     let mut h = Headers::new();
     h.insert(names::NATS_MSG_ID, "raw-1");
-    publish_raw(&lab, "shop.inbound", h, br#"{"order_id":"x","amount":1}"#).await;
+    publish_js(
+        lab.url(),
+        "shop.inbound",
+        &h,
+        br#"{"order_id":"x","amount":1}"#,
+    )
+    .await;
     lab.wait_dlq(DlqFilter::subject("triggers.v2.dlq.shop.missing_envelope"))
         .await
         .unwrap();
@@ -436,10 +423,10 @@ async fn messages_without_action_context_go_to_the_fallback_dlqs() {
         h.insert(names::NATS_MSG_ID, key);
         h
     };
-    publish_raw(
-        &lab,
+    publish_js(
+        lab.url(),
         "shop.inbound",
-        envelope("nope", "in", "k-flow"),
+        &envelope("nope", "in", "k-flow"),
         b"{}",
     )
     .await;
@@ -448,10 +435,10 @@ async fn messages_without_action_context_go_to_the_fallback_dlqs() {
         .await
         .unwrap();
     assert!(d.entry.unwrap().err_msg.contains("\"nope\""));
-    publish_raw(
-        &lab,
+    publish_js(
+        lab.url(),
         "shop.inbound",
-        envelope("order", "ghost", "k-node"),
+        &envelope("order", "ghost", "k-node"),
         b"{}",
     )
     .await;
