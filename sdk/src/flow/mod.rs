@@ -32,7 +32,7 @@
 
 mod eval;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -165,10 +165,30 @@ fn one() -> i64 {
     1
 }
 
+/// What kind of problem a [`FlowIssue`] is; release gives each its own code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FlowIssueKind {
+    /// The graph or a node's settings are malformed.
+    Structure,
+    /// An id cannot be carried in headers, keys or subjects ([`check_id`]).
+    Id,
+    /// The flow has more nodes or edges than [`MAX_NODES`] / [`MAX_EDGES`].
+    Limit,
+    /// A timer is followed by a node the engine cannot resume into.
+    TimerResume,
+    /// A timer's `delay_ms` or `repeat` is out of range.
+    TimerLimit,
+    /// An output sends to a subject no flow may send to
+    /// ([`check_publish_target`](crate::wire::subject::check_publish_target)).
+    Target,
+}
+
 /// A structural problem of a flow, with the node or edge it concerns.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{at}: {message}")]
 pub struct FlowIssue {
+    /// What kind of problem.
+    pub kind: FlowIssueKind,
     /// `nodes[<id>]`, `edges[<id>]` or `flow`.
     pub at: String,
     /// What is wrong.
@@ -255,77 +275,139 @@ impl Flow {
         })
     }
 
-    /// Gives every node without a service the service of the node before it (timers excepted),
-    /// following edges from the entry points.
+    /// Gives every node without a service the service of the node before it (timers excepted):
+    /// the first predecessor, in edge order, that has one. Nodes are visited in topological
+    /// order, so a chain of inheriting nodes resolves in one pass: linear in the flow's size.
     pub fn assign_owners(&mut self) {
-        // Repeat until nothing changes: a chain of inheriting nodes resolves in its length.
-        loop {
-            let mut changed = false;
-            for i in 0..self.body.nodes.len() {
+        let owners: Vec<Option<usize>> = {
+            let graph = Graph::new(self);
+            let mut owner: Vec<Option<usize>> = vec![None; self.body.nodes.len()];
+            for &i in &graph.topological_order() {
                 let node = &self.body.nodes[i];
-                if !node.service.is_empty() || node.node_type == NodeType::Timer {
+                if node.node_type == NodeType::Timer {
                     continue;
                 }
-                let owner = self
-                    .predecessors(&node.id)
-                    .map(|(_, p)| p.service.clone())
-                    .find(|s| !s.is_empty());
-                if let Some(owner) = owner {
-                    self.body.nodes[i].service = owner;
-                    changed = true;
+                if !node.service.is_empty() {
+                    owner[i] = Some(i);
+                    continue;
                 }
+                owner[i] = graph.incoming[i]
+                    .iter()
+                    .filter_map(|&e| graph.node_of(&self.body.edges[e].from))
+                    .find_map(|p| owner[p]);
             }
-            if !changed {
-                break;
+            owner
+        };
+        let services: Vec<String> = owners
+            .iter()
+            .map(|o| {
+                o.map(|i| self.body.nodes[i].service.clone())
+                    .unwrap_or_default()
+            })
+            .collect();
+        for (node, service) in self.body.nodes.iter_mut().zip(services) {
+            if node.service.is_empty() && node.node_type != NodeType::Timer {
+                node.service = service;
             }
         }
     }
 
-    /// Structural problems: duplicate or dangling ids, missing settings, cycles, unowned nodes.
-    /// Run it after [`Flow::assign_owners`].
+    /// Structural problems: bad or repeated ids, dangling edges, missing settings, limits, timer
+    /// shapes the engine cannot run, cycles, unowned nodes. Run it after [`Flow::assign_owners`].
+    /// Linear in the flow's size (a 10 000-node flow is checked in milliseconds).
     #[must_use]
     pub fn structural_issues(&self) -> Vec<FlowIssue> {
         let mut issues = Vec::new();
-        let mut issue = |at: String, message: String| issues.push(FlowIssue { at, message });
-        if let Err(e) = crate::wire::subject::check_token("flow id", &self.id) {
-            issue("flow".into(), e.to_string());
+        let mut issue = |kind: FlowIssueKind, at: String, message: String| {
+            issues.push(FlowIssue { kind, at, message });
+        };
+        if let Err(e) = check_id(IdKind::Flow, &self.id) {
+            issue(FlowIssueKind::Id, "flow".into(), e);
+        }
+        if self.version < 1 {
+            issue(
+                FlowIssueKind::Structure,
+                "flow".into(),
+                format!("version {} is not a positive integer", self.version),
+            );
         }
         if self.body.nodes.is_empty() {
-            issue("flow".into(), "has no nodes".into());
+            issue(
+                FlowIssueKind::Structure,
+                "flow".into(),
+                "has no nodes".into(),
+            );
         }
-        let mut ids = BTreeMap::new();
-        for n in &self.body.nodes {
-            if n.id.is_empty() {
-                issue("nodes[]".into(), "a node has an empty id".into());
-            } else if ids.insert(n.id.as_str(), ()).is_some() {
-                issue(format!("nodes[{}]", n.id), "the id is used twice".into());
+        for (what, count, max) in [
+            ("nodes", self.body.nodes.len(), MAX_NODES),
+            ("edges", self.body.edges.len(), MAX_EDGES),
+        ] {
+            if count > max {
+                issue(
+                    FlowIssueKind::Limit,
+                    "flow".into(),
+                    format!("has {count} {what}; at most {max}: split it into several flows"),
+                );
             }
         }
-        let mut edge_ids = BTreeSet::new();
+        let graph = Graph::new(self);
+        let mut seen = HashSet::new();
+        for n in &self.body.nodes {
+            if let Err(e) = check_id(IdKind::Node, &n.id) {
+                issue(
+                    FlowIssueKind::Id,
+                    format!("nodes[{}]", n.id.escape_debug()),
+                    e,
+                );
+            } else if !seen.insert(n.id.as_str()) {
+                issue(
+                    FlowIssueKind::Structure,
+                    format!("nodes[{}]", n.id),
+                    "the id is used twice".into(),
+                );
+            }
+        }
+        let mut edge_ids = HashSet::new();
         for e in &self.body.edges {
-            if !edge_ids.insert(e.id.as_str()) {
-                issue(format!("edges[{}]", e.id), "the id is used twice".into());
+            if let Err(err) = check_id(IdKind::Edge, &e.id) {
+                issue(
+                    FlowIssueKind::Id,
+                    format!("edges[{}]", e.id.escape_debug()),
+                    err,
+                );
+            } else if !edge_ids.insert(e.id.as_str()) {
+                issue(
+                    FlowIssueKind::Structure,
+                    format!("edges[{}]", e.id),
+                    "the id is used twice".into(),
+                );
             }
             for end in [&e.from, &e.to] {
-                if self.node(end).is_none() {
+                if graph.node_of(end).is_none() {
                     issue(
-                        format!("edges[{}]", e.id),
-                        format!("refers to node {end:?}, which the flow does not have"),
+                        FlowIssueKind::Structure,
+                        format!("edges[{}]", e.id.escape_debug()),
+                        format!(
+                            "refers to node {:?}, which the flow does not have",
+                            end.escape_debug().to_string()
+                        ),
                     );
                 }
             }
         }
-        if self.entry_points().next().is_none() && !self.body.nodes.is_empty() {
+        if !self.body.nodes.is_empty() && self.entry_points().next().is_none() {
             issue(
+                FlowIssueKind::Structure,
                 "flow".into(),
                 "has no entry point (a service-in node with no edge into it)".into(),
             );
         }
-        for n in &self.body.nodes {
-            let at = format!("nodes[{}]", n.id);
+        for (i, n) in self.body.nodes.iter().enumerate() {
+            let at = format!("nodes[{}]", n.id.escape_debug());
             match n.node_type {
                 NodeType::ServiceIn | NodeType::Action if n.service.is_empty() => {
                     issue(
+                        FlowIssueKind::Structure,
                         at.clone(),
                         format!("a {} node must name its service", n.node_type),
                     );
@@ -333,32 +415,31 @@ impl Flow {
                 NodeType::Mapping | NodeType::Condition | NodeType::Lookup | NodeType::Output
                     if n.service.is_empty() =>
                 {
-                    issue(at.clone(), "belongs to no service: the node before it is a timer or there is none; put a service-in first".into());
+                    let after_timer = graph.incoming[i]
+                        .iter()
+                        .filter_map(|&e| graph.node_of(&self.body.edges[e].from))
+                        .any(|p| self.body.nodes[p].node_type == NodeType::Timer);
+                    if !after_timer {
+                        issue(
+                            FlowIssueKind::Structure,
+                            at.clone(),
+                            "belongs to no service: no node before it has one; put a service-in first, or name its service"
+                                .into(),
+                        );
+                    }
                 }
                 _ => {}
             }
             match n.node_type {
                 NodeType::Action if n.action.is_empty() => {
-                    issue(at, "an action node must name its action".into());
-                }
-                NodeType::Timer if timer_delay_ms(n).is_none() => {
                     issue(
+                        FlowIssueKind::Structure,
                         at,
-                        "a timer needs config.delay_ms, a non-negative integer".into(),
+                        "an action node must name its action".into(),
                     );
                 }
                 NodeType::Timer => {
-                    for (_, next) in self.successors(&n.id) {
-                        if next.node_type != NodeType::ServiceIn {
-                            issue(
-                                format!("nodes[{}]", n.id),
-                                format!(
-                                    "a timer resumes into a service-in node; {:?} is a {}",
-                                    next.id, next.node_type
-                                ),
-                            );
-                        }
-                    }
+                    self.timer_issues(n, &graph, i, &mut issue);
                 }
                 NodeType::Output => {
                     let transport = n
@@ -369,14 +450,20 @@ impl Flow {
                     let target = n.config.get("target").and_then(Value::as_str).unwrap_or("");
                     if !matches!(transport, "nats" | "http") || target.is_empty() {
                         issue(
+                            FlowIssueKind::Structure,
                             at,
                             "an output needs config.transport (nats or http) and config.target"
                                 .into(),
                         );
+                    } else if transport == "nats"
+                        && let Err(e) = crate::wire::subject::check_publish_target(target)
+                    {
+                        issue(FlowIssueKind::Target, at, e.to_string());
                     }
                 }
                 NodeType::Lookup if n.config.get("lookup").and_then(Value::as_str).is_none() => {
                     issue(
+                        FlowIssueKind::Structure,
                         at,
                         "a lookup node needs config.lookup, the name of a runtime lookup".into(),
                     );
@@ -384,49 +471,220 @@ impl Flow {
                 _ => {}
             }
         }
-        if let Some(cycle_at) = self.find_cycle() {
+        if let Some(cycle_at) = graph.find_cycle() {
             issue(
-                format!("nodes[{cycle_at}]"),
+                FlowIssueKind::Structure,
+                format!("nodes[{}]", self.body.nodes[cycle_at].id),
                 "is on a cycle; flows must be acyclic".into(),
             );
         }
         issues
     }
 
-    fn find_cycle(&self) -> Option<String> {
-        // Kahn's algorithm: what cannot be removed is on or behind a cycle.
-        let mut indegree: BTreeMap<&str, usize> =
-            self.body.nodes.iter().map(|n| (n.id.as_str(), 0)).collect();
-        for e in &self.body.edges {
-            if let Some(d) = indegree.get_mut(e.to.as_str()) {
-                *d += 1;
+    /// A timer's settings and successors.
+    fn timer_issues(
+        &self,
+        n: &Node,
+        graph: &Graph<'_>,
+        i: usize,
+        issue: &mut impl FnMut(FlowIssueKind, String, String),
+    ) {
+        let at = format!("nodes[{}]", n.id.escape_debug());
+        match n.config.get("delay_ms").map(Value::as_u64) {
+            None | Some(None) => issue(
+                FlowIssueKind::Structure,
+                at.clone(),
+                "a timer needs config.delay_ms, a non-negative integer".into(),
+            ),
+            Some(Some(d)) if d > MAX_TIMER_DELAY_MS => issue(
+                FlowIssueKind::TimerLimit,
+                at.clone(),
+                format!(
+                    "config.delay_ms {d} is above the limit of {MAX_TIMER_DELAY_MS} (ten years)"
+                ),
+            ),
+            Some(Some(_)) => {}
+        }
+        match n.config.get("repeat") {
+            None => {}
+            Some(v) => match v.as_u64() {
+                Some(r @ 1..=MAX_TIMER_REPEAT) => {
+                    if r > 1 && timer_delay_ms(n) == Some(0) {
+                        issue(
+                            FlowIssueKind::TimerLimit,
+                            at.clone(),
+                            format!(
+                                "a timer that repeats ({r} occurrences) needs config.delay_ms above 0: every occurrence would be due at once"
+                            ),
+                        );
+                    }
+                }
+                _ => issue(
+                    FlowIssueKind::TimerLimit,
+                    at.clone(),
+                    format!("config.repeat {v} is not a whole number from 1 to {MAX_TIMER_REPEAT}"),
+                ),
+            },
+        }
+        for &e in &graph.outgoing[i] {
+            let Some(next) = graph.node_of(&self.body.edges[e].to) else {
+                continue;
+            };
+            let next = &self.body.nodes[next];
+            if !matches!(next.node_type, NodeType::ServiceIn | NodeType::Timer) {
+                issue(
+                    FlowIssueKind::TimerResume,
+                    at.clone(),
+                    format!(
+                        "a timer resumes into a service-in node (or another timer); {:?} is a {}: put a service-in of the service that should go on between them",
+                        next.id, next.node_type
+                    ),
+                );
             }
         }
-        let mut ready: Vec<&str> = indegree
+    }
+}
+
+/// The most nodes a flow may have.
+pub const MAX_NODES: usize = 20_000;
+/// The most edges a flow may have.
+pub const MAX_EDGES: usize = 40_000;
+/// The longest id (of a flow, node or edge), in bytes.
+pub const MAX_ID_LEN: usize = 128;
+/// The most occurrences of a repeating timer.
+pub const MAX_TIMER_REPEAT: u64 = 10_000;
+/// The longest timer delay: ten years, in milliseconds.
+pub const MAX_TIMER_DELAY_MS: u64 = 10 * 365 * 24 * 60 * 60 * 1000;
+
+/// What an id names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdKind {
+    /// A flow id: it becomes a subject token (`triggers.v2.flow.events.<flow_id>`).
+    Flow,
+    /// A node id: it travels in headers (`X-Triggers-Source-Node-Id`) and idempotency keys.
+    Node,
+    /// An edge id: it travels in the Durable Timer context and in idempotency keys.
+    Edge,
+    /// A run id: it travels in headers (`X-Triggers-Flow-Run-Id`) and every key of the run.
+    Run,
+}
+
+impl IdKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            IdKind::Flow => "flow id",
+            IdKind::Node => "node id",
+            IdKind::Edge => "edge id",
+            IdKind::Run => "run id",
+        }
+    }
+}
+
+/// Checks an id: 1 to [`MAX_ID_LEN`] characters, each an ASCII letter or digit, `_`, `-`, or
+/// (but in a flow id, which is a subject token) `.`. Ids travel in header values, idempotency
+/// keys and subjects: a character outside this set could not be carried by all of them.
+///
+/// # Errors
+/// A message naming the id and what is wrong with it.
+pub fn check_id(kind: IdKind, id: &str) -> Result<(), String> {
+    let what = kind.as_str();
+    if id.is_empty() {
+        return Err(format!("the {what} is empty"));
+    }
+    if id.len() > MAX_ID_LEN {
+        return Err(format!(
+            "the {what} {:?}… is {} bytes long; at most {MAX_ID_LEN}",
+            id.chars().take(32).collect::<String>(),
+            id.len()
+        ));
+    }
+    let allowed = |c: char| {
+        c.is_ascii_alphanumeric() || c == '_' || c == '-' || (c == '.' && kind != IdKind::Flow)
+    };
+    if let Some(c) = id.chars().find(|c| !allowed(*c)) {
+        return Err(format!(
+            "the {what} {:?} contains {c:?}; use letters, digits, '_', '-'{}",
+            id.escape_debug().to_string(),
+            if kind == IdKind::Flow { "" } else { " and '.'" }
+        ));
+    }
+    Ok(())
+}
+
+/// An index over a flow's graph, built once in linear time: node positions by id, and the edges
+/// out of and into each node, in edge order.
+pub(crate) struct Graph<'a> {
+    by_id: HashMap<&'a str, usize>,
+    outgoing: Vec<Vec<usize>>,
+    incoming: Vec<Vec<usize>>,
+    /// The position of each edge's `to` node (unused for dangling edges, which no list holds).
+    edge_to: Vec<usize>,
+}
+
+impl<'a> Graph<'a> {
+    pub(crate) fn new(flow: &'a Flow) -> Self {
+        let mut by_id = HashMap::with_capacity(flow.body.nodes.len());
+        for (i, n) in flow.body.nodes.iter().enumerate() {
+            by_id.entry(n.id.as_str()).or_insert(i);
+        }
+        let mut outgoing = vec![Vec::new(); flow.body.nodes.len()];
+        let mut incoming = vec![Vec::new(); flow.body.nodes.len()];
+        let mut edge_to = vec![usize::MAX; flow.body.edges.len()];
+        for (e, edge) in flow.body.edges.iter().enumerate() {
+            if let (Some(&from), Some(&to)) =
+                (by_id.get(edge.from.as_str()), by_id.get(edge.to.as_str()))
+            {
+                outgoing[from].push(e);
+                incoming[to].push(e);
+                edge_to[e] = to;
+            }
+        }
+        Graph {
+            by_id,
+            outgoing,
+            incoming,
+            edge_to,
+        }
+    }
+
+    pub(crate) fn node_of(&self, id: &str) -> Option<usize> {
+        self.by_id.get(id).copied()
+    }
+
+    /// Kahn's algorithm over node positions; nodes on or behind a cycle are left out.
+    pub(crate) fn topological_order(&self) -> Vec<usize> {
+        let mut indegree: Vec<usize> = self.incoming.iter().map(Vec::len).collect();
+        let mut ready: VecDeque<usize> = indegree
             .iter()
+            .enumerate()
             .filter(|(_, d)| **d == 0)
-            .map(|(id, _)| *id)
+            .map(|(i, _)| i)
             .collect();
-        let mut removed = 0;
-        while let Some(id) = ready.pop() {
-            removed += 1;
-            for e in self.body.edges.iter().filter(|e| e.from == id) {
-                if let Some(d) = indegree.get_mut(e.to.as_str()) {
-                    *d -= 1;
-                    if *d == 0 {
-                        ready.push(e.to.as_str());
-                    }
+        let mut order = Vec::with_capacity(indegree.len());
+        while let Some(i) = ready.pop_front() {
+            order.push(i);
+            for &e in &self.outgoing[i] {
+                let to = self.edge_to[e];
+                indegree[to] -= 1;
+                if indegree[to] == 0 {
+                    ready.push_back(to);
                 }
             }
         }
-        (removed < indegree.len())
-            .then(|| {
-                indegree
-                    .iter()
-                    .find(|(_, d)| **d > 0)
-                    .map(|(id, _)| (*id).to_owned())
-            })
-            .flatten()
+        order
+    }
+
+    /// A node on or behind a cycle, if there is one.
+    fn find_cycle(&self) -> Option<usize> {
+        let order = self.topological_order();
+        if order.len() == self.outgoing.len() {
+            return None;
+        }
+        let mut placed = vec![false; self.outgoing.len()];
+        for i in order {
+            placed[i] = true;
+        }
+        placed.iter().position(|p| !p)
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::error::ConfigError;
 
 /// Every environment variable the runtime reads, for docs and error messages.
-pub const ENV_VARS: [(&str, &str); 8] = [
+pub const ENV_VARS: [(&str, &str); 10] = [
     (
         "TRIGGERS_NATS_URL",
         "the NATS server (default nats://127.0.0.1:4222)",
@@ -38,6 +38,14 @@ pub const ENV_VARS: [(&str, &str); 8] = [
         "TRIGGERS_HTTP_TIMEOUT_MS",
         "the timeout of HTTP outputs (default 10000)",
     ),
+    (
+        "TRIGGERS_MAX_DELIVER",
+        "deliveries of one message before it is dead-lettered as delivery_exhausted (default 5)",
+    ),
+    (
+        "TRIGGERS_MAX_FLOWS",
+        "flows held at once; more are refused and counted (default 10000)",
+    ),
 ];
 
 /// How the runtime connects and behaves. Fields left `None` fall back to the environment, then
@@ -60,6 +68,13 @@ pub struct RuntimeConfig {
     pub flow_wait: Option<Duration>,
     /// The timeout of HTTP outputs.
     pub http_timeout: Option<Duration>,
+    /// How many times JetStream delivers one message (the consumer's `max_deliver`): a message
+    /// whose outcome cannot be reported is given back for a redelivery, and on the last one
+    /// dead-lettered as `delivery_exhausted`. At least 1.
+    pub max_deliver: Option<u32>,
+    /// Flows held at once; a flow beyond it is not installed (counted in
+    /// [`RuntimeStats::flows_refused`](crate::runtime::RuntimeStats)).
+    pub max_flows: Option<usize>,
 }
 
 /// The configuration with every value decided.
@@ -73,6 +88,12 @@ pub(crate) struct Resolved {
     pub(crate) shutdown_grace: Duration,
     pub(crate) flow_wait: Duration,
     pub(crate) http_timeout: Duration,
+    pub(crate) max_deliver: u32,
+    pub(crate) max_flows: usize,
+    /// Idempotency keys of handled messages remembered (fixed).
+    pub(crate) max_handled_keys: usize,
+    /// Action outcomes kept for redeliveries (fixed).
+    pub(crate) max_kept_outcomes: usize,
 }
 
 fn env(name: &'static str) -> Option<String> {
@@ -134,8 +155,35 @@ impl RuntimeConfig {
             shutdown_grace: pick(self.shutdown_grace, "TRIGGERS_SHUTDOWN_GRACE_MS", 30_000)?,
             flow_wait: pick(self.flow_wait, "TRIGGERS_FLOW_WAIT_MS", 2_000)?,
             http_timeout: pick(self.http_timeout, "TRIGGERS_HTTP_TIMEOUT_MS", 10_000)?,
+            max_deliver: match self.max_deliver {
+                Some(n) => n,
+                None => count_env("TRIGGERS_MAX_DELIVER", "a whole number from 1")?.unwrap_or(5),
+            }
+            .max(1),
+            max_flows: match self.max_flows {
+                Some(n) => n,
+                None => count_env("TRIGGERS_MAX_FLOWS", "a whole number from 1")?.unwrap_or(10_000),
+            }
+            .max(1),
+            max_handled_keys: 100_000,
+            max_kept_outcomes: 10_000,
         })
     }
+}
+
+fn count_env<T: std::str::FromStr>(
+    name: &'static str,
+    expected: &'static str,
+) -> Result<Option<T>, ConfigError> {
+    env(name)
+        .map(|v| {
+            v.parse::<T>().map_err(|_| ConfigError {
+                setting: name,
+                value: v,
+                expected,
+            })
+        })
+        .transpose()
 }
 
 fn pick(

@@ -3,8 +3,15 @@
 //! Order of checks (each failure dead-letters the message with its reason, then acks it):
 //! envelope (`missing_envelope`, `invalid_envelope`) → JSON body (`invalid_json`) → flow
 //! (`unknown_flow`, after waiting briefly for its broadcast) → the source node's successors that
-//! this service owns (`unknown_node`) → the Durable Timer triplet (`durable_timer_rejected`) →
-//! the nodes, in edge order.
+//! this service owns (`unknown_node`; none but timers is nothing to do) → the Durable Timer
+//! triplet (`durable_timer_rejected`) → the nodes, in edge order.
+//!
+//! Every message ends one of three ways: handled (acked), dead-lettered with a reason (the DLQ
+//! publish confirmed, then acked), or given back for a redelivery when an outcome could not be
+//! reported (NATS unreachable). A redelivery is bounded by the consumer's `max_deliver`; on the
+//! last one the message is dead-lettered as `delivery_exhausted`. Handing a result on (a hop) is
+//! never a reason to run a node again: a hand-off that fails is dead-lettered as
+//! `routing_failed`, and a kept outcome is reused if the message comes back.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,16 +20,16 @@ use async_nats::jetstream::{self, AckKind};
 use futures::FutureExt;
 use serde_json::Value;
 
-use crate::flow::{self, Flow, Node, NodeType};
+use crate::flow::{self, Edge, Flow, Node, NodeType};
 use crate::runtime::action::{ActionContext, CallError};
-use crate::runtime::outcome::{Failure, Fatal};
+use crate::runtime::outcome::{Failure, Fatal, Target};
 use crate::runtime::service::Runtime;
 use crate::transport;
 use crate::wire::durable_timer;
 use crate::wire::header::names;
 use crate::wire::shapes::{dlq_kind, status};
-use crate::wire::subject::FallbackKind;
-use crate::wire::{Envelope, GoTime, Headers, Traceparent, json};
+use crate::wire::subject::{self, FallbackKind};
+use crate::wire::{Envelope, GoTime, Headers, Traceparent, idempotency, json};
 
 /// A payload on its way through the nodes: the value, and the exact bytes it arrived as (or, for
 /// a node's output, its Go JSON, written only when something needs the bytes: a hop, an output,
@@ -54,8 +61,25 @@ impl Payload {
     }
 }
 
+/// The edges taken inside one delivery, from its source node to the node at hand. With the
+/// delivery's idempotency key it names one execution of one node: the key of everything that
+/// execution sends ([`idempotency`]), and of the outcome kept for a redelivery.
+pub(crate) type Trail<'a> = Vec<&'a str>;
+
+/// An action's outcome, kept so that a redelivery of its message hands the result on again
+/// instead of running the handler again.
+#[derive(Clone)]
+pub(crate) struct KeptOutcome {
+    output: Value,
+    /// Whether its completion event was published.
+    reported: bool,
+}
+
 /// How often a message still running is acked as in progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// The longest pause before a message given back is redelivered.
+const MAX_REDELIVERY_DELAY: Duration = Duration::from_secs(30);
 
 fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
@@ -63,20 +87,27 @@ fn random_hex(bytes: usize) -> String {
     hex::encode(buf)
 }
 
+fn outcome_key(envelope: &Envelope, trail: &[&str]) -> String {
+    let mut key = envelope.idempotency_key.clone();
+    for edge in trail {
+        key.push('\n');
+        key.push_str(edge);
+    }
+    key
+}
+
 impl Runtime {
     /// Handles one delivery from the inbound stream: dispatches it, then acks it; a NATS failure
-    /// while reporting the outcome naks it instead, for a redelivery.
+    /// while reporting the outcome gives it back for a redelivery, up to the consumer's
+    /// `max_deliver`, after which it is dead-lettered as `delivery_exhausted`.
     pub(crate) async fn handle(self: Arc<Self>, msg: jetstream::Message) {
         let headers = transport::from_nats(msg.headers.as_ref());
         let key = headers.get(names::IDEMPOTENCY_KEY).map(str::to_owned);
-        let redelivered = msg.info().map(|i| i.delivered > 1).unwrap_or(false);
-        if redelivered
+        let delivered = msg.info().map(|i| i.delivered).unwrap_or(1).max(1);
+        let last = delivered >= i64::from(self.config.max_deliver);
+        if delivered > 1
             && let Some(k) = &key
-            && self
-                .processed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(k)
+            && self.lock_processed().contains_key(k)
         {
             // Handled before; only the ack was lost (a server restart): ack, do not run again.
             let _ = msg.ack().await;
@@ -100,13 +131,28 @@ impl Runtime {
                 }
             }
         };
+        let result = match result {
+            Err(Fatal(reason)) if last => {
+                // The last delivery JetStream will make: dead-letter it rather than lose it.
+                let envelope =
+                    Envelope::from_headers(&headers).unwrap_or_else(|_| partial_envelope(&headers));
+                self.dead_letter_fallback(
+                    FallbackKind::DeliveryExhausted,
+                    &envelope,
+                    &msg.payload,
+                    &format!(
+                        "delivery {delivered} of at most {}: an outcome could not be reported: {reason}",
+                        self.config.max_deliver
+                    ),
+                )
+                .await
+            }
+            other => other,
+        };
         match result {
             Ok(()) => {
                 if let Some(k) = key {
-                    self.processed
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(k);
+                    self.lock_processed().insert(k, ());
                 }
                 if let Err(e) = msg.ack().await {
                     tracing::warn!(
@@ -114,13 +160,23 @@ impl Runtime {
                     );
                 }
             }
-            Err(Fatal(reason)) => {
-                tracing::warn!(
-                    "cannot report an outcome ({reason}); the message will be redelivered"
+            Err(Fatal(reason)) if last => {
+                tracing::error!(
+                    "a message could not be handled nor dead-lettered in {delivered} deliveries, and is given up: {reason}"
                 );
-                let _ = msg
-                    .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
-                    .await;
+                self.stats
+                    .given_up
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let _ = msg.ack_with(AckKind::Term).await;
+            }
+            Err(Fatal(reason)) => {
+                let delay = Duration::from_secs(1u64 << (delivered - 1).clamp(0, 5))
+                    .min(MAX_REDELIVERY_DELAY);
+                tracing::warn!(
+                    "cannot report an outcome ({reason}); delivery {delivered} of {} is given back, redelivered in {delay:?}",
+                    self.config.max_deliver
+                );
+                let _ = msg.ack_with(AckKind::Nak(Some(delay))).await;
             }
         }
     }
@@ -180,12 +236,22 @@ impl Runtime {
                 )
                 .await;
         };
-        let mine: Vec<&Node> = flow
-            .successors(&source.id)
-            .map(|(_, n)| n)
-            .filter(|n| n.service == self.service() && n.node_type != NodeType::Timer)
+        let successors: Vec<(&Edge, &Node)> = flow.successors(&source.id).collect();
+        let mine: Vec<(&Edge, &Node)> = successors
+            .iter()
+            .copied()
+            .filter(|(_, n)| n.service == self.service() && n.node_type != NodeType::Timer)
             .collect();
         if mine.is_empty() {
+            if !successors.is_empty()
+                && successors
+                    .iter()
+                    .all(|(_, n)| n.node_type == NodeType::Timer)
+            {
+                // Only timers follow: the engine's to arm. Nothing for this service to do.
+                tracing::debug!(run = %envelope.flow_run_id, node = %source.id, "only timers follow; nothing to run");
+                return Ok(());
+            }
             return self
                 .dead_letter_fallback(
                     FallbackKind::UnknownNode,
@@ -202,8 +268,8 @@ impl Runtime {
         }
         if let Err(reason) = self.check_triplet(headers, body) {
             // The handler is not called. The first action this delivery was for gets the entry.
-            return match mine.iter().find(|n| n.node_type == NodeType::Action) {
-                Some(node) => {
+            return match mine.iter().find(|(_, n)| n.node_type == NodeType::Action) {
+                Some((_, node)) => {
                     self.dead_letter_action(
                         &node.action,
                         dlq_kind::DURABLE_TIMER_REJECTED,
@@ -225,9 +291,15 @@ impl Runtime {
             };
         }
         let payload = Payload::arrived(value, body);
-        for node in mine {
-            self.run_node(&flow, node, payload.clone(), &envelope)
-                .await?;
+        for (edge, node) in mine {
+            self.run_node(
+                &flow,
+                node,
+                payload.clone(),
+                &envelope,
+                vec![edge.id.as_str()],
+            )
+            .await?;
         }
         Ok(())
     }
@@ -274,18 +346,22 @@ impl Runtime {
         }
     }
 
-    /// Runs a node this service owns, reports its completion, and routes its output.
+    /// Runs a node this service owns (reached by `trail` in this delivery), reports its
+    /// completion, and routes its output.
     fn run_node<'a>(
         &'a self,
         flow: &'a Flow,
         node: &'a Node,
         input: Payload,
         envelope: &'a Envelope,
+        trail: Trail<'a>,
     ) -> futures::future::BoxFuture<'a, Result<(), Fatal>> {
         async move {
             let started = GoTime::now();
             let outcome: Result<Option<Payload>, Failure> = match node.node_type {
-                NodeType::Action => return self.run_action(flow, node, input, envelope).await,
+                NodeType::Action => {
+                    return self.run_action(flow, node, input, envelope, trail).await;
+                }
                 NodeType::Timer => return Ok(()),
                 NodeType::ServiceIn => Ok(Some(input.clone())),
                 NodeType::Mapping => flow::mapping(&node.config, &input.value)
@@ -298,7 +374,7 @@ impl Runtime {
                 },
                 NodeType::Lookup => self.run_lookup(node, &input).await,
                 NodeType::Output => self
-                    .deliver_output(node, &input, envelope)
+                    .deliver_output(node, &input, envelope, &trail)
                     .await
                     .map(|()| None),
             };
@@ -310,7 +386,7 @@ impl Runtime {
                     };
                     self.complete(envelope, node, started, st, "").await?;
                     if let Some(out) = next {
-                        self.route(flow, node, out, envelope).await?;
+                        self.route(flow, node, out, envelope, &trail).await?;
                     }
                     Ok(())
                 }
@@ -331,12 +407,15 @@ impl Runtime {
     }
 
     /// An action node: attempts with timeout, retries with backoff, a panic as a failed attempt.
+    /// A kept outcome (the message came back after the handler had succeeded) is handed on
+    /// without calling the handler again.
     async fn run_action(
         &self,
         flow: &Flow,
         node: &Node,
         input: Payload,
         envelope: &Envelope,
+        trail: Trail<'_>,
     ) -> Result<(), Fatal> {
         let Some(action) = self.actions.get(&node.action) else {
             let started = GoTime::now();
@@ -347,6 +426,24 @@ impl Runtime {
                 .dead_letter_fallback(FallbackKind::UnknownNode, envelope, input.bytes(), &msg)
                 .await;
         };
+        let kept_key = outcome_key(envelope, &trail);
+        let kept = self.lock_outcomes().get(&kept_key).cloned();
+        if let Some(kept) = kept {
+            tracing::debug!(run = %envelope.flow_run_id, node = %node.id, "the handler ran before this redelivery; handing its kept result on");
+            if !kept.reported {
+                self.complete(envelope, node, GoTime::now(), status::SUCCEEDED, "")
+                    .await?;
+            }
+            return self
+                .route(
+                    flow,
+                    node,
+                    Payload::from_value(kept.output),
+                    envelope,
+                    &trail,
+                )
+                .await;
+        }
         let max = u32::try_from(action.retry.max_attempts.max(1)).unwrap_or(u32::MAX);
         let mut attempt = 1;
         loop {
@@ -378,10 +475,20 @@ impl Runtime {
             let (kind, message, retryable) = match tokio::time::timeout(action.timeout, call).await
             {
                 Ok(Ok(Ok(output))) => {
+                    self.lock_outcomes().insert(
+                        kept_key.clone(),
+                        KeptOutcome {
+                            output: output.clone(),
+                            reported: false,
+                        },
+                    );
                     self.complete(envelope, node, started, status::SUCCEEDED, "")
                         .await?;
+                    if let Some(kept) = self.lock_outcomes().get_mut(&kept_key) {
+                        kept.reported = true;
+                    }
                     return self
-                        .route(flow, node, Payload::from_value(output), envelope)
+                        .route(flow, node, Payload::from_value(output), envelope, &trail)
                         .await;
                 }
                 Ok(Ok(Err(CallError::InvalidInput(e)))) => (
@@ -456,21 +563,28 @@ impl Runtime {
     }
 
     /// Hands a node's output on: this service's successors run here; another service's get one
-    /// message per service on its inbound subject; timers stop (the engine arms them).
+    /// message per service on its inbound subject; timers stop (the engine arms them). A
+    /// hand-off that fails is dead-lettered (`routing_failed` for an action's result,
+    /// `node_failed` otherwise) with the output as the body; it is never a reason to run the
+    /// node again.
     pub(crate) fn route<'a>(
         &'a self,
         flow: &'a Flow,
         from: &'a Node,
         output: Payload,
         envelope: &'a Envelope,
+        trail: &'a [&'a str],
     ) -> futures::future::BoxFuture<'a, Result<(), Fatal>> {
         async move {
             let mut hops: Vec<(&str, &str)> = Vec::new();
-            for (_, next) in flow.successors(&from.id) {
+            for (edge, next) in flow.successors(&from.id) {
                 match next.node_type {
                     NodeType::Timer => {}
                     _ if next.service == self.service() => {
-                        self.run_node(flow, next, output.clone(), envelope).await?;
+                        let mut next_trail = trail.to_vec();
+                        next_trail.push(edge.id.as_str());
+                        self.run_node(flow, next, output.clone(), envelope, next_trail)
+                            .await?;
                     }
                     _ => {
                         if !hops.iter().any(|(s, _)| *s == next.service) {
@@ -480,14 +594,23 @@ impl Runtime {
                 }
             }
             for (service, inbound) in hops {
-                self.hop(flow, from, service, inbound, &output, envelope)
-                    .await?;
+                let (next, sent) = self
+                    .hop(flow, from, service, inbound, &output, envelope, trail)
+                    .await;
+                if let Err(reason) = sent {
+                    self.routing_failed(from, service, &next, output.bytes(), &reason)
+                        .await?;
+                }
             }
             Ok(())
         }
         .boxed()
     }
 
+    /// Sends `output` to `service` on its inbound subject, through JetStream (the hop must be
+    /// stored: a plain publish nobody keeps would lose it). Returns the hop's envelope and
+    /// whether it was sent.
+    #[allow(clippy::too_many_arguments)]
     async fn hop(
         &self,
         flow: &Flow,
@@ -496,17 +619,8 @@ impl Runtime {
         inbound: &str,
         output: &Payload,
         envelope: &Envelope,
-    ) -> Result<(), Fatal> {
-        if inbound.is_empty() {
-            return self
-                .dead_letter_fallback(
-                    FallbackKind::NodeFailed,
-                    envelope,
-                    output.bytes(),
-                    &format!("node {} hands over to {service}, but the flow names no inbound subject for it (was it released by an orchestrator?)", from.id),
-                )
-                .await;
-        }
+        trail: &[&str],
+    ) -> (Envelope, Result<(), String>) {
         let span_id = random_hex(8);
         let next = Envelope {
             traceparent: if envelope.trace_id.is_empty() {
@@ -517,16 +631,59 @@ impl Runtime {
             span_id,
             flow_id: flow.id.clone(),
             flow_version: flow.version,
-            idempotency_key: format!("{}:{}>{}", envelope.flow_run_id, from.id, service),
+            idempotency_key: idempotency::hop(
+                &envelope.flow_run_id,
+                &envelope.idempotency_key,
+                trail,
+                &from.id,
+                service,
+            ),
             source_node_id: from.id.clone(),
             retry_count: 0,
             emitted_at: GoTime::now(),
             ..envelope.clone()
         };
+        if inbound.is_empty() {
+            let reason = format!(
+                "node {} hands over to {service}, but the flow names no inbound subject for it (was it released by an orchestrator?)",
+                from.id
+            );
+            return (next, Err(reason));
+        }
+        if let Err(e) = subject::check_publish_target(inbound) {
+            return (
+                next,
+                Err(format!("node {} hands over to {service}: {e}", from.id)),
+            );
+        }
         let mut headers = next.to_headers();
         headers.insert(names::NATS_MSG_ID, next.nats_msg_id());
-        self.publish_js(inbound, &headers, output.bytes().to_vec())
+        let sent = self
+            .publish(inbound, &headers, output.bytes().to_vec(), Target::Stream)
             .await
+            .map_err(|e| format!("hand-off of node {} to {service}: {e}", from.id));
+        (next, sent)
+    }
+
+    /// A hand-off that could not be made: dead-lettered with the output as the body and the
+    /// hop's envelope, on the action's DLQ (`routing_failed`) or, for another node, as
+    /// `node_failed`.
+    async fn routing_failed(
+        &self,
+        from: &Node,
+        service: &str,
+        hop: &Envelope,
+        body: &[u8],
+        reason: &str,
+    ) -> Result<(), Fatal> {
+        tracing::warn!(run = %hop.flow_run_id, node = %from.id, to = service, "{reason}");
+        if from.node_type == NodeType::Action && self.actions.contains_key(&from.action) {
+            self.dead_letter_action(&from.action, dlq_kind::ROUTING_FAILED, hop, body, reason)
+                .await
+        } else {
+            self.dead_letter_fallback(FallbackKind::NodeFailed, hop, body, reason)
+                .await
+        }
     }
 }
 

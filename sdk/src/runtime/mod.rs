@@ -35,6 +35,7 @@
 //! See `docs/sdk.md` for the guide.
 
 mod action;
+mod bounded;
 mod builder;
 mod config;
 mod dispatch;
@@ -47,7 +48,7 @@ pub use action::{ActionContext, ActionDef, ActionError, DEFAULT_RETRY, DEFAULT_T
 pub use builder::{Service, ServiceBuilder};
 pub use config::{ENV_VARS, RuntimeConfig};
 pub use lookup::LookupDef;
-pub use service::{RunningService, ShutdownReport};
+pub use service::{RunningService, RuntimeStats, ShutdownReport};
 
 pub use crate::wire::manifest::DURABLE_TIMER_V1;
 pub use crate::wire::{ResultEvent, ResultEventConfig, Retry};

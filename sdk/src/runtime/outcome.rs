@@ -56,7 +56,9 @@ impl Runtime {
         let bytes = event.to_json().map_err(|e| Fatal(e.to_string()))?;
         // Through JetStream when a stream keeps the events (the emulator's does), so a server
         // restart loses none; a plain publish otherwise. The bytes are the same either way.
-        self.publish_js(&subject, &Headers::new(), bytes).await
+        self.publish(&subject, &Headers::new(), bytes, Target::Auto)
+            .await
+            .map_err(Fatal)
     }
 
     /// A DLQ entry on `triggers.v2.dlq.<service>.<action>`.
@@ -111,76 +113,83 @@ impl Runtime {
             names::NATS_MSG_ID,
             dlq_msg_id(&envelope.idempotency_key, now.unix_nanos()),
         );
-        self.publish_js(subject, &headers, bytes).await
+        self.publish(subject, &headers, bytes, Target::Auto)
+            .await
+            .map_err(Fatal)
     }
 
-    /// Publishes through JetStream and waits for the ack when a stream captures the subject (so
-    /// a hop, a DLQ entry or an event is stored, and `Nats-Msg-Id` deduplicates); a plain publish
-    /// otherwise. Whether a stream captures it is asked of JetStream, not guessed from a publish:
-    /// a JetStream publish to a subject that only plain subscribers listen on (an orchestrator
-    /// following events) gets no ack and would wait for its timeout.
+    /// Publishes `payload` on `subject`: through JetStream, waiting for the ack, when a stream
+    /// must store it ([`Target::Stream`]: a hop) or does ([`Target::Auto`]: an event, a DLQ
+    /// entry, an output, when some stream captures the subject); else a plain publish, flushed.
+    /// Whether a stream captures a subject is asked of JetStream, not guessed from a publish: a
+    /// JetStream publish to a subject only plain subscribers listen on gets no ack and would wait
+    /// for its timeout.
     ///
     /// While NATS is unreachable (a server restart) it keeps trying for up to a minute, with the
     /// same `Nats-Msg-Id`, rather than fail the message: the handler has already run, and a
-    /// redelivery would run it again.
-    pub(crate) async fn publish_js(
+    /// redelivery would run it again. A hop for which no stream exists is given a few seconds
+    /// (the receiver's stream may be on its way), then fails.
+    ///
+    /// # Errors
+    /// What went wrong, when it could not be published within its patience.
+    pub(crate) async fn publish(
         &self,
         subject: &str,
         headers: &Headers,
         payload: Vec<u8>,
-    ) -> Result<(), Fatal> {
-        let map = crate::transport::to_nats(headers).map_err(|e| Fatal(e.to_string()))?;
-        let deadline = tokio::time::Instant::now() + REPORT_PATIENCE;
+        target: Target,
+    ) -> Result<(), String> {
+        let map = crate::transport::to_nats(headers).map_err(|e| e.to_string())?;
+        let payload = bytes::Bytes::from(payload);
+        let start = tokio::time::Instant::now();
         let mut pause = Duration::from_millis(100);
         loop {
             let attempt = async {
-                if !self.captured(subject).await? {
-                    return self
-                        .client
-                        .publish_with_headers(
-                            subject.to_owned(),
-                            map.clone(),
-                            payload.clone().into(),
-                        )
+                let stream = match target {
+                    Target::Stream => true,
+                    Target::Auto => self.captured(subject).await.map_err(|e| (e, true))?,
+                };
+                if !stream {
+                    self.client
+                        .publish_with_headers(subject.to_owned(), map.clone(), payload.clone())
                         .await
-                        .map_err(|e| e.to_string());
+                        .map_err(|e| (e.to_string(), true))?;
+                    // A plain publish is confirmed only as far as the server has read it.
+                    return self.client.flush().await.map_err(|e| (e.to_string(), true));
                 }
                 let ack = self
                     .js
-                    .publish_with_headers(subject.to_owned(), map.clone(), payload.clone().into())
+                    .publish_with_headers(subject.to_owned(), map.clone(), payload.clone())
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| (e.to_string(), true))?;
                 match ack.await {
                     Ok(_) => Ok(()),
-                    Err(e) => {
-                        if e.kind() == PublishErrorKind::StreamNotFound {
-                            // The stream went away since we asked: ask again next time.
-                            self.forget_capture(subject);
-                        }
-                        Err(e.to_string())
+                    Err(e) if e.kind() == PublishErrorKind::StreamNotFound => {
+                        // The stream went away since we asked: ask again next time.
+                        self.forget_capture(subject);
+                        Err((format!("no JetStream stream stores {subject}: {e}"), false))
                     }
+                    Err(e) => Err((e.to_string(), true)),
                 }
             };
-            match attempt.await {
+            let (e, patience) = match attempt.await {
                 Ok(()) => return Ok(()),
-                Err(e) if tokio::time::Instant::now() + pause < deadline => {
-                    tracing::debug!(subject, "publish failed, retrying in {pause:?}: {e}");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(2));
-                }
-                Err(e) => return Err(Fatal(format!("publish to {subject}: {e}"))),
+                Err((e, true)) => (e, REPORT_PATIENCE),
+                Err((e, false)) => (e, NO_STREAM_PATIENCE),
+            };
+            if start.elapsed() + pause >= patience {
+                return Err(format!("publish to {subject}: {e}"));
             }
+            tracing::debug!(subject, "publish failed, retrying in {pause:?}: {e}");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
         }
     }
 
     /// Whether a JetStream stream captures `subject`, asked at most every [`CAPTURE_TTL`].
     async fn captured(&self, subject: &str) -> Result<bool, String> {
         let now = tokio::time::Instant::now();
-        if let Some((captured, at)) = self
-            .captures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(subject)
+        if let Some((captured, at)) = self.lock_captures().get(&subject.to_owned())
             && now.duration_since(*at) < CAPTURE_TTL
         {
             return Ok(*captured);
@@ -194,18 +203,13 @@ impl Runtime {
                 ));
             }
         };
-        self.captures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.lock_captures()
             .insert(subject.to_owned(), (captured, now));
         Ok(captured)
     }
 
     fn forget_capture(&self, subject: &str) {
-        self.captures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(subject);
+        self.lock_captures().remove(&subject.to_owned());
     }
 }
 
@@ -214,3 +218,15 @@ const CAPTURE_TTL: Duration = Duration::from_secs(30);
 
 /// How long an outcome keeps trying to reach NATS before the message is given back.
 const REPORT_PATIENCE: Duration = Duration::from_secs(60);
+
+/// How long a hop waits for a stream to store it before it is a routing failure.
+const NO_STREAM_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Where a publish must land.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// In a JetStream stream, acked: a hop to another service's inbound subject.
+    Stream,
+    /// In a stream if one captures the subject, else a plain publish.
+    Auto,
+}

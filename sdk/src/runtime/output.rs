@@ -6,9 +6,10 @@ use serde_json::Value;
 use crate::flow::Node;
 use crate::runtime::dispatch::Payload;
 use crate::runtime::outcome::Failure;
+use crate::runtime::outcome::Target;
 use crate::runtime::service::Runtime;
-use crate::wire::Envelope;
 use crate::wire::header::names;
+use crate::wire::{Envelope, idempotency, subject};
 
 impl Runtime {
     pub(crate) async fn deliver_output(
@@ -16,6 +17,7 @@ impl Runtime {
         node: &Node,
         payload: &Payload,
         envelope: &Envelope,
+        trail: &[&str],
     ) -> Result<(), Failure> {
         let transport = node
             .config
@@ -29,17 +31,25 @@ impl Runtime {
             .unwrap_or_default();
         let out = Envelope {
             source_node_id: node.id.clone(),
-            idempotency_key: format!("{}:{}", envelope.flow_run_id, node.id),
+            idempotency_key: idempotency::output(
+                &envelope.flow_run_id,
+                &envelope.idempotency_key,
+                trail,
+                &node.id,
+            ),
             ..envelope.clone()
         };
         let headers = out.to_headers();
         match transport {
             "nats" => {
+                // Release refuses a locked target; a forged broadcast must not get past us either.
+                subject::check_publish_target(target)
+                    .map_err(|e| Failure::node(format!("output to NATS: {e}")))?;
                 let mut headers = headers;
                 headers.insert(names::NATS_MSG_ID, out.nats_msg_id());
-                self.publish_js(target, &headers, payload.bytes().to_vec())
+                self.publish(target, &headers, payload.bytes().to_vec(), Target::Auto)
                     .await
-                    .map_err(|e| Failure::node(format!("output to NATS {target}: {}", e.0)))
+                    .map_err(|e| Failure::node(format!("output to NATS {target}: {e}")))
             }
             "http" => {
                 let mut request = self

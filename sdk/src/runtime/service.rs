@@ -1,8 +1,9 @@
 //! Running a service: connect, register, install flows, heartbeat, consume the inbound stream,
 //! shut down gracefully.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::PullConsumer};
@@ -13,44 +14,49 @@ use tokio::task::JoinHandle;
 use crate::error::StartError;
 use crate::flow::Flow;
 use crate::runtime::action::ActionDef;
+use crate::runtime::bounded::BoundedMap;
 use crate::runtime::builder::Service;
 use crate::runtime::config::Resolved;
+use crate::runtime::dispatch::KeptOutcome;
 use crate::runtime::lookup::LookupDef;
 use crate::wire::manifest::DURABLE_TIMER_V1;
 use crate::wire::{FlowEnvelope, GoTime, Heartbeat, Manifest, RegisterReply, subject};
 
-/// Idempotency keys of messages fully handled, so a redelivery (after a lost ack) is not run
-/// twice. Bounded: the oldest keys go first.
-pub(crate) struct Processed {
-    keys: HashSet<String>,
-    order: VecDeque<String>,
-    capacity: usize,
+/// Counters of what the runtime dropped, refused or gave up, so that none of it is silent.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    /// Flows not installed: the table was full.
+    pub(crate) flows_refused: AtomicU64,
+    /// Durable Timer flows not installed: the service does not declare `durable_timer.v1`.
+    pub(crate) flows_gated: AtomicU64,
+    /// Messages neither handled nor dead-lettered in `max_deliver` deliveries.
+    pub(crate) given_up: AtomicU64,
 }
 
-impl Processed {
-    fn new(capacity: usize) -> Self {
-        Processed {
-            keys: HashSet::new(),
-            order: VecDeque::new(),
-            capacity,
-        }
-    }
-
-    pub(crate) fn contains(&self, key: &str) -> bool {
-        self.keys.contains(key)
-    }
-
-    pub(crate) fn insert(&mut self, key: String) {
-        if self.keys.insert(key.clone()) {
-            self.order.push_back(key);
-            while self.order.len() > self.capacity {
-                if let Some(old) = self.order.pop_front() {
-                    self.keys.remove(&old);
-                }
-            }
-        }
-    }
+/// What a running service dropped, refused or gave up on: [`RunningService::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RuntimeStats {
+    /// Flows not installed because the service already holds [`RuntimeConfig::max_flows`]
+    /// (every message for them is dead-lettered as `unknown_flow`).
+    ///
+    /// [`RuntimeConfig::max_flows`]: crate::runtime::RuntimeConfig::max_flows
+    pub flows_refused: u64,
+    /// Durable Timer flows not installed because the service does not declare
+    /// `durable_timer.v1` (the capability gate).
+    pub flows_gated: u64,
+    /// Messages given up: neither handled nor dead-lettered in `max_deliver` deliveries (NATS
+    /// was unreachable throughout). The emulator records them too.
+    pub given_up: u64,
+    /// Idempotency keys of handled messages forgotten to stay within the cache's bound (a
+    /// redelivery of one of them after that would run again).
+    pub handled_keys_evicted: u64,
+    /// Kept action outcomes forgotten to stay within the cache's bound.
+    pub outcomes_evicted: u64,
 }
+
+/// Subjects whose stream lookup is remembered at once.
+const MAX_CAPTURES: usize = 4096;
 
 /// Everything a running service shares between its tasks.
 pub(crate) struct Runtime {
@@ -62,9 +68,15 @@ pub(crate) struct Runtime {
     pub(crate) flows: watch::Sender<Arc<BTreeMap<String, Arc<Flow>>>>,
     pub(crate) config: Resolved,
     pub(crate) http: reqwest::Client,
-    pub(crate) processed: Mutex<Processed>,
+    /// Idempotency keys of messages fully handled, so a redelivery (after a lost ack) is not
+    /// run twice.
+    pub(crate) processed: Mutex<BoundedMap<String, ()>>,
+    /// Action outcomes by delivery and trail, so a redelivery hands a result on again rather
+    /// than running the handler again.
+    pub(crate) outcomes: Mutex<BoundedMap<String, KeptOutcome>>,
     /// Whether a JetStream stream captures a subject, and when that was asked.
-    pub(crate) captures: Mutex<HashMap<String, (bool, tokio::time::Instant)>>,
+    pub(crate) captures: Mutex<BoundedMap<String, (bool, tokio::time::Instant)>>,
+    pub(crate) stats: Stats,
     pub(crate) durable_timer: bool,
     pub(crate) started_at: GoTime,
 }
@@ -74,7 +86,23 @@ impl Runtime {
         &self.manifest.service
     }
 
-    /// Installs a flow that involves this service, unless a newer version is already there.
+    pub(crate) fn lock_processed(&self) -> MutexGuard<'_, BoundedMap<String, ()>> {
+        self.processed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn lock_outcomes(&self) -> MutexGuard<'_, BoundedMap<String, KeptOutcome>> {
+        self.outcomes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn lock_captures(
+        &self,
+    ) -> MutexGuard<'_, BoundedMap<String, (bool, tokio::time::Instant)>> {
+        self.captures.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Installs a flow that involves this service, unless a newer version is already there, the
+    /// flow has a Durable Timer and the service does not declare `durable_timer.v1` (the
+    /// capability gate holds here too, whatever the orchestrator sends), or the table is full.
     /// The table is swapped whole, so a dispatch sees either the old one or the new one.
     pub(crate) fn install(&self, envelope: &FlowEnvelope) {
         let flow = match Flow::from_envelope(envelope) {
@@ -90,11 +118,22 @@ impl Runtime {
         if !flow.services().contains(self.service()) {
             return;
         }
+        if flow.has_timer() && !self.durable_timer {
+            tracing::warn!(flow = %flow.id, "not installing a Durable Timer flow: {} does not declare {DURABLE_TIMER_V1}", self.service());
+            self.stats.flows_gated.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let max_flows = self.config.max_flows;
         self.flows.send_if_modified(|table| {
             if table
                 .get(&flow.id)
                 .is_some_and(|f| f.version > flow.version)
             {
+                return false;
+            }
+            if !table.contains_key(&flow.id) && table.len() >= max_flows {
+                tracing::warn!(flow = %flow.id, "not installing a flow: {max_flows} are held already (RuntimeConfig::max_flows)");
+                self.stats.flows_refused.fetch_add(1, Ordering::Relaxed);
                 return false;
             }
             let mut next = (**table).clone();
@@ -223,8 +262,10 @@ impl Service {
             client,
             flows,
             http,
-            processed: Mutex::new(Processed::new(100_000)),
-            captures: Mutex::new(HashMap::new()),
+            processed: Mutex::new(BoundedMap::new(config.max_handled_keys)),
+            outcomes: Mutex::new(BoundedMap::new(config.max_kept_outcomes)),
+            captures: Mutex::new(BoundedMap::new(MAX_CAPTURES)),
+            stats: Stats::default(),
             started_at: GoTime::now(),
             config,
             manifest: self.manifest,
@@ -310,22 +351,7 @@ async fn consumers(runtime: &Arc<Runtime>) -> Result<Vec<(String, PullConsumer)>
             action: "name the inbound stream",
             reason: e.to_string(),
         })?;
-    let stream = match runtime.js.get_stream(&stream_name).await {
-        Ok(s) => s,
-        Err(_) => runtime
-            .js
-            .create_stream(jetstream::stream::Config {
-                name: stream_name.clone(),
-                subjects: sources.clone(),
-                duplicate_window: Duration::from_secs(120),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| StartError::Nats {
-                action: "create the inbound stream",
-                reason: format!("{stream_name} over {sources:?}: {e}"),
-            })?,
-    };
+    let stream = inbound_stream(runtime, &stream_name, &sources).await?;
     // Long enough for the slowest action's every attempt and backoff; progress acks extend it.
     let ack_wait = runtime
         .actions
@@ -353,7 +379,11 @@ async fn consumers(runtime: &Arc<Runtime>) -> Result<Vec<(String, PullConsumer)>
                     filter_subject: source.clone(),
                     ack_policy: jetstream::consumer::AckPolicy::Explicit,
                     ack_wait,
-                    max_ack_pending: (runtime.config.max_concurrency * 4) as i64,
+                    max_deliver: i64::from(runtime.config.max_deliver),
+                    max_ack_pending: i64::try_from(
+                        runtime.config.max_concurrency.saturating_mul(4),
+                    )
+                    .unwrap_or(i64::MAX),
                     ..Default::default()
                 },
             )
@@ -366,6 +396,48 @@ async fn consumers(runtime: &Arc<Runtime>) -> Result<Vec<(String, PullConsumer)>
     }
     Ok(out)
 }
+
+/// The inbound stream: the one named (`triggers-sources-<service>`, or the override), else the
+/// stream that already captures the service's sources (the orchestrator may have created it under
+/// its own name), else a new one under the name.
+async fn inbound_stream(
+    runtime: &Runtime,
+    name: &str,
+    sources: &[String],
+) -> Result<jetstream::stream::Stream, StartError> {
+    if let Ok(stream) = runtime.js.get_stream(name).await {
+        return Ok(stream);
+    }
+    if let Some(first) = sources.first()
+        && let Ok(found) = runtime.js.stream_by_subject(first.as_str()).await
+        && let Ok(stream) = runtime.js.get_stream(&found).await
+    {
+        tracing::info!(
+            "the inbound stream {name} does not exist; using {found}, which captures {first}"
+        );
+        return Ok(stream);
+    }
+    runtime
+        .js
+        .create_stream(jetstream::stream::Config {
+            name: name.to_owned(),
+            subjects: sources.to_vec(),
+            duplicate_window: Duration::from_secs(120),
+            max_age: INBOUND_MAX_AGE,
+            max_bytes: INBOUND_MAX_BYTES,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| StartError::Nats {
+            action: "create the inbound stream",
+            reason: format!("{name} over {sources:?}: {e}"),
+        })
+}
+
+/// Limits of an inbound stream the SDK creates (when the orchestrator has not): a week of
+/// messages, 1 GiB at most.
+const INBOUND_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+const INBOUND_MAX_BYTES: i64 = 1 << 30;
 
 async fn follow_broadcasts(
     runtime: Arc<Runtime>,
@@ -494,6 +566,19 @@ impl RunningService {
         })
         .await
         .is_ok()
+    }
+
+    /// What the runtime dropped, refused or gave up on so far.
+    #[must_use]
+    pub fn stats(&self) -> RuntimeStats {
+        let r = &self.runtime;
+        RuntimeStats {
+            flows_refused: r.stats.flows_refused.load(Ordering::Relaxed),
+            flows_gated: r.stats.flows_gated.load(Ordering::Relaxed),
+            given_up: r.stats.given_up.load(Ordering::Relaxed),
+            handled_keys_evicted: r.lock_processed().evicted(),
+            outcomes_evicted: r.lock_outcomes().evicted(),
+        }
     }
 
     /// The NATS connection.

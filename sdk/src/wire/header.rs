@@ -250,7 +250,8 @@ impl Envelope {
     ///
     /// `flow_run_id`, `flow_id`, `flow_version`, `idempotency_key` and `source_node_id` must be
     /// present; the tracing fields may be absent; `retry_count` defaults to 0 and `emitted_at` to
-    /// Go's zero time. Every present value must be well formed.
+    /// Go's zero time. Every present value must be well formed, but for `traceparent`: one that
+    /// does not parse is ignored (left empty), as W3C Trace Context says.
     ///
     /// # Errors
     /// [`EnvelopeError::Absent`] when no envelope header is there at all, else the first missing or
@@ -266,14 +267,11 @@ impl Envelope {
             return Err(EnvelopeError::Missing { header: missing });
         }
         let text = |name: &str| headers.get(name).unwrap_or_default().to_owned();
-        let traceparent = text(names::TRACEPARENT);
-        if !traceparent.is_empty() {
-            Traceparent::parse(&traceparent).map_err(|e| EnvelopeError::Invalid {
-                header: names::TRACEPARENT,
-                value: traceparent.clone(),
-                reason: e.to_string(),
-            })?;
-        }
+        // W3C Trace Context: a traceparent that does not parse is ignored (the trace restarts),
+        // never a reason to refuse the message.
+        let traceparent = Some(text(names::TRACEPARENT))
+            .filter(|t| Traceparent::parse(t).is_ok())
+            .unwrap_or_default();
         for (name, width) in [(names::TRACE_ID, 32), (names::SPAN_ID, 16)] {
             let value = text(name);
             if !value.is_empty() && !is_lower_hex(&value, width) {
@@ -494,9 +492,15 @@ mod tests {
             Envelope::from_headers(&Headers::new()),
             Err(EnvelopeError::Absent)
         ));
+    }
+
+    #[test]
+    fn a_bad_traceparent_is_ignored_as_w3c_says() {
         let mut h = sample().to_headers();
         h.insert(names::TRACEPARENT, "00-0000-00f067aa0ba902b7-01");
-        assert!(Envelope::from_headers(&h).is_err());
+        let read = Envelope::from_headers(&h).unwrap();
+        assert_eq!(read.traceparent, "");
+        assert_eq!(read.flow_run_id, sample().flow_run_id);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 pub mod decode;
 pub mod durable_timer;
 pub mod header;
+pub mod idempotency;
 pub mod json;
 pub mod manifest;
 pub mod result_event;

@@ -50,19 +50,24 @@ pub enum FallbackKind {
     UnknownFlow,
     /// The envelope's source node is not in the flow, or has no successor here.
     UnknownNode,
-    /// A mapping, condition, lookup or output node failed (it has no action DLQ of its own).
+    /// A mapping, condition, lookup or output node failed (it has no action DLQ of its own), or
+    /// handing its output on failed.
     NodeFailed,
+    /// The message could not be handled in as many deliveries as its consumer allows
+    /// (`max_deliver`): each time, an outcome could not be reported.
+    DeliveryExhausted,
 }
 
 impl FallbackKind {
     /// Every fallback kind.
-    pub const ALL: [FallbackKind; 6] = [
+    pub const ALL: [FallbackKind; 7] = [
         FallbackKind::InvalidJson,
         FallbackKind::MissingEnvelope,
         FallbackKind::InvalidEnvelope,
         FallbackKind::UnknownFlow,
         FallbackKind::UnknownNode,
         FallbackKind::NodeFailed,
+        FallbackKind::DeliveryExhausted,
     ];
 
     /// The subject token and the `kind` field of the DLQ entry.
@@ -75,6 +80,7 @@ impl FallbackKind {
             FallbackKind::UnknownFlow => "unknown_flow",
             FallbackKind::UnknownNode => "unknown_node",
             FallbackKind::NodeFailed => "node_failed",
+            FallbackKind::DeliveryExhausted => "delivery_exhausted",
         }
     }
 
@@ -146,6 +152,67 @@ pub fn check_action(action: &str) -> Result<(), SubjectError> {
             what: "action",
             value: action.to_owned(),
             reason: "it is a DLQ fallback kind, and would share its subject",
+        });
+    }
+    Ok(())
+}
+
+/// Subject prefixes no flow may send to: the locked namespace (the orchestrator's and the SDKs'
+/// own traffic), NATS's system namespaces (`$JS.`, `$SYS.`, `$KV.`... all start with `$`) and the
+/// emulator's control namespace (ours, `triggerslab.`).
+pub const NEVER_TARGETS: [&str; 3] = [PREFIX, "$", "triggerslab."];
+
+/// The longest subject a flow may send to.
+pub const MAX_TARGET_LEN: usize = 1024;
+
+/// Checks a subject a flow sends to (an output node's target, a hop's inbound subject): a
+/// well-formed subject to publish on (non-empty tokens, no wildcard, no whitespace or control
+/// character, at most [`MAX_TARGET_LEN`] bytes) outside every namespace of [`NEVER_TARGETS`].
+///
+/// Release refuses a flow with such a target, and an SDK refuses it again at runtime, so that a
+/// forged broadcast cannot make a service publish on a locked subject (say
+/// `triggers.v2.dlq.source.<id>`).
+///
+/// # Errors
+/// [`SubjectError::InvalidToken`] for a malformed subject, [`SubjectError::Reserved`] for a
+/// locked one.
+pub fn check_publish_target(subject: &str) -> Result<(), SubjectError> {
+    let invalid = |reason: String| {
+        Err(SubjectError::InvalidToken {
+            what: "target subject",
+            value: subject.to_owned(),
+            reason,
+        })
+    };
+    if subject.len() > MAX_TARGET_LEN {
+        return invalid(format!(
+            "it is {} bytes long; at most {MAX_TARGET_LEN}",
+            subject.len()
+        ));
+    }
+    if let Some(c) = subject
+        .chars()
+        .find(|c| c.is_whitespace() || c.is_control())
+    {
+        return invalid(format!("it contains {c:?}"));
+    }
+    if subject.split('.').any(str::is_empty) {
+        return invalid(
+            "it has an empty token (check for a leading, trailing or double '.')".into(),
+        );
+    }
+    if subject.split('.').any(|t| t == "*" || t == ">") {
+        return invalid("it has a wildcard token: a message is published on one subject".into());
+    }
+    if let Some(prefix) = NEVER_TARGETS.iter().find(|p| subject.starts_with(**p)) {
+        return Err(SubjectError::Reserved {
+            what: "target subject",
+            value: subject.to_owned(),
+            reason: match *prefix {
+                PREFIX => "triggers.v2. is the locked namespace of the orchestrator and the SDKs",
+                "$" => "subjects starting with $ belong to the NATS server ($JS, $SYS, $KV...)",
+                _ => "triggerslab. is the emulator's control namespace",
+            },
         });
     }
     Ok(())
@@ -326,6 +393,47 @@ mod tests {
         assert!(dlq_action("svc.source", "x").is_err());
         for bad in ["", "a.b", "a*", "a>", "a b", "a/b", "a\\b", "a\nb"] {
             assert!(check_token("t", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn flows_never_target_a_locked_subject() {
+        for ok in ["shop.inbound", "audit.reminders", "a", "a.b-c_d"] {
+            assert_eq!(check_publish_target(ok), Ok(()), "{ok}");
+        }
+        for locked in [
+            "triggers.v2.dlq.source.x",
+            "triggers.v2.heartbeat",
+            "$JS.API.STREAM.DELETE.x",
+            "$SYS.REQ.SERVER.PING",
+            "triggerslab.v1.control.deploy",
+        ] {
+            assert!(
+                matches!(
+                    check_publish_target(locked),
+                    Err(SubjectError::Reserved { .. })
+                ),
+                "{locked}"
+            );
+        }
+        for bad in [
+            "",
+            "a..b",
+            ".a",
+            "a.",
+            "a.*",
+            "a.>",
+            "a b",
+            "a\nb",
+            &"a".repeat(2000),
+        ] {
+            assert!(
+                matches!(
+                    check_publish_target(bad),
+                    Err(SubjectError::InvalidToken { .. })
+                ),
+                "{bad:?}"
+            );
         }
     }
 
