@@ -27,6 +27,8 @@ use std::fmt;
 
 use serde::Serialize;
 use triggers_sdk::wire::durable_timer;
+
+use crate::recorder::{Body, SharedHeaders, share_headers};
 use triggers_sdk::wire::header::{Envelope, Headers, Traceparent, names};
 use triggers_sdk::wire::subject::{self, LockedSubject};
 use triggers_sdk::wire::{GoTime, Manifest};
@@ -66,14 +68,33 @@ pub struct Violation {
     pub subject: String,
     /// What is wrong, where, and what Go or the contract expects instead.
     pub message: String,
-    /// The message's headers, as received.
-    pub headers: Vec<(String, String)>,
-    /// The message's payload, verbatim (serialised as UTF-8, invalid bytes replaced).
-    #[serde(serialize_with = "lossy_utf8")]
-    pub payload: Vec<u8>,
+    /// The message's headers, as received (shared by every violation of the message).
+    pub headers: SharedHeaders,
+    /// The message's payload, verbatim (shared; serialised as UTF-8, invalid bytes replaced).
+    pub payload: Body,
 }
 
 impl Violation {
+    /// A violation of `rule` (whose severity [`RULES`] gives).
+    pub(crate) fn new(
+        rule: &'static str,
+        subject: &str,
+        message: String,
+        headers: SharedHeaders,
+        payload: Body,
+    ) -> Self {
+        let severity = rule_info(rule).map(|(s, _)| s);
+        debug_assert!(severity.is_some(), "rule {rule} is not in RULES");
+        Violation {
+            severity: severity.unwrap_or(Severity::Error),
+            rule,
+            subject: subject.to_owned(),
+            message,
+            headers,
+            payload,
+        }
+    }
+
     /// Whether it is an [`Severity::Error`].
     #[must_use]
     pub fn is_error(&self) -> bool {
@@ -89,10 +110,6 @@ impl fmt::Display for Violation {
             self.severity, self.rule, self.subject, self.message
         )
     }
-}
-
-fn lossy_utf8<S: serde::Serializer>(payload: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&String::from_utf8_lossy(payload))
 }
 
 /// Who published a message.
@@ -329,11 +346,50 @@ pub const RULES: &[(&str, Severity, &str)] = &[
         "a hop whose traceparent names another trace than X-Triggers-Trace-Id",
     ),
     (
+        "traceparent_invalid",
+        Severity::Warning,
+        "a hop whose traceparent does not parse (W3C Trace Context: ignored, the trace restarts)",
+    ),
+    (
         "triplet_leaked",
         Severity::Error,
-        "a peer's hop carrying Durable Timer triplet headers (SDKs strip them before every hop)",
+        "a peer's hop carrying a Durable Timer triplet that is not valid for it (the payload hash is not this hop's bytes, the execution id is not the run's root), or on a run of no Durable Timer lineage",
+    ),
+    (
+        "idempotency_key_reused",
+        Severity::Error,
+        "one idempotency key on distinct deliveries of a run (a node ran more times than its hops have keys): JetStream's dedup window drops all but the first",
+    ),
+    (
+        "completion_unexpected",
+        Severity::Warning,
+        "a completion event for a node nothing had reached: a duplicate execution (a redelivery ran it again) or a node the flow did not route to",
+    ),
+    (
+        "delivery_deduplicated",
+        Severity::Error,
+        "JetStream dropped one of the emulator's own deliveries as a duplicate: a distinct delivery was lost",
+    ),
+    (
+        "capabilities_not_canonical",
+        Severity::Warning,
+        "runtime_capabilities not sorted and de-duplicated on the wire (the hash sorts them; Go's SDK writes them sorted)",
+    ),
+    (
+        "manifest_lenient",
+        Severity::Warning,
+        "a manifest the orchestrator accepts though it is not what a careful SDK writes (a null schema, an empty service_version): accepted, reported",
+    ),
+    (
+        "violations_capped",
+        Severity::Warning,
+        "more violations in one message than are kept per message (16); the rest are counted, not kept",
     ),
 ];
+
+/// Violations kept per message: a message with thousands of bad headers must not take the
+/// emulator's memory with it.
+pub const MAX_PER_MESSAGE: usize = 16;
 
 /// The severity and description of `rule`, if it is one of [`RULES`].
 #[must_use]
@@ -356,14 +412,28 @@ pub fn check(
     payload: &[u8],
     origin: Origin,
 ) -> Vec<Violation> {
+    check_body(ctx, subject, headers, &Body::from(payload), origin)
+}
+
+/// [`check`] of a message whose bytes are already shared: its violations share them.
+pub(crate) fn check_body(
+    ctx: &Context<'_>,
+    subject: &str,
+    headers: &Headers,
+    body: &Body,
+    origin: Origin,
+) -> Vec<Violation> {
     if origin == Origin::Emulator {
         return Vec::new();
     }
     let mut report = Report {
         subject,
         headers,
-        payload,
+        payload: body.as_bytes(),
+        body: body.clone(),
+        shared: None,
         found: Vec::new(),
+        more: 0,
     };
     check_header_names(&mut report);
     let inbound = ctx.inbound.get(subject);
@@ -401,7 +471,7 @@ pub fn check(
         ),
         None => {}
     }
-    report.found
+    report.finish()
 }
 
 /// The message being judged and the violations found so far.
@@ -409,25 +479,50 @@ struct Report<'m> {
     subject: &'m str,
     headers: &'m Headers,
     payload: &'m [u8],
+    body: Body,
+    /// The message's headers, copied once for all its violations, and its bytes.
+    shared: Option<(SharedHeaders, Body)>,
     found: Vec<Violation>,
+    /// Violations beyond [`MAX_PER_MESSAGE`].
+    more: usize,
 }
 
 impl Report<'_> {
     fn push(&mut self, rule: &'static str, message: impl Into<String>) {
-        let severity = rule_info(rule).map(|(s, _)| s);
-        debug_assert!(severity.is_some(), "rule {rule} is not in RULES");
-        self.found.push(Violation {
-            severity: severity.unwrap_or(Severity::Error),
+        if self.found.len() >= MAX_PER_MESSAGE {
+            self.more += 1;
+            return;
+        }
+        let (headers, payload) = self
+            .shared
+            .get_or_insert_with(|| (share_headers(self.headers), self.body.clone()))
+            .clone();
+        self.found.push(Violation::new(
             rule,
-            subject: self.subject.to_owned(),
-            message: message.into(),
-            headers: self
-                .headers
-                .iter()
-                .map(|(n, v)| (n.to_owned(), v.to_owned()))
-                .collect(),
-            payload: self.payload.to_vec(),
-        });
+            self.subject,
+            message.into(),
+            headers,
+            payload,
+        ));
+    }
+
+    fn finish(mut self) -> Vec<Violation> {
+        if self.more > 0 {
+            let more = self.more;
+            self.found.truncate(MAX_PER_MESSAGE - 1);
+            let (headers, payload) = self.shared.clone().unwrap_or_default();
+            self.found.push(Violation::new(
+                "violations_capped",
+                self.subject,
+                format!(
+                    "{} more violation(s) of this message are not kept (at most {MAX_PER_MESSAGE} per message)",
+                    more + 1
+                ),
+                headers,
+                payload,
+            ));
+        }
+        self.found
     }
 
     /// How many violations have been found so far.
@@ -508,6 +603,18 @@ fn check_hop(report: &mut Report<'_>, service: &str) {
             ),
         ),
         Ok(envelope) => {
+            if let Some(tp) = headers.get(names::TRACEPARENT)
+                && !tp.is_empty()
+                && let Err(e) = Traceparent::parse(tp)
+            {
+                report.push(
+                    "traceparent_invalid",
+                    format!(
+                        "{} {tp:?} does not parse ({e}); readers ignore it and the trace restarts",
+                        names::TRACEPARENT
+                    ),
+                );
+            }
             if let Some(text) = headers.get(names::EMITTED_AT) {
                 // from_headers accepted it, so it is RFC 3339; Go's text is stricter.
                 if let Ok(t) = GoTime::parse(text)
@@ -565,23 +672,29 @@ fn check_hop(report: &mut Report<'_>, service: &str) {
         Some(_) => {}
     }
     if durable_timer::has_triplet(headers) {
-        let present: Vec<&str> = headers
-            .iter()
-            .map(|(n, _)| n)
-            .filter(|n| {
-                names::DURABLE_TIMER_TRIPLET
-                    .iter()
-                    .any(|t| t.eq_ignore_ascii_case(n))
-            })
-            .collect();
-        report.push(
-            "triplet_leaked",
-            format!(
-                "a peer's hop carries the Durable Timer private triplet ({}); it comes only on the \
-                 engine's trusted deliveries and the SDK strips it before handlers and every \
-                 onward hop",
-                present.join(", ")
-            ),
-        );
+        // Decision 9: a triplet forwarded on an internal hop of a Durable Timer lineage is
+        // accepted when it is valid for that hop; any other is flagged.
+        let run = headers.get(names::FLOW_RUN_ID).unwrap_or_default();
+        let flow = headers.get(names::FLOW_ID).unwrap_or_default();
+        let problem = match durable_timer::read_triplet(headers, report.payload) {
+            Err(e) => Some(e.to_string()),
+            Ok(Some(ctx)) if ctx.root_execution_id() != run => Some(format!(
+                "its root_execution_id {:?} is not the hop's run {run:?}",
+                ctx.root_execution_id()
+            )),
+            Ok(Some(ctx)) if ctx.flow_id() != flow => Some(format!(
+                "its flow_id {:?} is not the hop's flow {flow:?}",
+                ctx.flow_id()
+            )),
+            Ok(_) => None,
+        };
+        if let Some(problem) = problem {
+            report.push(
+                "triplet_leaked",
+                format!(
+                    "a peer's hop carries the Durable Timer private triplet, not valid for this hop: {problem}; an SDK strips the triplet before handlers and onward hops, or forwards one valid for the hop (the payload hash of this hop's bytes, the execution id of the root)"
+                ),
+            );
+        }
     }
 }

@@ -95,8 +95,14 @@ pub struct StateSummary {
     pub violations: usize,
     /// The last record's sequence number.
     pub last_seq: u64,
-    /// Records dropped off the ring.
+    /// Records dropped off the ring (beyond `max_records` or `max_record_bytes`).
     pub dropped_records: u64,
+    /// Settled runs evicted beyond `max_runs` (no longer in `runs`).
+    #[serde(default)]
+    pub evicted_runs: u64,
+    /// Conformance violations counted but not kept (beyond `max_violations`, or 16 per message).
+    #[serde(default)]
+    pub dropped_violations: u64,
 }
 
 impl Emulator {
@@ -122,16 +128,18 @@ impl Emulator {
                     replicas: s.replicas.len(),
                 })
                 .collect(),
-            flows: state.flows.values().cloned().collect(),
+            flows: state.flows.values().map(|f| Flow::clone(f)).collect(),
             runs: state
                 .run_order
                 .iter()
                 .filter_map(|id| state.runs.get(id))
                 .map(run_summary)
                 .collect(),
-            violations: state.violations.len(),
+            violations: state.violations.len() + state.dropped_violations as usize,
             last_seq: state.seq,
-            dropped_records: state.dropped_records,
+            dropped_records: state.records.dropped,
+            evicted_runs: state.evicted_runs,
+            dropped_violations: state.dropped_violations,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The orchestrator emulator: registration, heartbeats, releases, broadcasts, flow runs, Durable
 //! Timers, the recorder and the conformance checker, on one NATS connection.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -10,17 +10,17 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
-use triggers_sdk::flow::{Flow, NodeType};
+use triggers_sdk::flow::{self, Flow, IdKind, NodeType};
 use triggers_sdk::transport;
 use triggers_sdk::wire::durable_timer::{self, RootContext, TimerContext};
 use triggers_sdk::wire::header::{Traceparent, names};
 use triggers_sdk::wire::subject::{self};
-use triggers_sdk::wire::{CompletionEvent, Envelope, GoTime, Headers, Manifest, json};
+use triggers_sdk::wire::{CompletionEvent, Envelope, GoTime, Headers, Manifest, idempotency, json};
 
 use crate::clock::{Clock, ClockMode};
 use crate::conformance::{Severity, Violation};
 use crate::error::EmulatorError;
-use crate::recorder::{Record, RecordKind, Run, ServiceState};
+use crate::recorder::{Body, Record, RecordKind, Run, ServiceState, share_headers};
 use crate::release::{self, ReleaseProblem};
 
 /// What to do when a registration's `manifest_hash` is not the hash of its contents.
@@ -54,8 +54,22 @@ pub struct EmulatorConfig {
     pub control_api: bool,
     /// JetStream's dedup window on the DLQ stream (default 2 min).
     pub dlq_duplicate_window: Duration,
-    /// Records kept; older ones drop off (default 100 000).
+    /// Records kept; older ones drop off, counted (default 100 000).
     pub max_records: usize,
+    /// Bytes of records kept (payloads, headers, subjects); older ones drop off, counted
+    /// (default 256 MiB).
+    pub max_record_bytes: usize,
+    /// Settled runs kept; the oldest beyond it are evicted, counted in the `state` summary
+    /// (default 10 000). Runs still running or waiting are never evicted.
+    pub max_runs: usize,
+    /// Conformance violations kept; later ones are counted, not kept (default 10 000). At most
+    /// 16 are kept per message.
+    pub max_violations: usize,
+    /// The age limit of every JetStream stream the emulator creates: the DLQ and events streams
+    /// and each service's inbound stream (default 24 h).
+    pub stream_max_age: Duration,
+    /// The size limit of each of those streams, in bytes (default 1 GiB).
+    pub stream_max_bytes: i64,
 }
 
 impl Default for EmulatorConfig {
@@ -69,9 +83,18 @@ impl Default for EmulatorConfig {
             control_api: true,
             dlq_duplicate_window: Duration::from_secs(120),
             max_records: 100_000,
+            max_record_bytes: 256 << 20,
+            max_runs: 10_000,
+            max_violations: 10_000,
+            stream_max_age: Duration::from_secs(24 * 3600),
+            stream_max_bytes: 1 << 30,
         }
     }
 }
+
+/// How many of its own `Nats-Msg-Id`s the emulator remembers, to tell its deliveries from a
+/// peer's.
+const OWN_IDS_KEPT: usize = 100_000;
 
 /// The JetStream stream that holds every DLQ publish, so `Nats-Msg-Id` dedup is the server's own.
 pub const DLQ_STREAM: &str = "TRIGGERS_DLQ";
@@ -85,13 +108,15 @@ async fn stream_end(
     js: &jetstream::Context,
     name: &str,
     subjects: &str,
-    duplicate_window: Duration,
+    config: &EmulatorConfig,
 ) -> Result<u64, EmulatorError> {
     let mut stream = js
         .get_or_create_stream(jetstream::stream::Config {
             name: name.into(),
             subjects: vec![subjects.into()],
-            duplicate_window,
+            duplicate_window: config.dlq_duplicate_window.min(config.stream_max_age),
+            max_age: config.stream_max_age,
+            max_bytes: config.stream_max_bytes,
             ..Default::default()
         })
         .await
@@ -154,29 +179,175 @@ pub(crate) struct State {
     pub(crate) seq: u64,
     pub(crate) clock: Clock,
     pub(crate) services: BTreeMap<String, ServiceState>,
-    /// Inbound subject -> owning service.
-    pub(crate) inbound: BTreeMap<String, String>,
-    pub(crate) flows: BTreeMap<String, Flow>,
-    pub(crate) runs: BTreeMap<String, Run>,
+    /// What the conformance checker reads: swapped whole on each registration, so a check runs on
+    /// a snapshot, outside the lock.
+    pub(crate) registry: Arc<Registry>,
+    /// Deployed flows, the latest version of each.
+    pub(crate) flows: BTreeMap<String, Arc<Flow>>,
+    pub(crate) runs: HashMap<String, Run>,
     /// Run ids in start order.
-    pub(crate) run_order: Vec<String>,
-    pub(crate) records: VecDeque<Record>,
-    pub(crate) dropped_records: u64,
-    pub(crate) violations: Vec<Violation>,
+    pub(crate) run_order: VecDeque<String>,
+    /// Settled run ids in settle order: the eviction queue.
+    settled: VecDeque<String>,
+    /// Settled runs evicted beyond `max_runs`.
+    pub(crate) evicted_runs: u64,
+    pub(crate) records: Records,
+    pub(crate) violations: VecDeque<crate::conformance::Violation>,
+    /// Violations beyond `max_violations` (and beyond 16 per message), counted, not kept.
+    pub(crate) dropped_violations: u64,
     /// `Nats-Msg-Id`s of the emulator's own publishes on inbound subjects.
-    pub(crate) own_msg_ids: HashSet<String>,
+    pub(crate) own_msg_ids: BoundedSet<String>,
     /// The bytes of the emulator's own broadcasts not yet seen on the wire: a broadcast from
     /// anyone else is a peer's, and judged.
-    pub(crate) own_broadcasts: HashSet<Vec<u8>>,
+    pub(crate) own_broadcasts: BoundedSet<Vec<u8>>,
     fences: u64,
+}
+
+/// What is registered, as the conformance checker needs it.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    /// Each registered service's current manifest.
+    pub(crate) manifests: BTreeMap<String, Manifest>,
+    /// Inbound NATS subject -> the service that owns it.
+    pub(crate) inbound: BTreeMap<String, String>,
+}
+
+/// A set that forgets its oldest members beyond a bound.
+pub(crate) struct BoundedSet<T> {
+    members: HashSet<T>,
+    order: VecDeque<T>,
+    capacity: usize,
+}
+
+impl<T: std::hash::Hash + Eq + Clone> BoundedSet<T> {
+    fn new(capacity: usize) -> Self {
+        BoundedSet {
+            members: HashSet::new(),
+            order: VecDeque::new(),
+            capacity,
+        }
+    }
+
+    pub(crate) fn insert(&mut self, value: T) {
+        if self.members.insert(value.clone()) {
+            self.order.push_back(value);
+            while self.order.len() > self.capacity {
+                if let Some(old) = self.order.pop_front() {
+                    self.members.remove(&old);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn contains(&self, value: &T) -> bool {
+        self.members.contains(value)
+    }
+
+    /// Removes `value`; whether it was there.
+    pub(crate) fn remove(&mut self, value: &T) -> bool {
+        self.members.remove(value)
+    }
+}
+
+/// The record ring: bounded by count and by bytes, indexed by sequence number (records are
+/// appended in sequence order, so a seq is a position) and by kind where waiters need it.
+pub(crate) struct Records {
+    ring: VecDeque<Record>,
+    bytes: usize,
+    max_count: usize,
+    max_bytes: usize,
+    pub(crate) dropped: u64,
+    /// Seqs of the DLQ records in the ring, oldest first.
+    dlq: VecDeque<u64>,
+}
+
+impl Records {
+    fn new(max_count: usize, max_bytes: usize) -> Self {
+        Records {
+            ring: VecDeque::new(),
+            bytes: 0,
+            max_count: max_count.max(1),
+            max_bytes: max_bytes.max(1),
+            dropped: 0,
+            dlq: VecDeque::new(),
+        }
+    }
+
+    fn push(&mut self, record: Record) {
+        self.bytes += record.size();
+        if matches!(record.kind, RecordKind::Dlq { .. }) {
+            self.dlq.push_back(record.seq);
+        }
+        self.ring.push_back(record);
+        while self.ring.len() > self.max_count
+            || (self.bytes > self.max_bytes && self.ring.len() > 1)
+        {
+            let Some(old) = self.ring.pop_front() else {
+                break;
+            };
+            self.bytes = self.bytes.saturating_sub(old.size());
+            self.dropped += 1;
+            if self.dlq.front() == Some(&old.seq) {
+                self.dlq.pop_front();
+            }
+        }
+    }
+
+    /// The record with this seq, if still kept.
+    pub(crate) fn get(&self, seq: u64) -> Option<&Record> {
+        let first = self.ring.front()?.seq;
+        let i = usize::try_from(seq.checked_sub(first)?).ok()?;
+        self.ring.get(i).filter(|r| r.seq == seq)
+    }
+
+    /// Records after `seq`, oldest first.
+    pub(crate) fn since(&self, seq: u64) -> impl Iterator<Item = &Record> {
+        let start = match self.ring.front() {
+            Some(first) if seq >= first.seq => {
+                usize::try_from(seq - first.seq + 1).unwrap_or(usize::MAX)
+            }
+            _ => 0,
+        };
+        self.ring.iter().skip(start)
+    }
+
+    /// Every record kept, oldest first.
+    pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = &Record> {
+        self.ring.iter()
+    }
+
+    /// The DLQ records kept, oldest first.
+    pub(crate) fn dlq(&self) -> impl Iterator<Item = &Record> {
+        self.dlq.iter().filter_map(|seq| self.get(*seq))
+    }
 }
 
 impl State {
     pub(crate) fn manifests(&self) -> BTreeMap<String, Manifest> {
-        self.services
-            .iter()
-            .map(|(k, v)| (k.clone(), v.manifest.clone()))
-            .collect()
+        self.registry.manifests.clone()
+    }
+
+    /// Notes that a run settled, and evicts the oldest settled runs beyond `max_runs`.
+    pub(crate) fn settled(&mut self, run_id: &str, max_runs: usize) {
+        self.settled.push_back(run_id.to_owned());
+        // Evict in batches, so the start-order list is rewritten rarely.
+        let slack = max_runs / 10 + 1;
+        if self.settled.len() <= max_runs + slack {
+            return;
+        }
+        let mut gone = HashSet::new();
+        while self.settled.len() > max_runs {
+            let Some(id) = self.settled.pop_front() else {
+                break;
+            };
+            // A run re-opened since (a late event) is not settled: keep it.
+            if self.runs.get(&id).is_some_and(|r| r.status.is_settled()) {
+                self.runs.remove(&id);
+                self.evicted_runs += 1;
+                gone.insert(id);
+            }
+        }
+        self.run_order.retain(|id| !gone.contains(id));
     }
 }
 
@@ -243,15 +414,17 @@ impl Emulator {
                 seq: 0,
                 clock: Clock::new(config.clock),
                 services: BTreeMap::new(),
-                inbound: BTreeMap::new(),
+                registry: Arc::new(Registry::default()),
                 flows: BTreeMap::new(),
-                runs: BTreeMap::new(),
-                run_order: Vec::new(),
-                records: VecDeque::new(),
-                dropped_records: 0,
-                violations: Vec::new(),
-                own_msg_ids: HashSet::new(),
-                own_broadcasts: HashSet::new(),
+                runs: HashMap::new(),
+                run_order: VecDeque::new(),
+                settled: VecDeque::new(),
+                evicted_runs: 0,
+                records: Records::new(config.max_records, config.max_record_bytes),
+                violations: VecDeque::new(),
+                dropped_violations: 0,
+                own_msg_ids: BoundedSet::new(OWN_IDS_KEPT),
+                own_broadcasts: BoundedSet::new(1024),
                 fences: 0,
             }),
             config,
@@ -277,20 +450,9 @@ impl Emulator {
             .subscribe(subject::ALL)
             .await
             .map_err(|e| EmulatorError::nats("subscribe to triggers.v2.>", e))?;
-        let dlq_from = stream_end(
-            &js,
-            DLQ_STREAM,
-            subject::DLQ_ALL,
-            shared.config.dlq_duplicate_window,
-        )
-        .await?;
-        let events_from = stream_end(
-            &js,
-            EVENTS_STREAM,
-            subject::FLOW_EVENTS_ALL,
-            shared.config.dlq_duplicate_window,
-        )
-        .await?;
+        let dlq_from = stream_end(&js, DLQ_STREAM, subject::DLQ_ALL, &shared.config).await?;
+        let events_from =
+            stream_end(&js, EVENTS_STREAM, subject::FLOW_EVENTS_ALL, &shared.config).await?;
 
         emulator.spawn(Self::serve_register(shared.clone(), register));
         emulator.spawn(Self::serve_fetch(shared.clone(), fetch));
@@ -392,7 +554,13 @@ impl Emulator {
         let (subject, envelope) = {
             let mut state = self.lock();
             if let Some(previous) = state.flows.get(&resolved.id) {
-                resolved.version = resolved.version.max(previous.version + 1);
+                let next = previous.version.checked_add(1).ok_or_else(|| {
+                    EmulatorError::VersionOverflow {
+                        flow: resolved.id.clone(),
+                        version: previous.version,
+                    }
+                })?;
+                resolved.version = resolved.version.max(next);
             }
             let services = resolved.services();
             let subject = match services.iter().next() {
@@ -400,7 +568,9 @@ impl Emulator {
                     .unwrap_or_else(|_| subject::FLOW_BROADCAST_ALL.to_owned()),
                 _ => subject::FLOW_BROADCAST_ALL.to_owned(),
             };
-            state.flows.insert(resolved.id.clone(), resolved.clone());
+            state
+                .flows
+                .insert(resolved.id.clone(), Arc::new(resolved.clone()));
             (subject, resolved.to_envelope())
         };
         let bytes = envelope.to_json().map_err(EmulatorError::Encode)?;
@@ -408,7 +578,7 @@ impl Emulator {
         self.shared.push(
             "",
             &Headers::new(),
-            &[],
+            Body::default(),
             RecordKind::Deploy {
                 flow_id: resolved.id.clone(),
                 version: resolved.version,
@@ -427,7 +597,7 @@ impl Emulator {
         self.shared.push(
             &subject,
             &Headers::new(),
-            &bytes,
+            Body::from(bytes),
             RecordKind::Broadcast {
                 flow_id: resolved.id.clone(),
                 version: resolved.version,
@@ -454,20 +624,31 @@ impl Emulator {
 
     /// Starts a run with exact payload bytes (which need not be JSON: a poison message).
     ///
+    /// The entry `service-in` is done at once (the engine's `triggered` step); what follows it is
+    /// reached: the entry's service gets the payload (unless only timers follow the entry), and
+    /// timers right after the entry are armed.
+    ///
     /// # Errors
-    /// As [`Emulator::trigger`].
+    /// As [`Emulator::trigger`], and a run id that is not usable or exists already.
     pub async fn trigger_bytes(
         &self,
         flow_id: &str,
         payload: Vec<u8>,
         options: TriggerOptions,
     ) -> Result<RunId, EmulatorError> {
-        let run_id = options
-            .run_id
-            .clone()
-            .unwrap_or_else(|| format!("run-{}", random_hex(8)));
-        let (target, headers, entry_id) = {
+        let run_id = match &options.run_id {
+            Some(id) => {
+                flow::check_id(IdKind::Run, id).map_err(EmulatorError::InvalidRunId)?;
+                id.clone()
+            }
+            None => format!("run-{}", random_hex(8)),
+        };
+        let payload = Body::from(payload);
+        let (delivery, headers, entry_id) = {
             let mut state = self.lock();
+            if state.runs.contains_key(&run_id) {
+                return Err(EmulatorError::RunExists(run_id));
+            }
             let flow = state
                 .flows
                 .get(flow_id)
@@ -491,7 +672,7 @@ impl Emulator {
                 &run_id,
                 &entry.id,
                 &trace_id,
-                format!("{run_id}:{}", entry.id),
+                idempotency::root(&run_id, &entry.id),
                 now,
             );
             let mut headers = envelope.to_headers();
@@ -500,44 +681,62 @@ impl Emulator {
                 let root = TimerContext::Root(RootContext::new(&flow.id, flow.version, &run_id));
                 durable_timer::write_triplet(&mut headers, &root, &payload);
             }
-            state.own_msg_ids.insert(envelope.idempotency_key.clone());
             // Run and timeline times are wall-clock, like the services' own steps; the
             // emulator's clock (virtual or not) rules envelopes and timers.
-            let run = Run::start(
+            let (run, to_arm) = Run::start(
                 run_id.clone(),
-                &flow,
+                flow.clone(),
                 &entry.id,
                 trace_id,
                 GoTime::now(),
                 payload.clone(),
             );
+            // Only timers after the entry: the engine's to arm; the service has nothing to run.
+            let delivery = !Run::service_successors(&flow, &entry.id).is_empty();
+            if delivery {
+                state.own_msg_ids.insert(envelope.idempotency_key.clone());
+            }
             state.runs.insert(run_id.clone(), run);
-            state.run_order.push(run_id.clone());
-            (entry.inbound.clone(), headers, entry.id.clone())
-        };
-        let seq = self.shared.push(
-            &target,
-            &headers,
-            &payload,
-            RecordKind::Trigger {
-                run_id: run_id.clone(),
-                flow_id: flow_id.to_owned(),
-            },
-        );
-        {
-            let mut state = self.lock();
+            state.run_order.push_back(run_id.clone());
+            let seq = self.shared.push_locked(
+                &mut state,
+                if delivery { &entry.inbound } else { "" },
+                &headers,
+                payload.clone(),
+                RecordKind::Trigger {
+                    run_id: run_id.clone(),
+                    flow_id: flow_id.to_owned(),
+                },
+            );
             if let Some(run) = state.runs.get_mut(&run_id) {
                 run.engine_step(
                     seq,
-                    &entry_id,
+                    &entry.id,
                     NodeType::ServiceIn.as_str(),
                     "triggered",
                     GoTime::now(),
                 );
             }
-        }
-        if let Err(e) = self.shared.publish_inbound(&target, headers, payload).await {
-            self.lock().runs.remove(&run_id);
+            for timer in to_arm {
+                crate::timers::arm(&self.shared, &mut state, &run_id, &timer, now);
+            }
+            self.shared.refresh_run(&mut state, &run_id);
+            (
+                delivery.then(|| entry.inbound.clone()),
+                headers,
+                entry.id.clone(),
+            )
+        };
+        if let Some(target) = delivery
+            && let Err(e) = self
+                .shared
+                .publish_inbound(&target, headers, payload.to_vec())
+                .await
+        {
+            let mut state = self.lock();
+            state.runs.remove(&run_id);
+            state.run_order.retain(|id| *id != run_id);
+            tracing::debug!(run = %run_id, entry = %entry_id, "trigger not delivered: {e}");
             return Err(e);
         }
         self.shared.notify();
@@ -573,19 +772,24 @@ impl Emulator {
         self.lock().services.clone()
     }
 
-    /// Deployed flows (as released).
+    /// Deployed flows (as released), the latest version of each.
     #[must_use]
     pub fn flows(&self) -> BTreeMap<String, Flow> {
-        self.lock().flows.clone()
+        self.lock()
+            .flows
+            .iter()
+            .map(|(id, f)| (id.clone(), Flow::clone(f)))
+            .collect()
     }
 
-    /// A run.
+    /// A run (`None` for an unknown run, or a settled one evicted beyond
+    /// [`EmulatorConfig::max_runs`]).
     #[must_use]
     pub fn run(&self, id: &str) -> Option<Run> {
         self.lock().runs.get(id).cloned()
     }
 
-    /// Every run, in start order.
+    /// Every run kept, in start order.
     #[must_use]
     pub fn runs(&self) -> Vec<Run> {
         let state = self.lock();
@@ -602,7 +806,7 @@ impl Emulator {
         let state = self.lock();
         (
             state.records.iter().cloned().collect(),
-            state.dropped_records,
+            state.records.dropped,
         )
     }
 
@@ -610,25 +814,13 @@ impl Emulator {
     #[must_use]
     pub fn records_since(&self, seq: u64, limit: usize) -> Vec<Record> {
         let state = self.lock();
-        state
-            .records
-            .iter()
-            .filter(|r| r.seq > seq)
-            .take(limit)
-            .cloned()
-            .collect()
+        state.records.since(seq).take(limit).cloned().collect()
     }
 
     /// DLQ entries recorded (after dedup), oldest first.
     #[must_use]
     pub fn dlq(&self) -> Vec<Record> {
-        let state = self.lock();
-        state
-            .records
-            .iter()
-            .filter(|r| matches!(r.kind, RecordKind::Dlq { .. }))
-            .cloned()
-            .collect()
+        self.lock().records.dlq().cloned().collect()
     }
 
     /// Completion events recorded, oldest first.
@@ -645,10 +837,11 @@ impl Emulator {
             .collect()
     }
 
-    /// Every conformance violation seen.
+    /// Every conformance violation kept (at most [`EmulatorConfig::max_violations`]; the
+    /// `state` summary counts the others).
     #[must_use]
     pub fn violations(&self) -> Vec<Violation> {
-        self.lock().violations.clone()
+        self.lock().violations.iter().cloned().collect()
     }
 
     /// Panics, listing them, if the conformance checker found any violation (error or warning).
@@ -691,10 +884,7 @@ pub fn describe_violations(violations: &[Violation]) -> String {
             v.rule,
             v.subject,
             v.message,
-            String::from_utf8_lossy(&v.payload)
-                .chars()
-                .take(300)
-                .collect::<String>()
+            v.payload.text().chars().take(300).collect::<String>()
         ));
     }
     out
@@ -738,7 +928,7 @@ impl Shared {
         &self,
         subject: &str,
         headers: &Headers,
-        payload: &[u8],
+        payload: Body,
         kind: RecordKind,
     ) -> u64 {
         let mut state = self.lock();
@@ -751,7 +941,19 @@ impl Shared {
         state: &mut State,
         subject: &str,
         headers: &Headers,
-        payload: &[u8],
+        payload: Body,
+        kind: RecordKind,
+    ) -> u64 {
+        self.push_shared(state, subject, share_headers(headers), payload, kind)
+    }
+
+    /// [`Shared::push_locked`] with headers already shared (several records of one message).
+    pub(crate) fn push_shared(
+        &self,
+        state: &mut State,
+        subject: &str,
+        headers: crate::recorder::SharedHeaders,
+        payload: Body,
         kind: RecordKind,
     ) -> u64 {
         state.seq += 1;
@@ -760,21 +962,38 @@ impl Shared {
             at: GoTime::now(),
             clock: state.clock.now(),
             subject: subject.to_owned(),
-            headers: headers
-                .iter()
-                .map(|(n, v)| (n.to_owned(), v.to_owned()))
-                .collect(),
-            payload: String::from_utf8_lossy(payload).into_owned(),
+            headers,
+            payload,
             kind,
         };
-        state.records.push_back(record.clone());
-        while state.records.len() > self.config.max_records.max(1) {
-            state.records.pop_front();
-            state.dropped_records += 1;
-        }
-        // No receiver is fine: nobody follows the records.
-        let _ = self.records_tx.send(record);
+        // No receiver is fine: nobody follows the records. A clone shares the bytes.
+        let _ = self.records_tx.send(record.clone());
+        state.records.push(record);
         state.seq
+    }
+
+    /// Recomputes a run's status; records `run_settled` (and evicts beyond `max_runs`) when it
+    /// has just settled.
+    pub(crate) fn refresh_run(&self, state: &mut State, run_id: &str) {
+        let settled = state.runs.get_mut(run_id).and_then(|run| {
+            let was = run.status.is_settled();
+            run.refresh_status(GoTime::now());
+            (!was && run.status.is_settled()).then(|| (run.flow_id.clone(), run.status))
+        });
+        if let Some((flow_id, status)) = settled {
+            self.push_locked(
+                state,
+                "",
+                &Headers::new(),
+                Body::default(),
+                RecordKind::RunSettled {
+                    run_id: run_id.to_owned(),
+                    flow_id,
+                    status,
+                },
+            );
+            state.settled(run_id, self.config.max_runs);
+        }
     }
 
     /// Publishes on a service's inbound subject through JetStream (acked, deduplicated by
@@ -785,6 +1004,7 @@ impl Shared {
         headers: Headers,
         payload: Vec<u8>,
     ) -> Result<(), EmulatorError> {
+        let payload_for_record = Body::from(payload.clone());
         let map = transport::to_nats(&headers).map_err(|e| EmulatorError::Publish {
             subject: subject.to_owned(),
             reason: e.to_string(),
@@ -797,10 +1017,15 @@ impl Shared {
                 subject: subject.to_owned(),
                 reason: e.to_string(),
             })?;
-        ack.await.map_err(|e| EmulatorError::Publish {
+        let ack = ack.await.map_err(|e| EmulatorError::Publish {
             subject: subject.to_owned(),
             reason: format!("{e} (is the service's inbound stream there? it is created when the service registers)"),
         })?;
+        if ack.duplicate {
+            // Every delivery of the emulator's has a key of its own: one that JetStream drops as
+            // a duplicate is a delivery lost, and the verdict must say so.
+            self.own_delivery_deduplicated(subject, &headers, payload_for_record);
+        }
         Ok(())
     }
 
@@ -811,5 +1036,20 @@ impl Shared {
 
     pub(crate) fn remember_own(state: &mut State, msg_id: &str) {
         state.own_msg_ids.insert(msg_id.to_owned());
+    }
+
+    fn own_delivery_deduplicated(&self, subject: &str, headers: &Headers, payload: Body) {
+        let key = headers.get(names::NATS_MSG_ID).unwrap_or_default();
+        let violation = Violation::new(
+            "delivery_deduplicated",
+            subject,
+            format!(
+                "JetStream dropped the emulator's delivery with Nats-Msg-Id {key:?} as a duplicate of an earlier one: a distinct delivery was lost (a bug of the emulator's keys; please report it)"
+            ),
+            share_headers(headers),
+            payload,
+        );
+        let mut state = self.lock();
+        self.add_violations(&mut state, vec![violation]);
     }
 }

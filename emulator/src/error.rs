@@ -177,6 +177,35 @@ pub enum EmulatorError {
     /// A value could not be written as JSON.
     #[error("cannot encode JSON: {0}")]
     Encode(triggers_sdk::error::JsonError),
+    /// A run id given to `trigger_bytes` cannot be carried in headers and keys.
+    #[error("run id not usable: {0}")]
+    InvalidRunId(String),
+    /// A run with this id exists already.
+    #[error("run {0:?} exists already; give another run id (or none, for a new random one)")]
+    RunExists(String),
+    /// The flow's version cannot go higher.
+    #[error(
+        "flow {flow:?} is at version {version}, the highest there is; deploy it under another id"
+    )]
+    VersionOverflow {
+        /// The flow.
+        flow: String,
+        /// Its current version.
+        version: i64,
+    },
+    /// Some timer deliveries could not be published; they stay armed and are tried again on the
+    /// next advance (the others were delivered).
+    #[error(
+        "{failed} of {attempted} timer deliveries could not be published (they stay armed and are tried again on the next advance): {first}"
+    )]
+    TimerDelivery {
+        /// Deliveries that failed.
+        failed: usize,
+        /// Deliveries tried.
+        attempted: usize,
+        /// The first failure's reason.
+        first: String,
+    },
 }
 
 impl EmulatorError {

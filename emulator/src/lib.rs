@@ -41,6 +41,7 @@ mod observe;
 pub mod recorder;
 mod registration;
 pub mod release;
+mod run;
 mod timers;
 mod wait;
 

@@ -2,32 +2,31 @@
 //! the conformance checker and the recorder; completion events drive run tracking; DLQ entries
 //! come from the JetStream stream (after `Nats-Msg-Id` dedup).
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use async_nats::jetstream;
 use futures::StreamExt;
 use triggers_sdk::transport;
 use triggers_sdk::wire::header::names;
-use triggers_sdk::wire::subject::LockedSubject;
+use triggers_sdk::wire::subject::{self, LockedSubject};
 use triggers_sdk::wire::{CompletionEvent, DlqEntry, Envelope, GoTime, Headers, Heartbeat};
 
-use crate::conformance::{self, Origin};
-use crate::emulator::{Emulator, Shared};
-use crate::recorder::{RecordKind, Run, RunStatus};
+use crate::conformance::{self, Origin, Violation};
+use crate::emulator::{Emulator, Shared, State};
+use crate::recorder::{Body, RecordKind, Run, share_headers};
 
 impl Emulator {
     pub(crate) async fn observe_all(shared: Arc<Shared>, mut sub: async_nats::Subscriber) {
         while let Some(msg) = sub.next().await {
             let headers = transport::from_nats(msg.headers.as_ref());
-            shared.observe(&msg.subject, &headers, &msg.payload);
+            shared.observe(&msg.subject, &headers, Body::from(msg.payload));
         }
     }
 
     pub(crate) async fn observe_inbound(shared: Arc<Shared>, mut sub: async_nats::Subscriber) {
         while let Some(msg) = sub.next().await {
             let headers = transport::from_nats(msg.headers.as_ref());
-            shared.observe(&msg.subject, &headers, &msg.payload);
+            shared.observe(&msg.subject, &headers, Body::from(msg.payload));
         }
     }
 }
@@ -116,7 +115,8 @@ async fn behind(shared: &Shared, name: &str, next_seq: u64) -> bool {
     }
 }
 
-/// A DLQ entry as JetStream stored it (after `Nats-Msg-Id` dedup).
+/// A DLQ entry as JetStream stored it (after `Nats-Msg-Id` dedup): recorded, and applied to its
+/// run: a delivery dead-lettered before its nodes ran fails them.
 pub(crate) fn record_dlq(shared: &Shared, msg: &jetstream::Message) {
     let headers = transport::from_nats(msg.headers.as_ref());
     let msg_id = headers
@@ -124,18 +124,33 @@ pub(crate) fn record_dlq(shared: &Shared, msg: &jetstream::Message) {
         .unwrap_or_default()
         .to_owned();
     let entry = DlqEntry::from_json(&msg.payload).ok();
-    let run = entry.as_ref().map(|e| e.envelope.flow_run_id.clone());
-    let seq = shared.push(
+    let service = match LockedSubject::parse(&msg.subject) {
+        Some(LockedSubject::Dlq { service, .. }) => service,
+        _ => String::new(),
+    };
+    let mut state = shared.lock();
+    let seq = shared.push_locked(
+        &mut state,
         &msg.subject,
         &headers,
-        &msg.payload,
-        RecordKind::Dlq { entry, msg_id },
+        Body::from(msg.payload.clone()),
+        RecordKind::Dlq {
+            entry: entry.clone(),
+            msg_id,
+        },
     );
-    if let Some(run) = run {
-        let mut state = shared.lock();
-        if let Some(r) = state.runs.get_mut(&run) {
-            r.dlq.push(seq);
-        }
+    let Some(entry) = entry else { return };
+    let run_id = entry.envelope.flow_run_id.clone();
+    if let Some(run) = state.runs.get_mut(&run_id) {
+        run.dlq.push(seq);
+        run.dead_letter(
+            &service,
+            &entry.kind,
+            &entry.envelope.source_node_id,
+            seq,
+            GoTime::now(),
+        );
+        shared.refresh_run(&mut state, &run_id);
     }
 }
 
@@ -143,69 +158,63 @@ pub(crate) fn record_dlq(shared: &Shared, msg: &jetstream::Message) {
 pub(crate) fn record_event(shared: &Shared, msg: &jetstream::Message) {
     if let Ok(event) = CompletionEvent::from_json(&msg.payload) {
         let headers = transport::from_nats(msg.headers.as_ref());
-        let seq = shared.push(
+        let mut state = shared.lock();
+        let seq = shared.push_locked(
+            &mut state,
             &msg.subject,
             &headers,
-            &msg.payload,
+            Body::from(msg.payload.clone()),
             RecordKind::Completion {
                 event: event.clone(),
             },
         );
-        shared.track(&event, seq);
+        shared.track(&mut state, &event, seq);
     }
 }
 
 impl Shared {
-    fn check(&self, subject: &str, headers: &Headers, payload: &[u8]) {
-        let violations = {
+    /// Everything seen on `triggers.v2.>` and on inbound subjects: judged (outside the lock, on a
+    /// snapshot of the registry), then recorded.
+    pub(crate) fn observe(&self, subject: &str, headers: &Headers, payload: Body) {
+        let (registry, origin) = {
             let mut state = self.lock();
-            let manifests = state.manifests();
-            let origin = if headers
+            let own = headers
                 .get(names::NATS_MSG_ID)
-                .is_some_and(|id| state.own_msg_ids.contains(id))
+                .is_some_and(|id| state.own_msg_ids.contains(&id.to_owned()))
                 || (subject.starts_with("triggers.v2.flow.broadcast.")
                     && headers.is_empty()
-                    && state.own_broadcasts.remove(payload))
-            {
-                Origin::Emulator
-            } else {
-                Origin::Peer
-            };
-            let ctx = conformance::Context {
-                manifests: &manifests,
-                inbound: &state.inbound,
-            };
-            conformance::check(&ctx, subject, headers, payload, origin)
+                    && state.own_broadcasts.remove(&payload.to_vec()));
+            let origin = if own { Origin::Emulator } else { Origin::Peer };
+            (state.registry.clone(), origin)
         };
-        for v in violations {
-            let kind = RecordKind::Violation {
-                severity: v.severity.to_string(),
-                rule: v.rule.to_owned(),
-                message: v.message.clone(),
-            };
-            self.lock().violations.push(v);
-            self.push(subject, headers, payload, kind);
-        }
-    }
-
-    /// Everything seen on `triggers.v2.>` and on inbound subjects.
-    pub(crate) fn observe(&self, subject: &str, headers: &Headers, payload: &[u8]) {
-        self.check(subject, headers, payload);
+        let ctx = conformance::Context {
+            manifests: &registry.manifests,
+            inbound: &registry.inbound,
+        };
+        let violations = conformance::check_body(&ctx, subject, headers, &payload, origin);
+        let shared_headers = violations
+            .first()
+            .map(|v| v.headers.clone())
+            .unwrap_or_else(|| share_headers(headers));
+        let mut state = self.lock();
+        self.add_violations(&mut state, violations);
         match LockedSubject::parse(subject) {
             Some(LockedSubject::Heartbeat) => {
-                if let Ok(hb) = Heartbeat::from_json(payload) {
-                    {
-                        let mut state = self.lock();
-                        if let Some(s) = state.services.get_mut(&hb.service) {
-                            s.last_seen = Some(GoTime::now());
-                            s.heartbeats += 1;
+                if let Ok(hb) = Heartbeat::from_json(&payload) {
+                    if let Some(s) = state.services.get_mut(&hb.service) {
+                        s.last_seen = Some(GoTime::now());
+                        s.heartbeats += 1;
+                        if s.replicas.len() < MAX_REPLICAS
+                            || s.replicas.contains_key(&hb.started_at.to_string())
+                        {
                             s.replicas.insert(hb.started_at.to_string(), hb.now);
-                            s.last_heartbeat = Some(hb.clone());
                         }
+                        s.last_heartbeat = Some(hb.clone());
                     }
-                    self.push(
+                    self.push_shared(
+                        &mut state,
                         subject,
-                        headers,
+                        shared_headers,
                         payload,
                         RecordKind::Heartbeat { heartbeat: hb },
                     );
@@ -215,88 +224,146 @@ impl Shared {
             // restart loses none; here they are only checked.
             Some(_) => {}
             None => {
-                let (inbound, from_emulator) = {
-                    let state = self.lock();
-                    let own = headers
-                        .get(names::NATS_MSG_ID)
-                        .is_some_and(|id| state.own_msg_ids.contains(id));
-                    (state.inbound.contains_key(subject), own)
-                };
-                if inbound {
+                if let Some(service) = registry.inbound.get(subject) {
+                    let from_emulator = origin == Origin::Emulator;
                     let env = Envelope::from_headers(headers).ok();
-                    self.push(
+                    let run_id = env
+                        .as_ref()
+                        .map(|e| e.flow_run_id.clone())
+                        .unwrap_or_default();
+                    let source = env
+                        .as_ref()
+                        .map(|e| e.source_node_id.clone())
+                        .unwrap_or_default();
+                    let key = headers
+                        .get(names::NATS_MSG_ID)
+                        .unwrap_or_default()
+                        .to_owned();
+                    let seq = self.push_shared(
+                        &mut state,
                         subject,
-                        headers,
-                        payload,
+                        shared_headers.clone(),
+                        payload.clone(),
                         RecordKind::Hop {
-                            run_id: env
-                                .as_ref()
-                                .map(|e| e.flow_run_id.clone())
-                                .unwrap_or_default(),
-                            source_node_id: env.map(|e| e.source_node_id).unwrap_or_default(),
+                            run_id: run_id.clone(),
+                            source_node_id: source.clone(),
                             from_emulator,
                         },
                     );
+                    if !from_emulator && !key.is_empty() {
+                        let reused = state.runs.get_mut(&run_id).and_then(|run| {
+                            run.hops.observe(&source, service, &key);
+                            run.hops.reused(&run.executions)
+                        });
+                        if let Some(found) = reused {
+                            let v = key_reused(&run_id, &found, subject, shared_headers, payload);
+                            self.add_violations(&mut state, vec![v]);
+                        }
+                    }
+                    let _ = seq;
                 }
             }
         }
+        drop(state);
         self.notify();
     }
 
+    /// Keeps violations (and their records) within the bounds; the rest are counted.
+    pub(crate) fn add_violations(&self, state: &mut State, violations: Vec<Violation>) {
+        for v in violations {
+            let kind = RecordKind::Violation {
+                severity: v.severity.to_string(),
+                rule: v.rule.to_owned(),
+                message: v.message.clone(),
+            };
+            self.push_shared(
+                state,
+                &v.subject,
+                v.headers.clone(),
+                v.payload.clone(),
+                kind,
+            );
+            if state.violations.len() >= self.config.max_violations {
+                state.dropped_violations += 1;
+            } else {
+                state.violations.push_back(v);
+            }
+        }
+    }
+
     /// Run tracking from a completion event.
-    fn track(&self, event: &CompletionEvent, seq: u64) {
-        let mut state = self.lock();
+    fn track(&self, state: &mut State, event: &CompletionEvent, seq: u64) {
         let now = state.clock.now();
-        let flow = state.flows.get(&event.flow_id).cloned();
         if !state.runs.contains_key(&event.flow_run_id) {
             // A run the emulator did not start (another orchestrator, or a test publishing
             // events by hand): follow it from here.
-            let run = Run {
-                id: event.flow_run_id.clone(),
-                flow_id: event.flow_id.clone(),
-                flow_version: event.flow_version,
-                trace_id: event.trace_id.clone(),
-                status: RunStatus::Running,
-                started_at: event.started_at,
-                settled_at: None,
-                pending: BTreeSet::new(),
-                completed: BTreeSet::new(),
-                failed: BTreeSet::new(),
-                timers: Vec::new(),
-                timeline: Vec::new(),
-                dlq: Vec::new(),
-                snapshot: Vec::new(),
-            };
-            state.runs.insert(event.flow_run_id.clone(), run);
-            state.run_order.push(event.flow_run_id.clone());
+            let flow = state
+                .flows
+                .get(&event.flow_id)
+                .filter(|f| f.version == event.flow_version)
+                .cloned();
+            state
+                .runs
+                .insert(event.flow_run_id.clone(), Run::follow(event, flow));
+            state.run_order.push_back(event.flow_run_id.clone());
         }
-        let to_arm = state
-            .runs
-            .get_mut(&event.flow_run_id)
-            .map(|run| run.apply(flow.as_ref(), event, seq))
-            .unwrap_or_default();
-        if let Some(flow) = &flow {
-            for timer in to_arm {
-                crate::timers::arm(self, &mut state, flow, &event.flow_run_id, &timer, now);
-            }
+        let Some(run) = state.runs.get_mut(&event.flow_run_id) else {
+            return;
+        };
+        let unexpected_before = run.unexpected.len();
+        let to_arm = run.apply(event, seq);
+        let unexpected = run.unexpected.len() > unexpected_before;
+        let reused = run.hops.reused(&run.executions);
+        for timer in to_arm {
+            crate::timers::arm(self, state, &event.flow_run_id, &timer, now);
         }
-        let settled = state.runs.get_mut(&event.flow_run_id).and_then(|run| {
-            let was = run.status.is_settled();
-            run.refresh_status(GoTime::now());
-            (!was && run.status.is_settled()).then(|| (run.flow_id.clone(), run.status))
-        });
-        if let Some((flow_id, status)) = settled {
-            self.push_locked(
-                &mut state,
-                "",
-                &Headers::new(),
-                &[],
-                RecordKind::RunSettled {
-                    run_id: event.flow_run_id.clone(),
-                    flow_id,
-                    status,
-                },
+        let headers = share_headers(&Headers::new());
+        let subject = subject::flow_events(&event.flow_id).unwrap_or_default();
+        if unexpected {
+            let v = Violation::new(
+                "completion_unexpected",
+                &subject,
+                format!(
+                    "run {} reports node {:?} {} though nothing reached it (again): a duplicate execution, or a node the flow did not route to",
+                    event.flow_run_id, event.node_id, event.status
+                ),
+                headers.clone(),
+                Body::default(),
             );
+            self.add_violations(state, vec![v]);
         }
+        if let Some(found) = reused {
+            let v = key_reused(
+                &event.flow_run_id,
+                &found,
+                &subject,
+                headers,
+                Body::default(),
+            );
+            self.add_violations(state, vec![v]);
+        }
+        self.refresh_run(state, &event.flow_run_id);
     }
+}
+
+/// Replicas remembered per service (one per distinct `started_at`).
+const MAX_REPLICAS: usize = 1000;
+
+fn key_reused(
+    run_id: &str,
+    found: &crate::run::KeyReuse,
+    subject: &str,
+    headers: crate::recorder::SharedHeaders,
+    payload: Body,
+) -> Violation {
+    Violation::new(
+        "idempotency_key_reused",
+        subject,
+        format!(
+            "run {run_id}: node {:?} ran {} times, but its hops to {} carried only {} distinct idempotency key(s) ({} hops); JetStream's dedup window dropped the rest. A key must derive from the inbound delivery's key plus what makes the hop distinct (docs/wire.md)",
+            found.from, found.executions, found.service, found.keys, found.hops
+        ),
+        headers,
+        payload,
+    )
 }

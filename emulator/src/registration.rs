@@ -8,13 +8,13 @@ use std::time::Duration;
 use async_nats::jetstream;
 use futures::StreamExt;
 use serde_json::Value;
-use triggers_sdk::flow::Flow;
 use triggers_sdk::transport;
+use triggers_sdk::wire::manifest::DURABLE_TIMER_V1;
 use triggers_sdk::wire::subject;
 use triggers_sdk::wire::{GoTime, Manifest, RegisterReply, json};
 
-use crate::emulator::{Emulator, HashMismatchPolicy, Shared};
-use crate::recorder::{RecordKind, ServiceState};
+use crate::emulator::{Emulator, HashMismatchPolicy, Registry, Shared};
+use crate::recorder::{Body, RecordKind, ServiceState};
 use crate::release;
 
 /// Subjects the emulator answers requests on; no inbound stream may capture them.
@@ -74,7 +74,7 @@ impl Emulator {
             shared.push(
                 &msg.subject,
                 &transport::from_nats(msg.headers.as_ref()),
-                &msg.payload,
+                Body::from(msg.payload.clone()),
                 RecordKind::Fetch {
                     service: asked,
                     found: manifest.is_some(),
@@ -95,7 +95,7 @@ impl Shared {
             self.push(
                 &msg.subject,
                 &headers,
-                &msg.payload,
+                Body::from(msg.payload.clone()),
                 RecordKind::Registration {
                     service,
                     accepted: false,
@@ -144,10 +144,12 @@ impl Shared {
                 );
             }
         }
+        // What Go's SDK can produce (a null schema, an empty service_version) is accepted: the
+        // conformance checker reports it as a warning.
         let issues: Vec<String> = manifest
             .validate()
             .into_iter()
-            .filter(|i| i.path != "manifest_hash" && i.path != "protocol_version")
+            .filter(|i| !i.lenient && i.path != "manifest_hash" && i.path != "protocol_version")
             .map(|i| i.to_string())
             .collect();
         if !issues.is_empty() {
@@ -219,12 +221,21 @@ impl Shared {
             // Subjects under triggers.v2. reach the catch-all subscription already.
             let fresh: Vec<String> = sources
                 .iter()
-                .filter(|s| !state.inbound.contains_key(*s) && !s.starts_with(subject::PREFIX))
+                .filter(|s| {
+                    !state.registry.inbound.contains_key(*s) && !s.starts_with(subject::PREFIX)
+                })
                 .cloned()
                 .collect();
+            // A new registry snapshot for the checker: the old one may be in use outside the lock.
+            let mut registry = Registry {
+                manifests: state.registry.manifests.clone(),
+                inbound: state.registry.inbound.clone(),
+            };
+            registry.manifests.insert(service.clone(), manifest.clone());
             for s in &sources {
-                state.inbound.insert(s.clone(), service.clone());
+                registry.inbound.insert(s.clone(), service.clone());
             }
+            state.registry = Arc::new(registry);
             fresh
         };
         for s in new_subjects {
@@ -239,40 +250,66 @@ impl Shared {
                 Err(e) => tracing::warn!("cannot observe inbound subject {s}: {e}"),
             }
         }
-        let flows = {
+        // The capability gate holds on this path too: a service that registers without
+        // durable_timer.v1 gets no Durable Timer flow, whatever was deployed before.
+        let gated = !manifest.has_capability(DURABLE_TIMER_V1);
+        let (flows, withheld): (Vec<_>, Vec<_>) = {
             let state = self.lock();
             state
                 .flows
                 .values()
                 .filter(|f| f.services().contains(service.as_str()))
-                .map(Flow::to_envelope)
-                .collect()
+                .map(|f| (f.to_envelope(), gated && f.has_timer()))
+                .partition(|(_, withhold)| !withhold)
         };
+        let withheld: Vec<String> = withheld.into_iter().map(|(f, _)| f.id).collect();
         self.push(
             &msg.subject,
             &headers,
-            &msg.payload,
+            Body::from(msg.payload.clone()),
             RecordKind::Registration {
-                service,
+                service: service.clone(),
                 accepted: true,
                 error: None,
                 manifest_hash: hash,
             },
         );
+        if !withheld.is_empty() {
+            tracing::warn!(
+                service,
+                "Durable Timer flows {withheld:?} withheld from the register reply: the service does not declare {DURABLE_TIMER_V1}"
+            );
+            self.push(
+                &msg.subject,
+                &headers,
+                Body::default(),
+                RecordKind::FlowsWithheld {
+                    service,
+                    flows: withheld,
+                    reason: format!(
+                        "Durable Timer flows, and the service does not declare {DURABLE_TIMER_V1}"
+                    ),
+                },
+            );
+        }
         self.notify();
         RegisterReply {
             error: String::new(),
-            flows,
+            flows: flows.into_iter().map(|(f, _)| f).collect(),
         }
     }
 
-    /// Creates the service's inbound stream, or updates its subjects.
+    /// Creates the service's inbound stream, or updates its subjects. A stream that already
+    /// captures every source (a service started with `TRIGGERS_NATS_SOURCE_STREAM` names its own)
+    /// is used as it is.
     async fn ensure_stream(&self, service: &str, sources: &[String]) -> Result<(), String> {
         let name = subject::stream_name(service, None).map_err(|e| e.to_string())?;
         let config = jetstream::stream::Config {
             name: name.clone(),
             subjects: sources.to_vec(),
-            duplicate_window: Duration::from_secs(120),
+            duplicate_window: Duration::from_secs(120).min(self.config.stream_max_age),
+            max_age: self.config.stream_max_age,
+            max_bytes: self.config.stream_max_bytes,
             ..Default::default()
         };
         match self.js.get_stream(&name).await {
@@ -292,13 +329,59 @@ impl Shared {
                 }
                 Ok(())
             }
-            Err(_) => self
-                .js
-                .create_stream(config)
-                .await
-                .map(|_| ())
-                .map_err(|e| format!("cannot create stream {name} for subjects {sources:?}: {e}")),
+            Err(_) => {
+                // Another service's sources are its own, whatever stream holds them.
+                let taken = {
+                    let state = self.lock();
+                    sources.iter().find_map(|s| {
+                        state
+                            .registry
+                            .inbound
+                            .get(s)
+                            .filter(|owner| *owner != service)
+                            .map(|owner| (s.clone(), owner.clone()))
+                    })
+                };
+                // ... and so are the emulator's own streams.
+                let foreign = |stream: &str| {
+                    stream == crate::DLQ_STREAM
+                        || stream == crate::EVENTS_STREAM
+                        || stream
+                            .strip_prefix("triggers-sources-")
+                            .is_some_and(|owner| owner != service)
+                };
+                if let Some(other) = self.stream_capturing(sources).await
+                    && taken.is_none()
+                    && !foreign(&other)
+                {
+                    tracing::info!(
+                        service,
+                        "the inbound subjects {sources:?} are captured by stream {other}; using it"
+                    );
+                    return Ok(());
+                }
+                self.js
+                    .create_stream(config)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| {
+                        format!("cannot create stream {name} for subjects {sources:?}: {e}")
+                    })
+            }
         }
+    }
+
+    /// The one stream that captures every subject of `sources`, if there is one.
+    async fn stream_capturing(&self, sources: &[String]) -> Option<String> {
+        let mut found: Option<String> = None;
+        for s in sources {
+            let name = self.js.stream_by_subject(s.as_str()).await.ok()?;
+            match &found {
+                Some(f) if *f != name => return None,
+                _ => found = Some(name),
+            }
+        }
+        found
     }
 }
 

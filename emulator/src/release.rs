@@ -8,9 +8,9 @@ use std::fmt;
 
 use serde::Serialize;
 use serde_json::Value;
-use triggers_sdk::flow::{Flow, NodeType};
-use triggers_sdk::wire::Manifest;
+use triggers_sdk::flow::{Flow, FlowIssueKind, NodeType};
 use triggers_sdk::wire::manifest::{DURABLE_TIMER_V1, TRANSPORT_NATS};
+use triggers_sdk::wire::{Manifest, subject};
 
 /// Why a release is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -39,6 +39,17 @@ pub enum ReleaseCode {
     /// A business service-in of a Durable Timer lineage matches its service's NATS source only in
     /// transport: its target equals no active NATS source's default.
     DurableTimerTargetMismatch,
+    /// A flow, node or edge id cannot be carried in headers, keys and subjects.
+    InvalidId,
+    /// The flow has more nodes or edges than a flow may have.
+    FlowTooLarge,
+    /// A timer is followed by a node it cannot resume into (only a service-in, or a timer).
+    TimerResumeInvalid,
+    /// A timer's `delay_ms` or `repeat` is out of range.
+    TimerOutOfRange,
+    /// An output or a hop would publish on a subject no flow may send to (a locked subject, a
+    /// NATS system subject, the control namespace, or a malformed one).
+    LockedTarget,
 }
 
 impl ReleaseCode {
@@ -57,11 +68,16 @@ impl ReleaseCode {
             ReleaseCode::DurableTimerTransportNotNats => "durable_timer_transport_not_nats",
             ReleaseCode::DurableTimerTargetMissing => "durable_timer_target_missing",
             ReleaseCode::DurableTimerTargetMismatch => "durable_timer_target_mismatch",
+            ReleaseCode::InvalidId => "invalid_id",
+            ReleaseCode::FlowTooLarge => "flow_too_large",
+            ReleaseCode::TimerResumeInvalid => "timer_resume_invalid",
+            ReleaseCode::TimerOutOfRange => "timer_out_of_range",
+            ReleaseCode::LockedTarget => "locked_target",
         }
     }
 
     /// Every code, for docs and for parsing scenario files.
-    pub const ALL: [ReleaseCode; 11] = [
+    pub const ALL: [ReleaseCode; 16] = [
         ReleaseCode::InvalidFlow,
         ReleaseCode::UnknownService,
         ReleaseCode::UnknownAction,
@@ -73,6 +89,11 @@ impl ReleaseCode {
         ReleaseCode::DurableTimerTransportNotNats,
         ReleaseCode::DurableTimerTargetMissing,
         ReleaseCode::DurableTimerTargetMismatch,
+        ReleaseCode::InvalidId,
+        ReleaseCode::FlowTooLarge,
+        ReleaseCode::TimerResumeInvalid,
+        ReleaseCode::TimerOutOfRange,
+        ReleaseCode::LockedTarget,
     ];
 
     /// The code named `s`.
@@ -139,31 +160,23 @@ pub fn check_release(
         .structural_issues()
         .into_iter()
         .map(|i| ReleaseProblem {
-            code: ReleaseCode::InvalidFlow,
-            node: None,
+            code: match i.kind {
+                FlowIssueKind::Structure => ReleaseCode::InvalidFlow,
+                FlowIssueKind::Id => ReleaseCode::InvalidId,
+                FlowIssueKind::Limit => ReleaseCode::FlowTooLarge,
+                FlowIssueKind::TimerResume => ReleaseCode::TimerResumeInvalid,
+                FlowIssueKind::TimerLimit => ReleaseCode::TimerOutOfRange,
+                FlowIssueKind::Target => ReleaseCode::LockedTarget,
+            },
+            node: i
+                .at
+                .strip_prefix("nodes[")
+                .and_then(|r| r.strip_suffix(']'))
+                .map(str::to_owned),
             service: None,
             message: i.to_string(),
         })
         .collect();
-    // Occurrences of a repeating timer fall due `delay_ms` apart: at 0 they would all be due at
-    // once, and an advance would not end before the last of them.
-    for node in &flow.body.nodes {
-        if node.node_type == NodeType::Timer
-            && triggers_sdk::flow::timer_delay_ms(node) == Some(0)
-            && triggers_sdk::flow::timer_repeat(node) > 1
-        {
-            problems.push(ReleaseProblem {
-                code: ReleaseCode::InvalidFlow,
-                node: Some(node.id.clone()),
-                service: None,
-                message: format!(
-                    "nodes[{}]: a timer that repeats ({} occurrences) needs config.delay_ms above 0",
-                    node.id,
-                    triggers_sdk::flow::timer_repeat(node)
-                ),
-            });
-        }
-    }
     let mut problem = |code, node: Option<&str>, service: Option<&str>, message: String| {
         problems.push(ReleaseProblem {
             code,
@@ -319,6 +332,21 @@ pub fn check_release(
         }
     }
 
+    // Where hops will go: every NATS source of a service of the flow must be a subject a flow
+    // may send to (registration refuses most bad ones; this holds whatever registered).
+    for service in flow.services() {
+        for source in manifests.get(service).map(nats_sources).unwrap_or_default() {
+            if let Err(e) = subject::check_publish_target(source) {
+                problem(
+                    ReleaseCode::LockedTarget,
+                    None,
+                    Some(service),
+                    format!("service {service:?}'s NATS source cannot take hops: {e}"),
+                );
+            }
+        }
+    }
+
     if !problems.is_empty() {
         problems.sort_by(|a, b| a.code.cmp(&b.code).then(a.node.cmp(&b.node)));
         return Err(problems);
@@ -449,12 +477,14 @@ mod tests {
             check_release(&f, &reg).is_ok(),
             "one occurrence at 0 is fine"
         );
+        f.body.nodes[2].config.insert("repeat".into(), json!(3));
+        assert_eq!(codes(check_release(&f, &reg)), ["timer_out_of_range"]);
+        f.body.nodes[2].config.insert("delay_ms".into(), json!(1));
+        assert!(check_release(&f, &reg).is_ok());
         f.body.nodes[2]
             .config
             .insert("repeat".into(), json!(1_000_000_000_000u64));
-        assert_eq!(codes(check_release(&f, &reg)), ["invalid_flow"]);
-        f.body.nodes[2].config.insert("delay_ms".into(), json!(1));
-        assert!(check_release(&f, &reg).is_ok());
+        assert_eq!(codes(check_release(&f, &reg)), ["timer_out_of_range"]);
     }
 
     #[test]

@@ -109,7 +109,7 @@ impl DlqRecord {
                 subject: r.subject.clone(),
                 msg_id: msg_id.clone(),
                 entry: entry.clone(),
-                payload: r.payload.clone(),
+                payload: r.payload.text().into_owned(),
                 seq: r.seq,
             }),
             _ => None,
@@ -286,7 +286,7 @@ impl Emulator {
             || format!("{} (after Nats-Msg-Id dedup)", filter.describe()),
             |s| {
                 s.records
-                    .iter()
+                    .dlq()
                     .find(|r| filter.matches(r))
                     .and_then(DlqRecord::from_record)
             },
@@ -310,7 +310,7 @@ impl Emulator {
             |s| {
                 let found: Vec<DlqRecord> = s
                     .records
-                    .iter()
+                    .dlq()
                     .filter(|r| filter.matches(r))
                     .filter_map(DlqRecord::from_record)
                     .collect();
@@ -406,7 +406,15 @@ fn describe_run(state: &State, run_id: &str) -> String {
             .take(5)
             .map(String::as_str)
             .collect();
-        return format!("no run {run_id} is known (latest runs: {known:?})");
+        let evicted = if state.evicted_runs > 0 {
+            format!(
+                "; {} settled run(s) were evicted beyond EmulatorConfig::max_runs, it may be one",
+                state.evicted_runs
+            )
+        } else {
+            String::new()
+        };
+        return format!("no run {run_id} is known (latest runs: {known:?}){evicted}");
     };
     let mut out = format!(
         "run {} of flow {} v{} is {:?}\n  timeline:",
@@ -420,8 +428,31 @@ fn describe_run(state: &State, run_id: &str) -> String {
     for e in &run.timeline {
         out.push_str(&format!("\n    {e}"));
     }
+    if run.timeline_dropped > 0 {
+        out.push_str(&format!(
+            "\n    ({} later steps not kept)",
+            run.timeline_dropped
+        ));
+    }
     if !run.pending.is_empty() {
-        out.push_str(&format!("\n  pending: {:?}", run.pending));
+        let pending: Vec<String> = run
+            .pending
+            .iter()
+            .map(|(node, n)| {
+                if *n == 1 {
+                    format!("{node:?}")
+                } else {
+                    format!("{node:?} x{n}")
+                }
+            })
+            .collect();
+        out.push_str(&format!("\n  pending: {{{}}}", pending.join(", ")));
+    }
+    if !run.unexpected.is_empty() {
+        out.push_str(&format!(
+            "\n  unexpected completions (nodes nothing had reached): {:?}",
+            run.unexpected
+        ));
     }
     for t in &run.timers {
         out.push_str(&format!(
@@ -433,7 +464,7 @@ fn describe_run(state: &State, run_id: &str) -> String {
     }
     if !run.dlq.is_empty() {
         out.push_str(&format!("\n  DLQ entries: {}", run.dlq.len()));
-        for r in state.records.iter().filter(|r| run.dlq.contains(&r.seq)) {
+        for r in run.dlq.iter().filter_map(|seq| state.records.get(*seq)) {
             out.push_str(&format!("\n    {}", describe_record(r)));
         }
     }

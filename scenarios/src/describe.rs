@@ -141,7 +141,15 @@ pub(crate) fn run(em: &Emulator, id: &str, names: &RunNames) -> String {
     if !run.pending.is_empty() {
         out.push_str(&format!(
             "\n  pending: {}",
-            run.pending.iter().cloned().collect::<Vec<_>>().join(", ")
+            run.pending
+                .iter()
+                .map(|(node, n)| if *n == 1 {
+                    node.clone()
+                } else {
+                    format!("{node} x{n}")
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     for t in &run.timers {
@@ -184,7 +192,7 @@ pub(crate) fn dlq_line(r: &Record) -> String {
             "#{} {} (not a DLQ entry) msg_id={msg_id}: {}",
             r.seq,
             r.subject,
-            clip(&r.payload)
+            clip(&r.payload.text())
         ),
         _ => String::new(),
     }

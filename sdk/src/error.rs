@@ -146,6 +146,10 @@ pub struct ManifestIssue {
     pub path: String,
     /// What is wrong.
     pub message: String,
+    /// Whether the orchestrator accepts it anyway: Go's SDK can produce it (a null schema, an
+    /// empty `service_version`). The emulator registers such a manifest and its conformance
+    /// checker reports a warning; our SDK's builder still refuses it.
+    pub lenient: bool,
 }
 
 /// Normalising a JSON Schema failed.

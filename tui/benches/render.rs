@@ -68,8 +68,8 @@ fn ingest(c: &mut Criterion) {
                         at: at_ms(0),
                         clock: at_ms(0),
                         subject: String::new(),
-                        headers: Vec::new(),
-                        payload: String::new(),
+                        headers: Vec::new().into(),
+                        payload: Default::default(),
                         kind: RecordKind::ClockAdvanced { to: at_ms(0) },
                     }
                 })

@@ -148,8 +148,8 @@ pub fn records() -> Vec<Record> {
             at: at_ms(ms),
             clock: at_ms(ms),
             subject: subject.into(),
-            headers: Vec::new(),
-            payload,
+            headers: Vec::new().into(),
+            payload: payload.as_str().into(),
             kind,
         });
     };
@@ -455,6 +455,8 @@ pub fn summary() -> StateSummary {
             }
         };
     StateSummary {
+        evicted_runs: 0,
+        dropped_violations: 0,
         clock: at_ms(62_000),
         clock_mode: ClockMode::Virtual,
         services,
@@ -687,8 +689,8 @@ pub fn large_model(events: usize, capacity: usize, theme: Theme) -> Model {
                 at: at_ms(base),
                 clock: at_ms(base),
                 subject: subject.into(),
-                headers: Vec::new(),
-                payload: String::new(),
+                headers: Vec::new().into(),
+                payload: Default::default(),
                 kind,
             });
             if batch.len() == 1024 {

@@ -39,7 +39,7 @@ pub enum Msg {
     /// Messages seen on `triggers.v2.>` (passive mode), oldest first.
     Observed(Vec<Observed>),
     /// A run's full account, fetched on drill-in.
-    RunLoaded(Run),
+    RunLoaded(Box<Run>),
     /// The NATS connection is up.
     Connected,
     /// The NATS connection was lost (the client reconnects by itself).

@@ -165,10 +165,10 @@ impl Source {
                     .map_err(|e| format!("advance: {e}")),
             )),
             (Source::Control(c), Cmd::LoadRun(id)) => Some(match c.run(&id).await {
-                Ok(run) => Msg::RunLoaded(run),
+                Ok(run) => Msg::RunLoaded(Box::new(run)),
                 Err(e) => Msg::SourceError(format!("run {id}: {e}")),
             }),
-            (Source::InProcess(e), Cmd::LoadRun(id)) => e.run(&id).map(Msg::RunLoaded),
+            (Source::InProcess(e), Cmd::LoadRun(id)) => e.run(&id).map(|r| Msg::RunLoaded(Box::new(r))),
         }
     }
 }

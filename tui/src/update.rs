@@ -49,7 +49,7 @@ pub fn update(model: &mut Model, msg: Msg) -> Option<Cmd> {
             None
         }
         Msg::RunLoaded(run) => {
-            model.apply_run(run);
+            model.apply_run(*run);
             runs_changed = true;
             None
         }

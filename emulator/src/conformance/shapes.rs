@@ -179,9 +179,31 @@ pub(super) fn manifest(report: &mut Report<'_>) {
         if issue.path == "protocol_version" && major.is_some() {
             continue;
         }
+        if issue.lenient {
+            report.push(
+                "manifest_lenient",
+                format!(
+                    "`{}`: {} (Go's SDK can write this and the orchestrator accepts it; a careful SDK does not)",
+                    issue.path, issue.message
+                ),
+            );
+        } else {
+            report.push(
+                "manifest_invalid",
+                format!("`{}`: {}", issue.path, issue.message),
+            );
+        }
+    }
+    let caps = &manifest.runtime_capabilities;
+    if caps.windows(2).any(|w| w[0] >= w[1]) {
+        let mut canonical = caps.clone();
+        canonical.sort();
+        canonical.dedup();
         report.push(
-            "manifest_invalid",
-            format!("`{}`: {}", issue.path, issue.message),
+            "capabilities_not_canonical",
+            format!(
+                "runtime_capabilities is {caps:?}; write it sorted and without repeats, {canonical:?}, as it is hashed"
+            ),
         );
     }
     if let Ok(computed) = manifest.compute_hash()

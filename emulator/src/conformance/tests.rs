@@ -15,7 +15,7 @@ use triggers_sdk::wire::{
 
 use super::object::Object;
 use super::*;
-use rules::TESTED;
+use rules::{STATEFUL, TESTED};
 
 mod rules;
 
@@ -126,7 +126,7 @@ impl Msg {
             assert_eq!(v.severity, severity, "{v}");
             assert!(!v.message.is_empty(), "{v}");
             assert_eq!(v.subject, self.subject);
-            assert_eq!(v.payload, self.payload);
+            assert_eq!(v.payload.as_bytes(), &self.payload[..]);
             assert_eq!(v.headers.len(), self.headers.len());
         }
         found
@@ -437,9 +437,19 @@ fn the_emulators_own_messages_are_not_judged() {
         );
         assert!(found.is_empty(), "{}: {found:#?}", msg.subject);
     }
-    // The same delivery from a peer leaks the triplet.
+    // The same delivery from a peer leaks the triplet: it names another execution than its run.
     let rules: Vec<_> = timer_delivery.check().into_iter().map(|v| v.rule).collect();
     assert_eq!(rules, ["triplet_leaked"]);
+}
+
+/// Decision 9: a Go SDK may forward the triplet on an internal hop of a Durable Timer lineage;
+/// one valid for that hop (this hop's payload hash, the run's root execution) is no violation.
+#[test]
+fn a_forwarded_triplet_valid_for_its_hop_is_accepted() {
+    let mut hop = hop_msg();
+    let ctx = TimerContext::Root(RootContext::new("flow-lab", 3, "run-01"));
+    durable_timer::write_triplet(&mut hop.headers, &ctx, &hop.payload);
+    assert!(hop.check().is_empty(), "{:#?}", hop.check());
 }
 
 /// A Python SDK that writes the right values with its keys in another order: one warning.
@@ -513,7 +523,7 @@ fn violations_serialise_for_the_recorder() {
     assert_eq!(json["subject"], subject::HEARTBEAT);
     assert!(json["payload"].as_str().unwrap().ends_with(r#""pid":1}"#));
     let bad = Violation {
-        payload: vec![b'{', 0xff],
+        payload: vec![b'{', 0xff].into(),
         ..v.clone()
     };
     assert_eq!(serde_json::to_value(&bad).unwrap()["payload"], "{\u{fffd}");
@@ -536,7 +546,7 @@ fn rules_are_unique_snake_case_and_documented() {
         );
         assert!(!description.is_empty());
     }
-    let tested: BTreeSet<&str> = TESTED.iter().copied().collect();
+    let tested: BTreeSet<&str> = TESTED.iter().chain(STATEFUL).copied().collect();
     assert_eq!(
         seen, tested,
         "every rule has its test below, and no test is for a lost rule"

@@ -270,9 +270,11 @@ impl Flow {
 
     /// The service-in nodes where runs start: those no edge leads into.
     pub fn entry_points(&self) -> impl Iterator<Item = &Node> {
-        self.body.nodes.iter().filter(|n| {
-            n.node_type == NodeType::ServiceIn && !self.body.edges.iter().any(|e| e.to == n.id)
-        })
+        let targets: HashSet<&str> = self.body.edges.iter().map(|e| e.to.as_str()).collect();
+        self.body
+            .nodes
+            .iter()
+            .filter(move |n| n.node_type == NodeType::ServiceIn && !targets.contains(n.id.as_str()))
     }
 
     /// Gives every node without a service the service of the node before it (timers excepted):
@@ -456,7 +458,7 @@ impl Flow {
                                 .into(),
                         );
                     } else if transport == "nats"
-                        && let Err(e) = crate::wire::subject::check_publish_target(target)
+                        && let Err(e) = crate::wire::subject::check_output_target(target)
                     {
                         issue(FlowIssueKind::Target, at, e.to_string());
                     }

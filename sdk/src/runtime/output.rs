@@ -43,7 +43,7 @@ impl Runtime {
         match transport {
             "nats" => {
                 // Release refuses a locked target; a forged broadcast must not get past us either.
-                subject::check_publish_target(target)
+                subject::check_output_target(target)
                     .map_err(|e| Failure::node(format!("output to NATS: {e}")))?;
                 let mut headers = headers;
                 headers.insert(names::NATS_MSG_ID, out.nats_msg_id());

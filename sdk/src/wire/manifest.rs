@@ -468,8 +468,17 @@ impl Manifest {
     #[must_use]
     pub fn validate(&self) -> Vec<ManifestIssue> {
         let mut issues = Vec::new();
-        let mut issue =
-            |path: String, message: String| issues.push(ManifestIssue { path, message });
+        let mut issue = |path: String, message: String| {
+            // What Go's SDK can produce and the orchestrator accepts.
+            let lenient = path == "service_version"
+                || path.ends_with(".input_schema")
+                || path.ends_with(".result_schema");
+            issues.push(ManifestIssue {
+                path,
+                message,
+                lenient,
+            });
+        };
         match self.protocol_major() {
             None => issue(
                 "protocol_version".into(),
@@ -710,7 +719,8 @@ mod tests {
             m.validate(),
             vec![ManifestIssue {
                 path: "manifest_hash".into(),
-                message: "\"sha256:6f3a...c91d\" is not sha256:<64 lowercase hex>".into()
+                message: "\"sha256:6f3a...c91d\" is not sha256:<64 lowercase hex>".into(),
+                lenient: false,
             }]
         );
         m.seal().unwrap();

@@ -157,17 +157,25 @@ pub fn check_action(action: &str) -> Result<(), SubjectError> {
     Ok(())
 }
 
-/// Subject prefixes no flow may send to: the locked namespace (the orchestrator's and the SDKs'
-/// own traffic), NATS's system namespaces (`$JS.`, `$SYS.`, `$KV.`... all start with `$`) and the
-/// emulator's control namespace (ours, `triggerslab.`).
-pub const NEVER_TARGETS: [&str; 3] = [PREFIX, "$", "triggerslab."];
+/// The families of the locked table, which only the orchestrator and the SDKs' own machinery
+/// publish on: registration and fetch, heartbeats, completion events, broadcasts, DLQs
+/// (`triggers.v2.dlq.source.*` included).
+const LOCKED_FAMILIES: [&str; 4] = [
+    "triggers.v2.manifest.",
+    "triggers.v2.heartbeat.",
+    "triggers.v2.flow.",
+    "triggers.v2.dlq.",
+];
 
 /// The longest subject a flow may send to.
 pub const MAX_TARGET_LEN: usize = 1024;
 
-/// Checks a subject a flow sends to (an output node's target, a hop's inbound subject): a
-/// well-formed subject to publish on (non-empty tokens, no wildcard, no whitespace or control
-/// character, at most [`MAX_TARGET_LEN`] bytes) outside every namespace of [`NEVER_TARGETS`].
+/// Checks a subject a hop is sent to (a service's inbound subject): a well-formed subject to
+/// publish on (non-empty tokens, no wildcard, no whitespace or control character, at most
+/// [`MAX_TARGET_LEN`] bytes) that is none of the locked table's subjects (nor below them), no
+/// NATS system subject (`$JS.`, `$SYS.`... all start with `$`) and not in the emulator's control
+/// namespace (`triggerslab.`). An inbound subject may be under `triggers.v2.` otherwise: the
+/// spec's own example declares `triggers.v2.mysvc.inbound`.
 ///
 /// Release refuses a flow with such a target, and an SDK refuses it again at runtime, so that a
 /// forged broadcast cannot make a service publish on a locked subject (say
@@ -204,15 +212,40 @@ pub fn check_publish_target(subject: &str) -> Result<(), SubjectError> {
     if subject.split('.').any(|t| t == "*" || t == ">") {
         return invalid("it has a wildcard token: a message is published on one subject".into());
     }
-    if let Some(prefix) = NEVER_TARGETS.iter().find(|p| subject.starts_with(**p)) {
-        return Err(SubjectError::Reserved {
+    let reserved = |reason: &'static str| {
+        Err(SubjectError::Reserved {
             what: "target subject",
             value: subject.to_owned(),
-            reason: match *prefix {
-                PREFIX => "triggers.v2. is the locked namespace of the orchestrator and the SDKs",
-                "$" => "subjects starting with $ belong to the NATS server ($JS, $SYS, $KV...)",
-                _ => "triggerslab. is the emulator's control namespace",
-            },
+            reason,
+        })
+    };
+    if subject == HEARTBEAT || LOCKED_FAMILIES.iter().any(|f| subject.starts_with(f)) {
+        return reserved(
+            "it is a subject of the locked table (manifest, heartbeat, flow events and broadcasts, DLQs), which only the orchestrator and the SDKs' own machinery publish on",
+        );
+    }
+    if subject.starts_with('$') {
+        return reserved("subjects starting with $ belong to the NATS server ($JS, $SYS, $KV...)");
+    }
+    if subject.starts_with("triggerslab.") {
+        return reserved("triggerslab. is the emulator's control namespace");
+    }
+    Ok(())
+}
+
+/// Checks the subject of an output node, which delivers out of the flow: as
+/// [`check_publish_target`], and nowhere under `triggers.v2.` (the platform's namespace: a
+/// message there without its envelope would look like the platform's own).
+///
+/// # Errors
+/// As [`check_publish_target`].
+pub fn check_output_target(subject: &str) -> Result<(), SubjectError> {
+    check_publish_target(subject)?;
+    if subject.starts_with(PREFIX) {
+        return Err(SubjectError::Reserved {
+            what: "output subject",
+            value: subject.to_owned(),
+            reason: "triggers.v2. is the platform's namespace; an output delivers out of the flow",
         });
     }
     Ok(())
@@ -398,12 +431,24 @@ mod tests {
 
     #[test]
     fn flows_never_target_a_locked_subject() {
-        for ok in ["shop.inbound", "audit.reminders", "a", "a.b-c_d"] {
+        for ok in [
+            "shop.inbound",
+            "audit.reminders",
+            "a",
+            "a.b-c_d",
+            "triggers.v2.mysvc.inbound",
+        ] {
             assert_eq!(check_publish_target(ok), Ok(()), "{ok}");
         }
+        assert!(check_output_target("triggers.v2.mysvc.inbound").is_err());
+        assert_eq!(check_output_target("audit.reminders"), Ok(()));
         for locked in [
             "triggers.v2.dlq.source.x",
+            "triggers.v2.dlq.source.x.y",
             "triggers.v2.heartbeat",
+            "triggers.v2.flow.events.f",
+            "triggers.v2.flow.broadcast.all",
+            "triggers.v2.manifest.register",
             "$JS.API.STREAM.DELETE.x",
             "$SYS.REQ.SERVER.PING",
             "triggerslab.v1.control.deploy",

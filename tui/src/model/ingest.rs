@@ -30,8 +30,8 @@ impl Model {
             seq: record.seq,
             at: record.at,
             subject: record.subject,
-            headers: record.headers,
-            payload: record.payload,
+            headers: record.headers.to_vec(),
+            payload: record.payload.text().into_owned(),
             kind: Some(record.kind),
             note: String::new(),
         };
@@ -124,6 +124,9 @@ impl Model {
                     run.pending.clear();
                     run_changed = true;
                 }
+            }
+            Some(RecordKind::TimerUndelivered { .. }) | Some(RecordKind::FlowsWithheld { .. }) => {
+                // Logged; the emulator's state summary carries their effect on runs.
             }
             Some(RecordKind::ClockAdvanced { to }) => {
                 if let Some((_, mode)) = self.clock {

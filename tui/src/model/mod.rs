@@ -605,6 +605,26 @@ impl Event {
                 resume_node_id,
                 ..
             }) => format!("{node_id} of {run_id} fired, resumes at {resume_node_id}"),
+            Some(RecordKind::TimerUndelivered {
+                run_id,
+                node_id,
+                occurrence,
+                error,
+                gave_up,
+                ..
+            }) => format!(
+                "{node_id} of {run_id} (#{occurrence}) not delivered{}: {error}",
+                if *gave_up {
+                    ", given up"
+                } else {
+                    ", stays armed"
+                }
+            ),
+            Some(RecordKind::FlowsWithheld {
+                service,
+                flows,
+                reason,
+            }) => format!("{} withheld from {service}: {reason}", flows.join(", ")),
             Some(RecordKind::RunSettled { run_id, status, .. }) => {
                 format!("run {run_id} {}", crate::view::run_status_text(*status))
             }

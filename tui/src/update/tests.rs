@@ -42,8 +42,8 @@ fn record(seq: u64, kind: RecordKind) -> Record {
         at: at_ms(seq as i64),
         clock: at_ms(seq as i64),
         subject: "triggers.v2.heartbeat".into(),
-        headers: vec![],
-        payload: String::new(),
+        headers: Vec::new().into(),
+        payload: Default::default(),
         kind,
     }
 }
@@ -201,7 +201,7 @@ fn enter_drills_in_and_esc_comes_back() {
     let mut run: Run = serde_json::from_value(json!({
         "id": "run-0002", "flow_id": "order", "flow_version": 3, "trace_id": "",
         "status": "failed", "started_at": "2026-05-26T14:30:03.95Z",
-        "pending": [], "completed": ["in"], "failed": ["pay"], "timers": [],
+        "pending": {}, "completed": ["in"], "failed": ["pay"], "timers": [],
         "timeline": [], "dlq": [19]}))
     .expect("a run");
     run.timeline.push(TimelineEntry {
@@ -215,7 +215,7 @@ fn enter_drills_in_and_esc_comes_back() {
         error: "card declined".into(),
         retries: 2,
     });
-    update(&mut m, Msg::RunLoaded(run));
+    update(&mut m, Msg::RunLoaded(Box::new(run)));
     assert_eq!(m.row_count(ListId::Timeline), 1);
     // Enter on a step opens its record; Esc goes back to the timeline, then to the runs.
     typed(&mut m, "\n");

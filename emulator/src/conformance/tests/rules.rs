@@ -320,13 +320,59 @@ rule_tests! {
             h.insert(names::TRACEPARENT, "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01");
         })),
     ];
+    traceparent_invalid => vec![
+        case("traceparent_invalid", Warning, hop_msg().map_headers(|h| h.insert(names::TRACEPARENT, "00-0000-00f067aa0ba902b7-01"))),
+    ];
     triplet_leaked => vec![
+        // A root context of another execution than the hop's run.
         case("triplet_leaked", Error, hop_msg().map_headers(|h| {
             let ctx = TimerContext::Root(RootContext::new("flow-lab", 3, "exec-1"));
             durable_timer::write_triplet(h, &ctx, br#"{"amount":12}"#);
+        })),
+        // The payload hash of other bytes than this hop's.
+        case("triplet_leaked", Error, hop_msg().map_headers(|h| {
+            let ctx = TimerContext::Root(RootContext::new("flow-lab", 3, "run-01"));
+            durable_timer::write_triplet(h, &ctx, br#"{"amount":13}"#);
         })),
         case("triplet_leaked", Error, hop_msg().map_headers(|h| {
             h.insert(names::EXECUTION_ID, "exec-1");
         })),
     ];
+    manifest_lenient => vec![
+        case("manifest_lenient", Warning, register_msg().map_payload(|_| {
+            let mut m = manifest();
+            m.service_version.clear();
+            m.seal().unwrap();
+            m.to_json().unwrap()
+        })),
+        case("manifest_lenient", Warning, register_msg().map_payload(|_| {
+            let mut m = manifest();
+            m.actions[0].input_schema = None;
+            m.seal().unwrap();
+            m.to_json().unwrap()
+        })),
+    ];
+    capabilities_not_canonical => vec![
+        case("capabilities_not_canonical", Warning, register_msg().map_payload(|_| {
+            let mut m = manifest();
+            m.runtime_capabilities = vec!["x.v1".into(), "durable_timer.v1".into(), "x.v1".into()];
+            m.seal().unwrap();
+            m.to_json().unwrap()
+        })),
+    ];
+    violations_capped => vec![
+        case("violations_capped", Warning, hop_msg().map_headers(|h| {
+            for i in 0..40 {
+                h.insert(format!("X-Triggers-Junk-{i}"), "x");
+            }
+        })).also(&["header_unknown"]),
+    ];
 }
+
+/// Rules about a run as a whole, not one message: the emulator fires them (see
+/// `emulator/tests/delivery.rs` and `run.rs`'s tests), the pure checker cannot.
+pub(super) const STATEFUL: &[&str] = &[
+    "idempotency_key_reused",
+    "completion_unexpected",
+    "delivery_deduplicated",
+];
