@@ -56,6 +56,10 @@ pub struct EmulatorConfig {
     pub dlq_duplicate_window: Duration,
     /// Records kept; older ones drop off (default 100 000).
     pub max_records: usize,
+    /// Counts the messages NATS drops for the emulator's slow subscriptions; the connection given
+    /// to [`Emulator::start`] must be made with [`crate::drops::connect_options`] over this same
+    /// counter (the harness, `triggers-lab up` and the scenario runner do).
+    pub slow_consumers: triggers_sdk::transport::DropCounter,
 }
 
 impl Default for EmulatorConfig {
@@ -69,6 +73,7 @@ impl Default for EmulatorConfig {
             control_api: true,
             dlq_duplicate_window: Duration::from_secs(120),
             max_records: 100_000,
+            slow_consumers: triggers_sdk::transport::DropCounter::new(),
         }
     }
 }
@@ -389,20 +394,27 @@ impl Emulator {
     /// [`EmulatorError::Release`] with every problem, or a NATS error from the broadcast.
     pub async fn deploy(&self, flow: Flow) -> Result<Deployment, EmulatorError> {
         let mut resolved = self.check_release(&flow).map_err(EmulatorError::Release)?;
-        let (subject, envelope) = {
-            let mut state = self.lock();
-            if let Some(previous) = state.flows.get(&resolved.id) {
-                resolved.version = resolved.version.max(previous.version + 1);
-            }
-            let services = resolved.services();
-            let subject = match services.iter().next() {
-                Some(only) if services.len() == 1 => subject::flow_broadcast(only)
-                    .unwrap_or_else(|_| subject::FLOW_BROADCAST_ALL.to_owned()),
-                _ => subject::FLOW_BROADCAST_ALL.to_owned(),
+        let (subject, envelope) =
+            {
+                let mut state = self.lock();
+                if let Some(previous) = state.flows.get(&resolved.id) {
+                    let next = previous.version.checked_add(1).ok_or_else(|| {
+                        EmulatorError::FlowVersion {
+                            flow: resolved.id.clone(),
+                            version: previous.version,
+                        }
+                    })?;
+                    resolved.version = resolved.version.max(next);
+                }
+                let services = resolved.services();
+                let subject = match services.iter().next() {
+                    Some(only) if services.len() == 1 => subject::flow_broadcast(only)
+                        .unwrap_or_else(|_| subject::FLOW_BROADCAST_ALL.to_owned()),
+                    _ => subject::FLOW_BROADCAST_ALL.to_owned(),
+                };
+                state.flows.insert(resolved.id.clone(), resolved.clone());
+                (subject, resolved.to_envelope())
             };
-            state.flows.insert(resolved.id.clone(), resolved.clone());
-            (subject, resolved.to_envelope())
-        };
         let bytes = envelope.to_json().map_err(EmulatorError::Encode)?;
         self.lock().own_broadcasts.insert(bytes.clone());
         self.shared.push(

@@ -174,6 +174,16 @@ pub enum EmulatorError {
         "the emulator runs on the real clock, which cannot be advanced; use ClockMode::Virtual"
     )]
     RealClock,
+    /// A redeploy would need a version above the largest there is (`i64::MAX`).
+    #[error(
+        "flow {flow:?} is deployed at version {version}, the largest there is: a redeploy has no next version; deploy it under another id"
+    )]
+    FlowVersion {
+        /// The flow.
+        flow: String,
+        /// The version deployed now.
+        version: i64,
+    },
     /// A value could not be written as JSON.
     #[error("cannot encode JSON: {0}")]
     Encode(triggers_sdk::error::JsonError),
