@@ -185,6 +185,19 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Whatever text a header is given: either check_header refuses it, or async-nats takes
+        /// it without panicking.
+        #[test]
+        fn a_checked_header_never_panics_async_nats(name in "\\PC{0,12}", value in "(\\PC|\r|\n){0,12}") {
+            if check_header(&name, &value).is_ok() {
+                let mut map = HeaderMap::new();
+                map.insert(name.as_str(), value.as_str());
+                proptest::prop_assert_eq!(map.get(name.as_str()).map(|v| v.as_str()), Some(value.as_str()));
+            }
+        }
+    }
+
     #[test]
     fn the_counter_counts_slow_consumer_events_only() {
         let drops = DropCounter::new();

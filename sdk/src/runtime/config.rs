@@ -397,6 +397,29 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any text in any variable: resolved in range, or a ConfigError naming a variable.
+        #[test]
+        fn any_environment_text_resolves_or_is_refused(
+            var in proptest::sample::select(&ENV_VARS[2..]),
+            text in "(\\PC{0,24}|[0-9]{1,25}|-[0-9]{1,5})",
+        ) {
+            let name = var.0;
+            let value = text.clone();
+            let env = move |n: &'static str| (n == name).then(|| value.clone());
+            match RuntimeConfig::default().resolve_with(&env) {
+                Ok(r) => {
+                    proptest::prop_assert!(r.max_concurrency >= 1 && r.max_concurrency <= MAX_CONCURRENCY);
+                    proptest::prop_assert!(r.heartbeat_interval >= Duration::from_millis(1));
+                    for d in [r.heartbeat_interval, r.register_timeout, r.shutdown_grace, r.flow_wait, r.http_timeout] {
+                        proptest::prop_assert!(d <= MAX_DURATION);
+                    }
+                }
+                Err(e) => proptest::prop_assert_eq!(e.setting, name),
+            }
+        }
+    }
+
     #[test]
     fn code_wins_over_an_out_of_range_environment() {
         let r = RuntimeConfig {
