@@ -163,6 +163,8 @@ pub(crate) struct Lab<'a> {
     pub(crate) scenario: &'a Scenario,
     pub(crate) harness: Harness,
     pub(crate) hand: async_nats::Client,
+    /// What NATS dropped for `hand`'s slow subscriptions.
+    pub(crate) hand_drops: triggers_sdk::transport::DropCounter,
     pub(crate) stubs: BTreeMap<String, (StubSpec, wiremock::MockServer)>,
     pub(crate) scripted: BTreeMap<String, Scripted>,
     pub(crate) external: BTreeMap<String, External>,
@@ -396,8 +398,8 @@ async fn setup<'a>(scenario: &'a Scenario, options: &RunOptions) -> Result<Lab<'
                 "cannot start the nats-server and the emulator: {e}"
             ))
         })?;
-    let hand = async_nats::ConnectOptions::new()
-        .name("triggers-lab scenario")
+    let hand_drops = triggers_sdk::transport::DropCounter::new();
+    let hand = triggers_emulator::drops::connect_options("triggers-lab scenario", &hand_drops)
         .connect(harness.url())
         .await
         .map_err(|e| plain(format!("cannot connect to {}: {e}", harness.url())))?;
@@ -405,6 +407,7 @@ async fn setup<'a>(scenario: &'a Scenario, options: &RunOptions) -> Result<Lab<'
         scenario,
         harness,
         hand,
+        hand_drops,
         stubs: BTreeMap::new(),
         scripted: BTreeMap::new(),
         external: BTreeMap::new(),
@@ -619,12 +622,17 @@ fn drops(lab: &Lab<'_>) -> (u64, String) {
     let mut total = lab.em().dropped_messages();
     let mut who = Vec::new();
     if total > 0 {
-        who.push(format!("the emulator {total}"));
+        who.push(format!("{total} to the emulator"));
+    }
+    let hand = lab.hand_drops.count();
+    if hand > 0 {
+        who.push(format!("{hand} to the scenario's own client"));
+        total = total.saturating_add(hand);
     }
     for (name, service) in &lab.scripted {
         let n = service.dropped_messages();
         if n > 0 {
-            who.push(format!("scripted service {name:?} {n}"));
+            who.push(format!("{n} to scripted service {name:?}"));
             total = total.saturating_add(n);
         }
     }

@@ -59,7 +59,10 @@ async fn a_scenario_whose_emulator_dropped_messages_fails_naming_the_drops() {
     assert_eq!(failure.at, "flooded.yaml");
     for says in [
         format!("NATS dropped {} message(s)", report.dropped_messages),
-        "slow consumer: the emulator".into(),
+        format!(
+            "(slow consumer: {} to the emulator)",
+            report.dropped_messages
+        ),
         "a verdict reached on partial data is not a verdict".into(),
     ] {
         assert!(
