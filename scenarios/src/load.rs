@@ -101,7 +101,10 @@ pub(crate) fn parse_yaml<T: serde::de::DeserializeOwned>(
         })
     })
     .map_err(|e| {
-        let message = strip_position(&e.without_snippet().to_string());
+        let mut message = strip_position(&e.without_snippet().to_string());
+        if message.starts_with("non-finite float") {
+            message.push_str(": write a finite number (or a duration such as 10s)");
+        }
         let message = if path.is_empty() {
             message
         } else {
@@ -915,7 +918,7 @@ mod tests {
             // Durations: every key that takes one, and both forms.
             ("timeout: 1e300\nsteps:\n  - sleep: 1s\n".into(), "s.yaml:1:10:", "timeout: \"1e300\" is too long: a duration is at most 100 years"),
             ("step_timeout: -5\nsteps:\n  - sleep: 1s\n".into(), "s.yaml:1:15:", "step_timeout: \"-5\" is negative"),
-            ("steps:\n  - sleep: .inf\n".into(), "s.yaml:2:12:", "steps[0].sleep: non-finite float"),
+            ("steps:\n  - sleep: .inf\n".into(), "s.yaml:2:12:", "steps[0].sleep: non-finite float `.inf` rejected by the configured policy: write a finite number"),
             ("steps:\n  - sleep: -1.5\n".into(), "s.yaml:2:12:", "steps[0].sleep: \"-1.5\" is negative"),
             ("steps:\n  - advance: 99999999999d\n".into(), "s.yaml:2:14:", "steps[0].advance: \"99999999999d\" is too long"),
             ("steps:\n  - advance: 18446744073709551615\n".into(), "s.yaml:2:14:", "steps[0].advance: \"18446744073709551615\" is too long"),
