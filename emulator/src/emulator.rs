@@ -394,27 +394,22 @@ impl Emulator {
     /// [`EmulatorError::Release`] with every problem, or a NATS error from the broadcast.
     pub async fn deploy(&self, flow: Flow) -> Result<Deployment, EmulatorError> {
         let mut resolved = self.check_release(&flow).map_err(EmulatorError::Release)?;
-        let (subject, envelope) =
-            {
-                let mut state = self.lock();
-                if let Some(previous) = state.flows.get(&resolved.id) {
-                    let next = previous.version.checked_add(1).ok_or_else(|| {
-                        EmulatorError::FlowVersion {
-                            flow: resolved.id.clone(),
-                            version: previous.version,
-                        }
-                    })?;
-                    resolved.version = resolved.version.max(next);
-                }
-                let services = resolved.services();
-                let subject = match services.iter().next() {
-                    Some(only) if services.len() == 1 => subject::flow_broadcast(only)
-                        .unwrap_or_else(|_| subject::FLOW_BROADCAST_ALL.to_owned()),
-                    _ => subject::FLOW_BROADCAST_ALL.to_owned(),
-                };
-                state.flows.insert(resolved.id.clone(), resolved.clone());
-                (subject, resolved.to_envelope())
+        let (subject, envelope) = {
+            let mut state = self.lock();
+            if let Some(previous) = state.flows.get(&resolved.id) {
+                let next = previous.version.checked_add(1);
+                let next = next.ok_or_else(|| EmulatorError::no_next_version(previous))?;
+                resolved.version = resolved.version.max(next);
+            }
+            let services = resolved.services();
+            let subject = match services.iter().next() {
+                Some(only) if services.len() == 1 => subject::flow_broadcast(only)
+                    .unwrap_or_else(|_| subject::FLOW_BROADCAST_ALL.to_owned()),
+                _ => subject::FLOW_BROADCAST_ALL.to_owned(),
             };
+            state.flows.insert(resolved.id.clone(), resolved.clone());
+            (subject, resolved.to_envelope())
+        };
         let bytes = envelope.to_json().map_err(EmulatorError::Encode)?;
         self.lock().own_broadcasts.insert(bytes.clone());
         self.shared.push(

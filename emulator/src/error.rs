@@ -197,6 +197,14 @@ impl EmulatorError {
         }
     }
 
+    /// A redeploy of `deployed`, which is at the largest version there is.
+    pub(crate) fn no_next_version(deployed: &triggers_sdk::flow::Flow) -> Self {
+        EmulatorError::FlowVersion {
+            flow: deployed.id.clone(),
+            version: deployed.version,
+        }
+    }
+
     /// The release problems, if this is a refused release.
     #[must_use]
     pub fn release_problems(&self) -> Option<&[crate::release::ReleaseProblem]> {
