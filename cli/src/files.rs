@@ -88,64 +88,9 @@ fn strip_position(message: &str) -> String {
     }
 }
 
-/// Parses `250ms`, `30s`, `5m`, `2h`, `1d` (or a bare number of seconds), or combinations like
-/// `1h30m`.
-pub(crate) fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    let bad = || format!("{text:?} is not a duration: write e.g. 250ms, 30s, 5m, 2h, 1d or 1h30m");
-    let text = text.trim();
-    if let Ok(secs) = text.parse::<f64>() {
-        return if secs.is_finite() && secs >= 0.0 {
-            Ok(std::time::Duration::from_secs_f64(secs))
-        } else {
-            Err(bad())
-        };
-    }
-    let mut total = 0f64;
-    let mut rest = text;
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        if digits == 0 {
-            return Err(bad());
-        }
-        let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_len] {
-            "ms" => 0.001,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            "d" => 86400.0,
-            _ => return Err(bad()),
-        };
-        total += number * seconds;
-        rest = &rest[unit_len..];
-    }
-    Ok(std::time::Duration::from_secs_f64(total))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
-        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
-        assert_eq!(parse_duration("1d").unwrap(), Duration::from_secs(86400));
-        for bad in ["", "x", "5y", "-1", "m5"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn yaml_and_json_errors_say_where() {

@@ -15,6 +15,7 @@ use triggers_emulator::{
     Backend, ClockMode, Emulator, EmulatorConfig, HashMismatchPolicy, NatsConfig, NatsServer,
 };
 use triggers_sdk::flow::Flow;
+use triggers_sdk::transport::DropCounter;
 
 use crate::files;
 
@@ -93,14 +94,17 @@ pub(crate) async fn up(args: UpArgs) -> Result<()> {
         eprintln!("starting a nats-server with JetStream…");
     }
     let nats = NatsServer::start(nats_config).await?;
-    let client = async_nats::ConnectOptions::new()
-        .name("triggers-lab up")
+    // The emulator's connection counts what NATS drops for its slow subscriptions; the log
+    // below says so as it happens, and `state` shows the count.
+    let slow_consumers = DropCounter::new();
+    let client = triggers_emulator::drops::connect_options("triggers-lab up", &slow_consumers)
         .connect(nats.url())
         .await
         .with_context(|| format!("cannot connect to {}", nats.url()))?;
     let emulator = Emulator::start(
         client,
         EmulatorConfig {
+            slow_consumers,
             clock: match args.clock {
                 ClockArg::Virtual => ClockMode::Virtual,
                 ClockArg::Real => ClockMode::Real,
@@ -175,9 +179,21 @@ pub(crate) async fn up(args: UpArgs) -> Result<()> {
     let quiet = args.quiet;
     let stop = shutdown_signal();
     tokio::pin!(stop);
+    let mut drop_check = tokio::time::interval(Duration::from_secs(1));
+    let mut drops_told = 0;
     loop {
         tokio::select! {
             () = &mut stop => break,
+            _ = drop_check.tick() => {
+                let dropped = emulator.dropped_messages();
+                if dropped > drops_told {
+                    eprintln!(
+                        "DROPPED      NATS dropped {} message(s) the emulator could not take in time (slow consumer; {dropped} in all): what it records and judges from now on is incomplete",
+                        dropped - drops_told
+                    );
+                    drops_told = dropped;
+                }
+            }
             next = records.recv() => match next {
                 Ok(record) => {
                     if let Some(f) = record_file.as_mut() {
@@ -335,6 +351,15 @@ async fn control(args: &ControlArgs) -> Result<ControlClient> {
 
 pub(crate) async fn deploy(args: ControlArgs, file: PathBuf) -> Result<()> {
     let flow: Flow = files::read(&file)?;
+    if flow.version < 1 {
+        return Err(files::FileError(format!(
+            "{}: flow {:?}: version: is {}, must be 1 or more (leave it out for 1; a redeploy gets the next)",
+            file.display(),
+            flow.id,
+            flow.version
+        ))
+        .into());
+    }
     let client = control(&args).await?;
     let released = client.deploy(&flow).await?;
     let version = released
@@ -403,8 +428,7 @@ pub(crate) async fn trigger(
     Ok(())
 }
 
-pub(crate) async fn advance(args: ControlArgs, duration: String) -> Result<()> {
-    let by = files::parse_duration(&duration).map_err(anyhow::Error::msg)?;
+pub(crate) async fn advance(args: ControlArgs, by: Duration) -> Result<()> {
     let client = control(&args).await?;
     let result = client.advance(by).await?;
     let fired = result

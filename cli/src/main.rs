@@ -58,9 +58,16 @@ enum Command {
     Advance {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
-        /// How far.
-        duration: String,
+        /// How far: 250ms, 30s, 5m, 1h30m, 1d, or a number of seconds; at most 100 years.
+        #[arg(value_parser = parse_duration)]
+        duration: std::time::Duration,
     },
+}
+
+/// A duration on the command line, as scenario files write them (a malformed or out-of-range
+/// one is a usage error: clap says which argument and exits with code 2).
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    triggers_scenarios::model::Dur::parse(text).map(|d| d.0)
 }
 
 fn main() -> ExitCode {
@@ -103,7 +110,12 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e:#}");
-                    ExitCode::FAILURE
+                    // A file that cannot be read or is out of range is bad input, as for `run`.
+                    if e.downcast_ref::<files::FileError>().is_some() {
+                        ExitCode::from(2)
+                    } else {
+                        ExitCode::FAILURE
+                    }
                 }
             }
         }

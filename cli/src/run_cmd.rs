@@ -43,17 +43,27 @@ pub(crate) struct RunArgs {
 #[derive(Debug, Args)]
 pub(crate) struct CommonArgs {
     /// Scenarios run at once, each on its own nats-server.
-    #[arg(short = 'j', long = "jobs", value_name = "N", default_value_t = 1)]
+    #[arg(short = 'j', long = "jobs", value_name = "N", default_value_t = 1, value_parser = parse_jobs)]
     jobs: usize,
-    /// Each scenario's time limit, overriding its file's `timeout` (e.g. 90s, 5m).
-    #[arg(long, value_name = "DURATION")]
-    timeout: Option<String>,
+    /// Each scenario's time limit, overriding its file's `timeout` (e.g. 90s, 5m; at most 100
+    /// years).
+    #[arg(long, value_name = "DURATION", value_parser = crate::parse_duration)]
+    timeout: Option<Duration>,
     /// How each scenario gets its nats-server.
     #[arg(long, value_enum, default_value = "auto")]
     backend: BackendArg,
     /// Print every step as it ends, with what it did.
     #[arg(short, long)]
     verbose: bool,
+}
+
+/// `-j`: at least one scenario at a time.
+fn parse_jobs(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(0) => Err("0 scenarios at a time would run none: give 1 or more".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{text:?} is not a whole number: {e}")),
+    }
 }
 
 /// Options of `triggers-lab demo`.
@@ -255,18 +265,7 @@ fn execute(
     tui: bool,
     verbose: bool,
 ) -> ExitCode {
-    let timeout = match common
-        .timeout
-        .as_deref()
-        .map(triggers_scenarios::model::Dur::parse)
-    {
-        Some(Err(e)) => {
-            eprintln!("error: --timeout: {e}");
-            return ExitCode::from(2);
-        }
-        Some(Ok(d)) => Some(d.0),
-        None => None,
-    };
+    let timeout = common.timeout;
     let scenarios = match triggers_scenarios::load_all(paths) {
         Ok(s) => s,
         Err(errors) => {

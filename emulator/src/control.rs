@@ -26,6 +26,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use triggers_sdk::flow::Flow;
+use triggers_sdk::transport::DropCounter;
 use triggers_sdk::wire::GoTime;
 
 use crate::clock::ClockMode;
@@ -103,6 +104,10 @@ pub struct StateSummary {
     /// Conformance violations counted but not kept (beyond `max_violations`, or 16 per message).
     #[serde(default)]
     pub dropped_violations: u64,
+    /// Messages NATS dropped because a subscription of the emulator fell behind (slow consumer;
+    /// at least this many). Above zero, what the emulator saw is incomplete.
+    #[serde(default)]
+    pub dropped_messages: u64,
 }
 
 impl Emulator {
@@ -140,6 +145,7 @@ impl Emulator {
             dropped_records: state.records.dropped,
             evicted_runs: state.evicted_runs,
             dropped_violations: state.dropped_violations,
+            dropped_messages: self.dropped_messages(),
         }
     }
 }
@@ -328,6 +334,7 @@ pub(crate) async fn serve(
 pub struct ControlClient {
     client: async_nats::Client,
     url: String,
+    drops: DropCounter,
 }
 
 impl ControlClient {
@@ -336,8 +343,8 @@ impl ControlClient {
     /// # Errors
     /// [`ControlError::NoEmulator`] when nothing answers.
     pub async fn connect(url: &str) -> Result<Self, ControlError> {
-        let client = async_nats::ConnectOptions::new()
-            .name("triggers-lab control")
+        let drops = DropCounter::new();
+        let client = crate::drops::connect_options("triggers-lab control", &drops)
             .connection_timeout(Duration::from_secs(5))
             .connect(url)
             .await
@@ -348,18 +355,35 @@ impl ControlClient {
         let this = ControlClient {
             client,
             url: url.to_owned(),
+            drops,
         };
         this.state().await?;
         Ok(this)
     }
 
-    /// Wraps an existing connection (no check).
+    /// Wraps an existing connection (no check). Its drops are not counted unless it was made
+    /// with [`crate::drops::connect_options`] and the counter given to [`ControlClient::with_drops`].
     #[must_use]
     pub fn from_client(client: async_nats::Client, url: &str) -> Self {
         ControlClient {
             client,
             url: url.to_owned(),
+            drops: DropCounter::new(),
         }
+    }
+
+    /// The counter of the connection's slow-consumer drops (the connection was made with
+    /// [`crate::drops::connect_options`] over it).
+    #[must_use]
+    pub fn with_drops(mut self, drops: DropCounter) -> Self {
+        self.drops = drops;
+        self
+    }
+
+    /// Messages NATS dropped for this client's slow subscriptions (records it followed).
+    #[must_use]
+    pub fn dropped_messages(&self) -> u64 {
+        self.drops.count()
     }
 
     /// The NATS client underneath.
@@ -439,8 +463,8 @@ impl ControlClient {
     /// # Errors
     /// When the call fails (the real clock cannot be advanced).
     pub async fn advance(&self, by: Duration) -> Result<Value, ControlError> {
-        self.call("advance", json!({"duration_ms": by.as_millis() as u64}))
-            .await
+        let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        self.call("advance", json!({"duration_ms": ms})).await
     }
 
     /// A run.

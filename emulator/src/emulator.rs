@@ -70,6 +70,10 @@ pub struct EmulatorConfig {
     pub stream_max_age: Duration,
     /// The size limit of each of those streams, in bytes (default 1 GiB).
     pub stream_max_bytes: i64,
+    /// Counts the messages NATS drops for the emulator's slow subscriptions; the connection given
+    /// to [`Emulator::start`] must be made with [`crate::drops::connect_options`] over this same
+    /// counter (the harness, `triggers-lab up` and the scenario runner do).
+    pub slow_consumers: triggers_sdk::transport::DropCounter,
 }
 
 impl Default for EmulatorConfig {
@@ -88,6 +92,7 @@ impl Default for EmulatorConfig {
             max_violations: 10_000,
             stream_max_age: Duration::from_secs(24 * 3600),
             stream_max_bytes: 1 << 30,
+            slow_consumers: triggers_sdk::transport::DropCounter::new(),
         }
     }
 }
@@ -554,12 +559,8 @@ impl Emulator {
         let (subject, envelope) = {
             let mut state = self.lock();
             if let Some(previous) = state.flows.get(&resolved.id) {
-                let next = previous.version.checked_add(1).ok_or_else(|| {
-                    EmulatorError::VersionOverflow {
-                        flow: resolved.id.clone(),
-                        version: previous.version,
-                    }
-                })?;
+                let next = previous.version.checked_add(1);
+                let next = next.ok_or_else(|| EmulatorError::no_next_version(previous))?;
                 resolved.version = resolved.version.max(next);
             }
             let services = resolved.services();

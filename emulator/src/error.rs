@@ -174,6 +174,16 @@ pub enum EmulatorError {
         "the emulator runs on the real clock, which cannot be advanced; use ClockMode::Virtual"
     )]
     RealClock,
+    /// A redeploy would need a version above the largest there is (`i64::MAX`).
+    #[error(
+        "flow {flow:?} is deployed at version {version}, the largest there is: a redeploy has no next version; deploy it under another id"
+    )]
+    FlowVersion {
+        /// The flow.
+        flow: String,
+        /// The version deployed now.
+        version: i64,
+    },
     /// A value could not be written as JSON.
     #[error("cannot encode JSON: {0}")]
     Encode(triggers_sdk::error::JsonError),
@@ -183,16 +193,6 @@ pub enum EmulatorError {
     /// A run with this id exists already.
     #[error("run {0:?} exists already; give another run id (or none, for a new random one)")]
     RunExists(String),
-    /// The flow's version cannot go higher.
-    #[error(
-        "flow {flow:?} is at version {version}, the highest there is; deploy it under another id"
-    )]
-    VersionOverflow {
-        /// The flow.
-        flow: String,
-        /// Its current version.
-        version: i64,
-    },
     /// Some timer deliveries could not be published; they stay armed and are tried again on the
     /// next advance (the others were delivered).
     #[error(
@@ -213,6 +213,14 @@ impl EmulatorError {
         EmulatorError::Nats {
             action,
             reason: e.to_string(),
+        }
+    }
+
+    /// A redeploy of `deployed`, which is at the largest version there is.
+    pub(crate) fn no_next_version(deployed: &triggers_sdk::flow::Flow) -> Self {
+        EmulatorError::FlowVersion {
+            flow: deployed.id.clone(),
+            version: deployed.version,
         }
     }
 

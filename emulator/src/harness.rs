@@ -37,7 +37,8 @@ impl Harness {
         Self::start_with(NatsConfig::default(), EmulatorConfig::default()).await
     }
 
-    /// Starts with the given settings.
+    /// Starts with the given settings. The emulator's connection counts slow-consumer drops in
+    /// `config.slow_consumers` ([`crate::drops`]), with `nats.subscription_capacity` if set.
     ///
     /// # Errors
     /// As [`Harness::start`].
@@ -45,10 +46,15 @@ impl Harness {
         nats: NatsConfig,
         config: EmulatorConfig,
     ) -> Result<Self, HarnessError> {
+        let capacity = nats.subscription_capacity;
         let nats = NatsServer::start(nats).await?;
-        let client = async_nats::ConnectOptions::new()
-            .name("triggers-lab emulator")
-            .retry_on_initial_connect()
+        let mut options =
+            crate::drops::connect_options("triggers-lab emulator", &config.slow_consumers)
+                .retry_on_initial_connect();
+        if let Some(capacity) = capacity {
+            options = options.subscription_capacity(capacity);
+        }
+        let client = options
             .connect(nats.url())
             .await
             .map_err(|e| HarnessError::Connect {

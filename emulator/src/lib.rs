@@ -33,6 +33,7 @@
 mod clock;
 pub mod conformance;
 pub mod control;
+pub mod drops;
 mod emulator;
 mod error;
 mod harness;

@@ -126,7 +126,11 @@ impl Emulator {
         check: impl Fn(&State) -> Option<T>,
         saw: impl Fn(&State) -> String,
     ) -> Result<T, WaitError> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let now = tokio::time::Instant::now();
+        // A timeout too long for the clock (Duration::MAX) waits "forever": 100 years.
+        let deadline = now
+            .checked_add(timeout)
+            .unwrap_or_else(|| now + triggers_sdk::runtime::MAX_DURATION);
         let mut changes = self.changes();
         loop {
             // Mark the current version seen before checking, so no change slips between the two.

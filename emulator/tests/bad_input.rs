@@ -881,3 +881,50 @@ async fn bad_control_requests_get_an_error_reply() {
 
     assert_still_serves(&lab, &sdk).await;
 }
+
+#[tokio::test]
+async fn a_redeploy_past_the_largest_version_is_refused_and_nothing_changes() {
+    watch_for_panics();
+    let lab = lab().await;
+    let sdk = connect(&lab).await;
+    register(&sdk, &manifest("a", &["x"], &[])).await;
+    let mut last = one_step_flow("f", "a", "x");
+    last.version = i64::MAX;
+    let deployed = lab.deploy(last.clone()).await.expect("the largest version");
+    assert_eq!(deployed.flow.version, i64::MAX);
+    // `previous.version + 1` would overflow: a typed error, through the API and the control API.
+    let err = lab.deploy(one_step_flow("f", "a", "x")).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            triggers_emulator::EmulatorError::FlowVersion {
+                version: i64::MAX,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "flow \"f\" is deployed at version 9223372036854775807, the largest there is: a redeploy \
+         has no next version; deploy it under another id"
+    );
+    let reply = control(
+        &sdk,
+        "deploy",
+        json!({"flow": one_step_flow("f", "a", "x")})
+            .to_string()
+            .as_bytes(),
+    )
+    .await;
+    assert_eq!(reply["ok"], false, "{reply}");
+    assert!(
+        reply["error"]
+            .as_str()
+            .unwrap()
+            .contains("the largest there is"),
+        "{reply}"
+    );
+    assert_eq!(lab.flows()["f"].version, i64::MAX);
+    assert_still_serves(&lab, &sdk).await;
+}

@@ -11,6 +11,8 @@ use serde_saphyr::Spanned;
 use triggers_emulator::ReleaseCode;
 use triggers_emulator::conformance::RULES;
 use triggers_sdk::flow::Flow;
+use triggers_sdk::runtime::check_action;
+use triggers_sdk::transport::check_header;
 use triggers_sdk::wire::{Manifest, ResultEvent, subject};
 
 use crate::error::LoadError;
@@ -89,13 +91,39 @@ pub(crate) fn parse_yaml<T: serde::de::DeserializeOwned>(
     name: &str,
     text: &str,
 ) -> Result<T, LoadError> {
-    serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| {
-        let message = strip_position(&e.without_snippet().to_string());
+    // The path names the key a value belongs to (`steps[2].timeout`): the parser's own message
+    // does not, and "is negative" alone would not say which of a step's durations is.
+    let mut path = String::new();
+    serde_saphyr::with_deserializer_from_str_with_options(text, yaml_options(), |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            path = key_path(&e.path().to_string());
+            e.into_inner()
+        })
+    })
+    .map_err(|e| {
+        let mut message = strip_position(&e.without_snippet().to_string());
+        if message.starts_with("non-finite float") {
+            message.push_str(": write a finite number (or a duration such as 10s)");
+        }
+        let message = if path.is_empty() {
+            message
+        } else {
+            format!("{path}: {message}")
+        };
         match e.location() {
             Some(l) => LoadError::at(name, l.line(), l.column(), message),
             None => LoadError::file(name, message),
         }
     })
+}
+
+/// A serde path as the file's keys: without the root's `.`, and without the `value` of the
+/// position-keeping wrapper around list items (`steps[0].value.sleep` is `steps[0].sleep`).
+fn key_path(path: &str) -> String {
+    if path == "." {
+        return String::new();
+    }
+    path.replace("].value", "]")
 }
 
 fn strip_position(message: &str) -> String {
@@ -206,6 +234,7 @@ impl Checker<'_> {
                     format!("stub path {:?} must start with /", s.value.path),
                 ));
             }
+            check_stub(&s.value).map_err(|m| self.err(pos(s), m))?;
             stubs.push(s.value.clone());
         }
         let mut services = Vec::new();
@@ -330,6 +359,8 @@ impl Checker<'_> {
         let spec = &a.value;
         subject::check_action(&spec.name)
             .map_err(|e| self.err(at, format!("action name {:?}: {e}", spec.name)))?;
+        check_action(spec.timeout(), &spec.retry())
+            .map_err(|e| self.err(at, format!("action {:?}: {e}", spec.name)))?;
         let b = &spec.behavior;
         let outcomes = outcomes(b);
         if outcomes.len() > 1 {
@@ -447,6 +478,12 @@ impl Checker<'_> {
                 at_path(&e.path().to_string())
             ))
         })?;
+        if flow.version < 1 {
+            return Err(fail(format!(
+                "flow {:?}: version: is {}, must be 1 or more (leave it out for 1; a redeploy gets the next)",
+                flow.id, flow.version
+            )));
+        }
         Ok(FlowDef {
             id: flow.id,
             value,
@@ -642,6 +679,9 @@ impl Checker<'_> {
                 if p.body.is_some() && p.json.is_some() {
                     return Err(self.err(at, "give `body` (text) or `json`, not both"));
                 }
+                for (name, value) in &p.headers {
+                    check_header(name, value).map_err(|e| self.err(at, format!("headers: {e}")))?;
+                }
             }
             Step::StopService(name) => {
                 if !ctx.services.iter().any(|s| s.name == *name) {
@@ -667,6 +707,32 @@ fn at_path(path: &str) -> String {
     } else {
         format!(" at {path}")
     }
+}
+
+/// What wiremock would panic on when the stub is mounted: an unknown status or method, a `?` in
+/// the path.
+fn check_stub(stub: &StubSpec) -> Result<(), String> {
+    // What `http::StatusCode::from_u16` (wiremock's conversion) accepts.
+    if !(100..=999).contains(&stub.status) {
+        return Err(format!(
+            "stub {:?}: status: is {}, must be an HTTP status from 100 to 999",
+            stub.name, stub.status
+        ));
+    }
+    let method = stub.method.to_ascii_uppercase();
+    if method.is_empty() || wiremock::http::Method::from_bytes(method.as_bytes()).is_err() {
+        return Err(format!(
+            "stub {:?}: method: {:?} is not an HTTP method (GET, POST, PUT, ...)",
+            stub.name, stub.method
+        ));
+    }
+    if stub.path.contains('?') {
+        return Err(format!(
+            "stub {:?}: path: {:?} has a query (`?`); a stub answers a path, without its query",
+            stub.name, stub.path
+        ));
+    }
+    Ok(())
 }
 
 /// The outcome keys a behavior sets.
@@ -837,6 +903,82 @@ mod tests {
             let e = error(&text);
             assert!(e.starts_with(at) && e.contains(what), "{text}\ngave {e}");
         }
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused_with_file_line_column_and_field() {
+        let service = |action: &str| {
+            format!(
+                "services:\n  - name: s\n    actions:\n      - {action}\nsteps:\n  - sleep: 1s\n"
+            )
+        };
+        let flow =
+            "flows:\n  - {id: f, nodes: [{id: in, type: service-in, service: s}], edges: []}\n";
+        let cases: Vec<(String, &str, &str)> = vec![
+            // Durations: every key that takes one, and both forms.
+            ("timeout: 1e300\nsteps:\n  - sleep: 1s\n".into(), "s.yaml:1:10:", "timeout: \"1e300\" is too long: a duration is at most 100 years"),
+            ("step_timeout: -5\nsteps:\n  - sleep: 1s\n".into(), "s.yaml:1:15:", "step_timeout: \"-5\" is negative"),
+            ("steps:\n  - sleep: .inf\n".into(), "s.yaml:2:12:", "steps[0].sleep: non-finite float `.inf` rejected by the configured policy: write a finite number"),
+            ("steps:\n  - sleep: -1.5\n".into(), "s.yaml:2:12:", "steps[0].sleep: \"-1.5\" is negative"),
+            ("steps:\n  - advance: 99999999999d\n".into(), "s.yaml:2:14:", "steps[0].advance: \"99999999999d\" is too long"),
+            ("steps:\n  - advance: 18446744073709551615\n".into(), "s.yaml:2:14:", "steps[0].advance: \"18446744073709551615\" is too long"),
+            ("steps:\n  - wait_settled: {run: r, timeout: 1e20}\n".into(), "s.yaml:2:", "steps[0].wait_settled.timeout: \"1e20\" is too long"),
+            ("steps:\n  - expect_dlq: {settle: -1}\n".into(), "s.yaml:2:", "steps[0].expect_dlq.settle: \"-1\" is negative"),
+            ("http_stubs:\n  - {name: h, delay: 40000d}\nsteps:\n  - sleep: 1s\n".into(), "s.yaml:2:", "http_stubs[0].delay: \"40000d\" is too long"),
+            ("services:\n  - {name: x, command: [x], ready_timeout: 1e300}\nsteps:\n  - sleep: 1s\n".into(), "s.yaml:2:", "services[0].ready_timeout: \"1e300\" is too long"),
+            (service("{name: a, timeout: 1e19}"), "s.yaml:4:", "timeout: \"1e19\" is too long"),
+            // Retry policies and timeouts of scripted actions.
+            (service("{name: a, timeout: 0s}"), "s.yaml:4:9:", "action \"a\": timeout: is 0ns, must be at least 1 ms"),
+            (service("{name: a, retry: {backoff_factor: .nan}}"), "s.yaml:4:9:", "action \"a\": retry.backoff_factor: is NaN"),
+            (service("{name: a, retry: {backoff_factor: .inf}}"), "s.yaml:4:9:", "retry.backoff_factor: is inf"),
+            (service("{name: a, retry: {backoff_factor: -2}}"), "s.yaml:4:9:", "retry.backoff_factor: is -2"),
+            (service("{name: a, retry: {max_attempts: 0}}"), "s.yaml:4:9:", "retry.max_attempts: is 0, must be from 1 to 4294967295"),
+            (service("{name: a, retry: {max_attempts: 9223372036854775807}}"), "s.yaml:4:9:", "retry.max_attempts: is 9223372036854775807"),
+            (service("{name: a, retry: {initial_backoff_ms: -1}}"), "s.yaml:4:9:", "retry.initial_backoff_ms: is -1"),
+            (service("{name: a, retry: {max_backoff_ms: 9223372036854775807}}"), "s.yaml:4:9:", "retry.max_backoff_ms: is 9223372036854775807"),
+            // Headers async-nats would panic on.
+            ("steps:\n  - publish: {subject: a, headers: {\"bad name\": v}}\n".into(), "s.yaml:2:5:", "headers: header \"bad name\" cannot be sent on NATS"),
+            ("steps:\n  - publish: {subject: a, headers: {\"a:b\": v}}\n".into(), "s.yaml:2:5:", "header \"a:b\""),
+            ("steps:\n  - publish: {subject: a, headers: {\"é\": v}}\n".into(), "s.yaml:2:5:", "printable ASCII"),
+            ("steps:\n  - publish: {subject: a, headers: {\"\": v}}\n".into(), "s.yaml:2:5:", "not empty"),
+            ("steps:\n  - publish: {subject: a, headers: {X-A: \"a\\r\\nInjected: 1\"}}\n".into(), "s.yaml:2:5:", "a value must not contain CR or LF"),
+            // HTTP stubs wiremock would panic on.
+            ("http_stubs:\n  - {name: h, status: 1000}\nsteps:\n  - sleep: 1s\n".into(), "s.yaml:2:5:", "stub \"h\": status: is 1000, must be an HTTP status from 100 to 999"),
+            ("http_stubs:\n  - {name: h, status: 0}\nsteps:\n  - sleep: 1s\n".into(), "s.yaml:2:5:", "status: is 0"),
+            ("http_stubs:\n  - {name: h, method: \"GE T\"}\nsteps:\n  - sleep: 1s\n".into(), "s.yaml:2:5:", "method: \"GE T\" is not an HTTP method"),
+            ("http_stubs:\n  - {name: h, path: \"/a?b=1\"}\nsteps:\n  - sleep: 1s\n".into(), "s.yaml:2:5:", "path: \"/a?b=1\" has a query"),
+            ("http_stubs:\n  - {name: h, status: 70000}\nsteps:\n  - sleep: 1s\n".into(), "s.yaml:2:", "http_stubs[0].status"),
+            // Flow versions.
+            ("flows:\n  - {id: f, version: 0, nodes: [{id: in, type: service-in, service: s}], edges: []}\nsteps:\n  - sleep: 1s\n".into(), "s.yaml:2:5:", "flow \"f\": version: is 0, must be 1 or more"),
+            ("flows:\n  - {id: f, version: -3, nodes: [{id: in, type: service-in, service: s}], edges: []}\nsteps:\n  - sleep: 1s\n".into(), "s.yaml:2:5:", "version: is -3"),
+            ("flows:\n  - {id: f, version: 9223372036854775808, nodes: [{id: in, type: service-in, service: s}], edges: []}\nsteps:\n  - sleep: 1s\n".into(), "s.yaml:2:5:", "not a flow"),
+            (format!("{flow}steps:\n  - sleep: 1s\n"), "no error", ""),
+        ];
+        for (text, at, what) in cases {
+            let e = error(&text);
+            assert!(e.starts_with(at) && e.contains(what), "{text}\ngave {e}");
+        }
+    }
+
+    #[test]
+    fn a_flow_file_with_a_version_below_1_is_refused_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("f.yaml"),
+            "id: f\nversion: 0\nnodes: [{id: in, type: service-in, service: s}]\nedges: []\n",
+        )
+        .unwrap();
+        let e = load_str(
+            "s.yaml",
+            "flows:\n  - file: f.yaml\nsteps:\n  - sleep: 1s\n",
+            dir.path(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("f.yaml: flow \"f\": version: is 0, must be 1 or more"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -13,6 +13,8 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use serde_saphyr::Spanned;
+use triggers_sdk::runtime::DEFAULT_RETRY;
+use triggers_sdk::wire::Retry;
 
 /// A scenario file.
 #[derive(Debug, Clone, Deserialize)]
@@ -227,6 +229,31 @@ pub struct ActionSpec {
     /// What the handler does (default: echo its input).
     #[serde(default)]
     pub behavior: Behavior,
+}
+
+/// The per-attempt timeout of a scripted action that does not set one.
+pub const DEFAULT_ACTION_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl ActionSpec {
+    /// The per-attempt timeout: as written, else [`DEFAULT_ACTION_TIMEOUT`].
+    #[must_use]
+    pub fn timeout(&self) -> Duration {
+        self.timeout.map_or(DEFAULT_ACTION_TIMEOUT, |d| d.0)
+    }
+
+    /// The retry policy: as written, each unset field the SDK's default.
+    #[must_use]
+    pub fn retry(&self) -> Retry {
+        let r = self.retry.clone().unwrap_or_default();
+        Retry {
+            max_attempts: r.max_attempts.unwrap_or(DEFAULT_RETRY.max_attempts),
+            initial_backoff_ms: r
+                .initial_backoff_ms
+                .unwrap_or(DEFAULT_RETRY.initial_backoff_ms),
+            backoff_factor: r.backoff_factor.unwrap_or(DEFAULT_RETRY.backoff_factor),
+            max_backoff_ms: r.max_backoff_ms.unwrap_or(DEFAULT_RETRY.max_backoff_ms),
+        }
+    }
 }
 
 /// The retry policy of a scripted action.
@@ -794,28 +821,60 @@ impl<'de> Deserialize<'de> for OneOrMany {
     }
 }
 
-/// A duration: `250ms`, `10s`, `5m`, `1h30m`, `1d` (humantime's forms), or a number of seconds.
+/// A duration: `250ms`, `10s`, `5m`, `1h30m`, `1d` (humantime's forms), or a number of seconds;
+/// never negative, at most [`Dur::MAX`] (100 years). The scenario files and the command line
+/// (`--timeout`, `triggers-lab advance`) read durations with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dur(pub Duration);
 
 impl Dur {
+    /// The longest duration accepted: 100 years (36 500 days). Longer is surely a typo, and would
+    /// overflow the clocks and deadlines it is added to.
+    pub const MAX: Duration = triggers_sdk::runtime::MAX_DURATION;
+
     /// Parses the text form.
     ///
     /// # Errors
-    /// When it is not a duration; the message says how to write one.
+    /// When it is not a duration, or is negative, or longer than [`Dur::MAX`]; the message says
+    /// which, and how to write one.
     pub fn parse(text: &str) -> Result<Self, String> {
         let t = text.trim();
         if let Ok(secs) = t.parse::<f64>() {
-            if secs.is_finite() && secs >= 0.0 {
-                return Ok(Dur(Duration::from_secs_f64(secs)));
-            }
-        } else if let Ok(d) = humantime::parse_duration(t) {
-            return Ok(Dur(d));
+            return Self::seconds(secs, text);
         }
-        Err(format!(
-            "{text:?} is not a duration: write e.g. 250ms, 10s, 5m, 1h30m or 1d"
-        ))
+        match humantime::parse_duration(t) {
+            Ok(d) if d <= Self::MAX => Ok(Dur(d)),
+            Ok(_) | Err(humantime::DurationError::NumberOverflow) => Err(too_long(text)),
+            Err(_) => Err(format!(
+                "{text:?} is not a duration: write e.g. 250ms, 10s, 5m, 1h30m or 1d"
+            )),
+        }
     }
+
+    /// A number of seconds, in range. `shown` is how the input was written, for the message.
+    fn seconds(secs: f64, shown: &str) -> Result<Self, String> {
+        if secs.is_nan() {
+            Err(format!(
+                "{shown:?} is not a duration: write e.g. 250ms, 10s, 5m, 1h30m or 1d"
+            ))
+        } else if secs < 0.0 {
+            Err(negative(shown))
+        } else if secs > Self::MAX.as_secs_f64() {
+            Err(too_long(shown))
+        } else {
+            Duration::try_from_secs_f64(secs)
+                .map(Dur)
+                .map_err(|_| too_long(shown))
+        }
+    }
+}
+
+fn negative(shown: &str) -> String {
+    format!("{shown:?} is negative: a duration is 0 or more")
+}
+
+fn too_long(shown: &str) -> String {
+    format!("{shown:?} is too long: a duration is at most 100 years (36500d)")
 }
 
 impl<'de> Deserialize<'de> for Dur {
@@ -830,15 +889,19 @@ impl<'de> Deserialize<'de> for Dur {
                 Dur::parse(v).map_err(E::custom)
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Dur, E> {
+                if v > Dur::MAX.as_secs() {
+                    return Err(E::custom(too_long(&v.to_string())));
+                }
                 Ok(Dur(Duration::from_secs(v)))
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Dur, E> {
-                u64::try_from(v)
-                    .map(|v| Dur(Duration::from_secs(v)))
-                    .map_err(|_| E::custom("a duration cannot be negative"))
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::custom(negative(&v.to_string()))),
+                }
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Dur, E> {
-                Dur::parse(&v.to_string()).map_err(E::custom)
+                Dur::seconds(v, &format!("{v:?}")).map_err(E::custom)
             }
         }
         d.deserialize_any(V)
@@ -848,5 +911,73 @@ impl<'de> Deserialize<'de> for Dur {
 impl fmt::Display for Dur {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", humantime::format_duration(self.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_in_range_parse() {
+        for (text, want) in [
+            ("250ms", Duration::from_millis(250)),
+            ("1h30m", Duration::from_secs(5400)),
+            ("1.5", Duration::from_millis(1500)),
+            ("0", Duration::ZERO),
+            ("-0", Duration::ZERO),
+            ("36500d", Dur::MAX),
+            ("3153600000", Dur::MAX),
+        ] {
+            assert_eq!(Dur::parse(text), Ok(Dur(want)), "{text}");
+        }
+    }
+
+    #[test]
+    fn out_of_range_durations_are_refused_saying_why() {
+        for (text, says) in [
+            (
+                "1e300",
+                "\"1e300\" is too long: a duration is at most 100 years",
+            ),
+            ("36501d", "too long"),
+            ("3153600001", "too long"),
+            ("99999999999d", "too long"),
+            ("18446744073709551616s", "too long"),
+            ("inf", "too long"),
+            ("-5", "\"-5\" is negative"),
+            ("-0.001", "negative"),
+            ("-inf", "negative"),
+            ("NaN", "not a duration"),
+            ("soon", "not a duration: write e.g. 250ms"),
+            ("", "not a duration"),
+        ] {
+            let e = Dur::parse(text).expect_err(text);
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Any text: a duration within 100 years, or an error; never a panic.
+        #[test]
+        fn any_text_parses_or_is_refused(text in "\\PC{0,40}") {
+            if let Ok(d) = Dur::parse(&text) {
+                proptest::prop_assert!(d.0 <= Dur::MAX);
+            }
+        }
+
+        /// Numbers of seconds, of any size and sign, and the unit forms humantime reads.
+        #[test]
+        fn any_number_parses_or_is_refused(
+            secs in proptest::num::f64::ANY,
+            n in proptest::num::u64::ANY,
+            unit in "(ns|us|ms|s|m|h|d|w|M|y|)",
+        ) {
+            for text in [format!("{secs}"), format!("{secs:e}"), format!("{n}{unit}")] {
+                if let Ok(d) = Dur::parse(&text) {
+                    proptest::prop_assert!(d.0 <= Dur::MAX, "{}", text);
+                }
+            }
+        }
     }
 }

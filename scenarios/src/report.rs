@@ -99,6 +99,10 @@ pub struct ScenarioReport {
     /// Why it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,
+    /// Messages NATS dropped on their way to the emulator or a scripted service because a
+    /// subscription fell behind (slow consumer; at least this many). Above zero the scenario
+    /// fails: what it checked was incomplete.
+    pub dropped_messages: u64,
     /// External services' output (the last lines).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<ServiceOutput>,

@@ -148,7 +148,14 @@ impl Waiter {
 }
 
 fn round(d: Duration) -> Duration {
-    Duration::from_millis(d.as_millis() as u64 / 10 * 10)
+    Duration::from_millis(u64::try_from(d.as_millis() / 10 * 10).unwrap_or(u64::MAX))
+}
+
+/// `from + d`, or 100 years on for a `d` too long for the clock (a `RunOptions::timeout` set in
+/// code; files and flags cannot give one).
+pub(crate) fn after(from: Instant, d: Duration) -> Instant {
+    from.checked_add(d)
+        .unwrap_or_else(|| from + triggers_sdk::runtime::MAX_DURATION)
 }
 
 /// A scenario while it runs.
@@ -156,6 +163,8 @@ pub(crate) struct Lab<'a> {
     pub(crate) scenario: &'a Scenario,
     pub(crate) harness: Harness,
     pub(crate) hand: async_nats::Client,
+    /// What NATS dropped for `hand`'s slow subscriptions.
+    pub(crate) hand_drops: triggers_sdk::transport::DropCounter,
     pub(crate) stubs: BTreeMap<String, (StubSpec, wiremock::MockServer)>,
     pub(crate) scripted: BTreeMap<String, Scripted>,
     pub(crate) external: BTreeMap<String, External>,
@@ -177,7 +186,10 @@ impl Lab<'_> {
     /// scenario's deadline.
     pub(crate) fn waiter(&self, step_timeout: Option<crate::model::Dur>) -> Waiter {
         let now = Instant::now();
-        let own = now + step_timeout.map_or(self.scenario.step_timeout, |d| d.0);
+        let own = after(
+            now,
+            step_timeout.map_or(self.scenario.step_timeout, |d| d.0),
+        );
         Waiter {
             records: self.em().subscribe_records(),
             started: now,
@@ -253,6 +265,7 @@ pub async fn run_scenario(
         nats: String::new(),
         steps: Vec::new(),
         failure: None,
+        dropped_messages: 0,
         services: Vec::new(),
     };
     let whole_file = scenario.file.clone();
@@ -283,7 +296,7 @@ pub async fn run_scenario(
                 .watch
                 .as_ref()
                 .map(|w| tokio::spawn(w(lab.em().clone())));
-            lab.deadline = Instant::now() + options.timeout.unwrap_or(scenario.timeout);
+            lab.deadline = after(Instant::now(), options.timeout.unwrap_or(scenario.timeout));
             run_steps(&mut lab, &mut report, index, &emitter).await;
             if report.failure.is_none()
                 && let Some(message) = conformance(&lab)
@@ -297,6 +310,25 @@ pub async fn run_scenario(
             }
             if let Some(w) = watching {
                 let _ = w.await;
+            }
+            let (dropped, account) = drops(&lab);
+            report.dropped_messages = dropped;
+            if dropped > 0 {
+                match &mut report.failure {
+                    None => {
+                        report.failure = Some(Failure {
+                            step: None,
+                            at: whole_file.clone(),
+                            what: "dropped messages".into(),
+                            message: account,
+                        });
+                    }
+                    Some(failure) => {
+                        failure.message.push_str(&format!(
+                            "\n(and: {account}; this failure may come from them)"
+                        ));
+                    }
+                }
             }
             if let Some(message) = teardown(&mut lab).await
                 && report.failure.is_none()
@@ -366,8 +398,8 @@ async fn setup<'a>(scenario: &'a Scenario, options: &RunOptions) -> Result<Lab<'
                 "cannot start the nats-server and the emulator: {e}"
             ))
         })?;
-    let hand = async_nats::ConnectOptions::new()
-        .name("triggers-lab scenario")
+    let hand_drops = triggers_sdk::transport::DropCounter::new();
+    let hand = triggers_emulator::drops::connect_options("triggers-lab scenario", &hand_drops)
         .connect(harness.url())
         .await
         .map_err(|e| plain(format!("cannot connect to {}: {e}", harness.url())))?;
@@ -375,6 +407,7 @@ async fn setup<'a>(scenario: &'a Scenario, options: &RunOptions) -> Result<Lab<'
         scenario,
         harness,
         hand,
+        hand_drops,
         stubs: BTreeMap::new(),
         scripted: BTreeMap::new(),
         external: BTreeMap::new(),
@@ -452,7 +485,7 @@ async fn wait_registered(lab: &Lab<'_>, ext: &mut External, limit: Duration) -> 
     let mut w = Waiter {
         records: lab.em().subscribe_records(),
         started: now,
-        deadline: now + limit,
+        deadline: after(now, limit),
         scenario_bound: false,
     };
     loop {
@@ -518,7 +551,7 @@ async fn run_steps(
         } else {
             // A backstop for steps that do not wait by themselves (a publish to a server that
             // is gone): the scenario's deadline, and a little more for the waits' own messages.
-            let backstop = lab.deadline + Duration::from_secs(2);
+            let backstop = after(lab.deadline, Duration::from_secs(2));
             match tokio::time::timeout_at(backstop, crate::steps::run(lab, &at.step)).await {
                 Ok(r) => r,
                 Err(_) => Err(format!(
@@ -581,6 +614,41 @@ fn conformance(lab: &Lab<'_>) -> Option<String> {
         format!("{policy:?}").to_lowercase(),
         describe_violations(&failing).trim_end()
     ))
+}
+
+/// Messages NATS dropped for slow subscriptions of the emulator and the scripted services, and
+/// an account naming who dropped how many (empty when none).
+fn drops(lab: &Lab<'_>) -> (u64, String) {
+    let mut total = lab.em().dropped_messages();
+    let mut who = Vec::new();
+    if total > 0 {
+        who.push(format!("{total} to the emulator"));
+    }
+    let hand = lab.hand_drops.count();
+    if hand > 0 {
+        who.push(format!("{hand} to the scenario's own client"));
+        total = total.saturating_add(hand);
+    }
+    for (name, service) in &lab.scripted {
+        let n = service.dropped_messages();
+        if n > 0 {
+            who.push(format!("{n} to scripted service {name:?}"));
+            total = total.saturating_add(n);
+        }
+    }
+    if total == 0 {
+        return (0, String::new());
+    }
+    (
+        total,
+        format!(
+            "NATS dropped {total} message(s) that could not be taken in time (slow consumer: {}): \
+             what the scenario checked is incomplete, and a verdict reached on partial data is \
+             not a verdict. The machine may be overloaded: run fewer scenarios at once (-j), or \
+             send fewer messages at a time",
+            who.join(", ")
+        ),
+    )
 }
 
 /// Stops every service (gracefully) and the stubs. `Some` when a service would not stop.

@@ -9,15 +9,11 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use triggers_sdk::flow;
 use triggers_sdk::runtime::{
-    ActionContext, ActionDef, ActionError, DEFAULT_RETRY, ResultEventConfig, RunningService,
-    RuntimeConfig, Service,
+    ActionContext, ActionDef, ActionError, ResultEventConfig, RunningService, RuntimeConfig,
+    Service,
 };
-use triggers_sdk::wire::Retry;
 
 use crate::model::{ActionSpec, Behavior, ResultEventSpec, ServiceSpec};
-
-/// The per-attempt timeout of a scripted action that does not set one.
-const DEFAULT_ACTION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One call of a scripted action (one attempt).
 #[derive(Debug, Clone, Serialize)]
@@ -64,6 +60,14 @@ impl Scripted {
             replicas.push(running);
         }
         Ok(Scripted { replicas, calls })
+    }
+
+    /// Messages NATS dropped for the replicas' slow subscriptions, all together.
+    pub(crate) fn dropped_messages(&self) -> u64 {
+        self.replicas
+            .iter()
+            .map(RunningService::dropped_messages)
+            .fold(0, u64::saturating_add)
     }
 
     /// Stops every replica gracefully.
@@ -188,18 +192,9 @@ fn action(service: &str, spec: &ActionSpec, replica: usize, calls: Calls) -> Act
             perform(&behavior, input, &ctx).await
         }
     };
-    let def = ActionDef::dynamic(spec.name.clone(), &input, &result, handler);
-    let retry = spec.retry.clone().unwrap_or_default();
-    let mut def = def
-        .timeout(spec.timeout.map_or(DEFAULT_ACTION_TIMEOUT, |d| d.0))
-        .retry(Retry {
-            max_attempts: retry.max_attempts.unwrap_or(DEFAULT_RETRY.max_attempts),
-            initial_backoff_ms: retry
-                .initial_backoff_ms
-                .unwrap_or(DEFAULT_RETRY.initial_backoff_ms),
-            backoff_factor: retry.backoff_factor.unwrap_or(DEFAULT_RETRY.backoff_factor),
-            max_backoff_ms: retry.max_backoff_ms.unwrap_or(DEFAULT_RETRY.max_backoff_ms),
-        });
+    let mut def = ActionDef::dynamic(spec.name.clone(), &input, &result, handler)
+        .timeout(spec.timeout())
+        .retry(spec.retry());
     let derivable = || {
         triggers_sdk::wire::schema::normalize(&result)
             .ok()

@@ -324,7 +324,10 @@ async fn publish(lab: &Lab<'_>, p: &PublishStep) -> StepResult {
     };
     let mut headers = async_nats::HeaderMap::new();
     for (name, value) in &p.headers {
-        headers.insert(name.as_str(), lab.subst_str(value)?.as_str());
+        let value = lab.subst_str(value)?;
+        // Checked when the file was read; a `${...}` could still bring a line break in.
+        triggers_sdk::transport::check_header(name, &value).map_err(|e| e.to_string())?;
+        headers.insert(name.as_str(), value.as_str());
     }
     let js = async_nats::jetstream::new(lab.hand.clone());
     // Through JetStream (and its ack) when a stream captures the subject, so the step ends

@@ -264,6 +264,16 @@ pub struct ConfigError {
     pub expected: &'static str,
 }
 
+/// An action's timeout or retry policy is out of range (`runtime::check_action`).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{field}: {message}")]
+pub struct ActionSettingError {
+    /// The setting: `timeout`, `retry.max_attempts`, `retry.backoff_factor`...
+    pub field: &'static str,
+    /// Its value, and what would be accepted.
+    pub message: String,
+}
+
 /// A service definition is refused by `ServiceBuilder::build`.
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum BuildError {
@@ -292,6 +302,15 @@ pub enum BuildError {
     /// The manifest would not pass the orchestrator's validation.
     #[error("the manifest is not valid: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Manifest(Vec<ManifestIssue>),
+    /// An action's timeout or retry policy is out of range.
+    #[error("action {action:?}: {error}")]
+    Action {
+        /// The action.
+        action: String,
+        /// Which setting, and what would be accepted.
+        #[source]
+        error: ActionSettingError,
+    },
     /// The service declares no NATS source, so nothing can reach it.
     #[error("service {0:?} has no NATS source: add one with .nats_source(name, subject)")]
     NoNatsSource(String),

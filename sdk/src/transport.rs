@@ -1,7 +1,17 @@
-//! The bridge between the wire module's transport-neutral [`Headers`] and async-nats.
+//! The bridge between the wire module's transport-neutral [`Headers`] and async-nats, and the
+//! watch every connection keeps on messages it drops.
 //!
 //! async-nats panics on a header name with a control character, a non-ASCII byte or `:`, and on a
 //! value with CR or LF; these conversions check first and return an error instead.
+//!
+//! A core-NATS subscription holds at most `ConnectOptions::subscription_capacity` messages (65 536
+//! by default) that its reader has not taken yet; async-nats drops whatever arrives beyond that
+//! and reports `Event::SlowConsumer` to the connection's event callback, nothing else. A
+//! [`DropCounter`] in that callback turns those reports into a number a test, a report or a
+//! screen can show.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_nats::HeaderMap;
 
@@ -17,28 +27,88 @@ pub struct HeaderError {
     pub reason: &'static str,
 }
 
+/// Checks that NATS can carry a header: the same rules async-nats enforces by panicking (a name of
+/// printable ASCII without `:`, not empty; a value without CR or LF).
+///
+/// # Errors
+/// When it cannot, saying why.
+pub fn check_header(name: &str, value: &str) -> Result<(), HeaderError> {
+    if name.is_empty() || name.contains(|c: char| !c.is_ascii_graphic() || c == ':') {
+        return Err(HeaderError {
+            name: name.to_owned(),
+            reason: "a name must be printable ASCII without ':' or spaces, and not empty",
+        });
+    }
+    if value.contains(['\r', '\n']) {
+        return Err(HeaderError {
+            name: name.to_owned(),
+            reason: "a value must not contain CR or LF",
+        });
+    }
+    Ok(())
+}
+
 /// Converts headers for publishing, keeping every name's spelling.
 ///
 /// # Errors
-/// When a name or a value cannot be carried by NATS.
+/// When a name or a value cannot be carried by NATS ([`check_header`]).
 pub fn to_nats(headers: &Headers) -> Result<HeaderMap, HeaderError> {
     let mut map = HeaderMap::new();
     for (name, value) in headers.iter() {
-        if name.is_empty() || name.contains(|c: char| !c.is_ascii_graphic() || c == ':') {
-            return Err(HeaderError {
-                name: name.to_owned(),
-                reason: "a name must be printable ASCII without ':'",
-            });
-        }
-        if value.contains(['\r', '\n']) {
-            return Err(HeaderError {
-                name: name.to_owned(),
-                reason: "a value must not contain CR or LF",
-            });
-        }
+        check_header(name, value)?;
         map.append(name, value);
     }
     Ok(map)
+}
+
+/// Counts the messages a NATS connection dropped because one of its subscriptions fell behind
+/// (async-nats' slow-consumer events). Cheap to clone: clones share the count.
+///
+/// Give it the connection's events with [`DropCounter::observe`] from
+/// `ConnectOptions::event_callback`. The count is a floor: async-nats reports each dropped message
+/// as one event through a queue of 128, and drops the report too when that queue is full.
+#[derive(Debug, Clone, Default)]
+pub struct DropCounter(Arc<AtomicU64>);
+
+impl DropCounter {
+    /// A counter at zero.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Messages dropped so far (at least this many).
+    #[must_use]
+    pub fn count(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Counts `event` if it is a slow-consumer event, and logs it (a warning at the 1st, 2nd,
+    /// 4th, 8th... drop, so a flood does not flood the log too); returns whether it was one.
+    /// `connection` names the connection in the log.
+    pub fn observe(&self, event: &async_nats::Event, connection: &str) -> bool {
+        let async_nats::Event::SlowConsumer(sid) = event else {
+            return false;
+        };
+        let total = self.0.fetch_add(1, Ordering::Relaxed).saturating_add(1);
+        if total.is_power_of_two() {
+            tracing::warn!(
+                connection,
+                subscription = sid,
+                dropped = total,
+                "NATS dropped a message: subscription {sid} is a slow consumer (its reader fell \
+                 more than the subscription capacity behind); {total} dropped so far"
+            );
+        } else {
+            tracing::debug!(
+                connection,
+                subscription = sid,
+                dropped = total,
+                "NATS dropped a message"
+            );
+        }
+        true
+    }
 }
 
 /// Converts received headers (names keep their spelling; order follows the map's).
@@ -100,10 +170,42 @@ mod tests {
         let back = from_nats(Some(&to_nats(&h).unwrap()));
         assert_eq!(back.get("X-Triggers-Flow-Id"), Some("f"));
         assert!(back.iter().any(|(n, _)| n == "nats-msg-id"));
-        for (name, value) in [("bad name", "v"), ("a:b", "v"), ("é", "v"), ("ok", "a\nb")] {
+        for (name, value) in [
+            ("bad name", "v"),
+            ("a:b", "v"),
+            ("é", "v"),
+            ("", "v"),
+            ("ok", "a\nb"),
+            ("ok", "a\rb"),
+        ] {
             let mut h = Headers::new();
             h.insert(name, value);
             assert!(to_nats(&h).is_err(), "{name:?} {value:?}");
+            assert!(check_header(name, value).is_err(), "{name:?} {value:?}");
         }
+    }
+
+    proptest::proptest! {
+        /// Whatever text a header is given: either check_header refuses it, or async-nats takes
+        /// it without panicking.
+        #[test]
+        fn a_checked_header_never_panics_async_nats(name in "\\PC{0,12}", value in "(\\PC|\r|\n){0,12}") {
+            if check_header(&name, &value).is_ok() {
+                let mut map = HeaderMap::new();
+                map.insert(name.as_str(), value.as_str());
+                proptest::prop_assert_eq!(map.get(name.as_str()).map(|v| v.as_str()), Some(value.as_str()));
+            }
+        }
+    }
+
+    #[test]
+    fn the_counter_counts_slow_consumer_events_only() {
+        let drops = DropCounter::new();
+        let shared = drops.clone();
+        assert!(!drops.observe(&async_nats::Event::Disconnected, "test"));
+        for _ in 0..3 {
+            assert!(shared.observe(&async_nats::Event::SlowConsumer(7), "test"));
+        }
+        assert_eq!(drops.count(), 3);
     }
 }

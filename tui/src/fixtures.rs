@@ -494,6 +494,7 @@ pub fn summary() -> StateSummary {
         violations: 2,
         last_seq: 0,
         dropped_records: 0,
+        dropped_messages: 0,
     }
 }
 

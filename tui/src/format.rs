@@ -185,6 +185,9 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
             .checked_add(n.checked_mul(unit_ms).ok_or_else(bad)?)
             .ok_or_else(bad)?;
     }
+    if total > u128::from(triggers_sdk::runtime::MAX_DURATION_MS) {
+        return Err(format!("{text:?} is too long: at most 100 years (36500d)"));
+    }
     u64::try_from(total)
         .map(Duration::from_millis)
         .map_err(|_| bad())
@@ -203,6 +206,30 @@ mod tests {
         assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(172_800)));
         for bad in ["", "5", "m", "5x", "-5s", "5 s", "99999999999999999999999d"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            parse_duration("36500d"),
+            Ok(triggers_sdk::runtime::MAX_DURATION)
+        );
+        let e = parse_duration("99999999999d").unwrap_err();
+        assert!(e.contains("at most 100 years"), "{e}");
+    }
+
+    proptest::proptest! {
+        /// Whatever is typed at the advance prompt: a duration within 100 years, or an error.
+        #[test]
+        fn the_advance_prompt_never_panics(text in "\\PC{0,40}") {
+            if let Ok(d) = parse_duration(&text) {
+                proptest::prop_assert!(d <= triggers_sdk::runtime::MAX_DURATION);
+            }
+        }
+
+        #[test]
+        fn number_and_unit_forms_never_panic(n in proptest::num::u128::ANY, unit in "(ms|s|m|h|d|y|)") {
+            let text = format!("{n}{unit}");
+            if let Ok(d) = parse_duration(&text) {
+                proptest::prop_assert!(d <= triggers_sdk::runtime::MAX_DURATION);
+            }
         }
     }
 

@@ -37,6 +37,7 @@ use std::time::Duration;
 
 use triggers_emulator::Emulator;
 use triggers_emulator::control::ControlClient;
+use triggers_sdk::transport::DropCounter;
 
 pub use app::{TuiOptions, run};
 pub use error::TuiError;
@@ -72,8 +73,8 @@ pub async fn watch(url: &str) -> Result<(), TuiError> {
 /// # Errors
 /// When no NATS server answers at `url`.
 pub async fn connect(url: &str) -> Result<Source, TuiError> {
-    let client = async_nats::ConnectOptions::new()
-        .name("triggers-lab watch")
+    let drops = DropCounter::new();
+    let client = triggers_emulator::drops::connect_options("triggers-lab watch", &drops)
         .connection_timeout(Duration::from_secs(5))
         .connect(url)
         .await
@@ -81,11 +82,11 @@ pub async fn connect(url: &str) -> Result<Source, TuiError> {
             url: url.to_owned(),
             reason: e.to_string(),
         })?;
-    let control = ControlClient::from_client(client.clone(), url);
+    let control = ControlClient::from_client(client.clone(), url).with_drops(drops.clone());
     Ok(
         match tokio::time::timeout(CONTROL_PROBE, control.state()).await {
             Ok(Ok(_)) => Source::Control(control),
-            _ => Source::Passive(client),
+            _ => Source::Passive(client, drops),
         },
     )
 }

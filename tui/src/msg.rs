@@ -40,6 +40,9 @@ pub enum Msg {
     Observed(Vec<Observed>),
     /// A run's full account, fetched on drill-in.
     RunLoaded(Box<Run>),
+    /// Messages NATS has dropped so far because this UI's own subscription fell behind (slow
+    /// consumer).
+    Dropped(u64),
     /// The NATS connection is up.
     Connected,
     /// The NATS connection was lost (the client reconnects by itself).

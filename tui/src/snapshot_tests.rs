@@ -169,6 +169,44 @@ fn connection_lost_and_dropped_records() {
 }
 
 #[test]
+fn dropped_messages_are_a_warning_in_the_status_bar() {
+    let mut model = full();
+    let status = |model: &Model, width| {
+        render(model, width, 24)
+            .lines()
+            .nth(22)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(
+        !status(&model, 140).contains("dropped"),
+        "{}",
+        status(&model, 140)
+    );
+    let mut summary = fixtures::summary();
+    summary.dropped_messages = 5;
+    update(&mut model, Msg::Summary(summary));
+    assert!(
+        status(&model, 140).contains("⚠ NATS dropped messages (slow consumer): 5 to the emulator;"),
+        "{}",
+        render(&model, 140, 24)
+    );
+    update(&mut model, Msg::Dropped(3));
+    let line = status(&model, 140);
+    assert!(
+        line.contains("⚠ NATS dropped messages (slow consumer): 5 to the emulator, 3 to this view; what shows is incomplete"),
+        "{line}"
+    );
+    // At 80 columns the warning still shows: it comes right after the connection.
+    assert!(
+        status(&model, 80).contains("⚠ NATS dropped messages"),
+        "{}",
+        status(&model, 80)
+    );
+    assert_eq!(model.dropped_messages(), (5, 3));
+}
+
+#[test]
 fn no_color_draws_no_colour() {
     let model = fixtures::control_model(Theme::monochrome());
     let mut terminal = Terminal::new(TestBackend::new(140, 40)).expect("test backend");

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use triggers_emulator::Emulator;
 use triggers_emulator::control::{ControlClient, RECORDS_SUBJECT};
 use triggers_emulator::recorder::Record;
-use triggers_sdk::transport;
+use triggers_sdk::transport::{self, DropCounter};
 use triggers_sdk::wire::GoTime;
 use triggers_sdk::wire::subject;
 
@@ -31,8 +31,10 @@ const BATCH: usize = 512;
 pub enum Source {
     /// A running `triggers-lab up`, over its control API: state, records, trigger, advance.
     Control(ControlClient),
-    /// Any NATS server: `triggers.v2.>` decoded with the wire types. Read-only.
-    Passive(async_nats::Client),
+    /// Any NATS server: `triggers.v2.>` decoded with the wire types. Read-only. The counter
+    /// counts what NATS drops for the client's slow subscription (make the client with
+    /// `triggers_emulator::drops::connect_options` over it).
+    Passive(async_nats::Client, DropCounter),
     /// An emulator in this process (`up --tui`, `run --tui`).
     InProcess(Emulator),
 }
@@ -43,7 +45,7 @@ impl Source {
     pub fn mode(&self) -> Mode {
         match self {
             Source::Control(_) => Mode::Control,
-            Source::Passive(_) => Mode::Passive,
+            Source::Passive(..) => Mode::Passive,
             Source::InProcess(_) => Mode::InProcess,
         }
     }
@@ -51,8 +53,18 @@ impl Source {
     fn client(&self) -> &async_nats::Client {
         match self {
             Source::Control(c) => c.client(),
-            Source::Passive(c) => c,
+            Source::Passive(c, _) => c,
             Source::InProcess(e) => e.client(),
+        }
+    }
+
+    /// Messages NATS dropped for this UI's own slow subscriptions; `None` in process, where the
+    /// emulator's summary says.
+    fn own_dropped(&self) -> Option<u64> {
+        match self {
+            Source::Control(c) => Some(c.dropped_messages()),
+            Source::Passive(_, drops) => Some(drops.count()),
+            Source::InProcess(_) => None,
         }
     }
 
@@ -71,7 +83,9 @@ impl Source {
         tx: mpsc::Sender<Msg>,
         poll: Duration,
     ) -> Result<Vec<JoinHandle<()>>, TuiError> {
-        let mut tasks = vec![tokio::spawn(tick(self.client().clone(), tx.clone(), poll))];
+        // `TuiOptions::poll_interval` of zero would make tokio's intervals panic.
+        let poll = poll.max(Duration::from_millis(1));
+        let mut tasks = vec![tokio::spawn(tick(self.clone(), tx.clone(), poll))];
         match self {
             Source::Control(control) => {
                 let records = control.follow().await.map_err(|e| TuiError::Subscribe {
@@ -85,7 +99,7 @@ impl Source {
                 )));
                 tasks.push(tokio::spawn(follow_control(control.clone(), records, tx)));
             }
-            Source::Passive(client) => {
+            Source::Passive(client, _) => {
                 let sub =
                     client
                         .subscribe(subject::ALL)
@@ -133,7 +147,7 @@ impl Source {
             Err(text) => Msg::Done { text, error: true },
         };
         match (self, cmd) {
-            (_, Cmd::Quit) | (Source::Passive(_), _) => None,
+            (_, Cmd::Quit) | (Source::Passive(..), _) => None,
             (Source::Control(c), Cmd::Trigger { flow_id, payload }) => Some(done(
                 c.trigger(&flow_id, &payload)
                     .await
@@ -168,7 +182,9 @@ impl Source {
                 Ok(run) => Msg::RunLoaded(Box::new(run)),
                 Err(e) => Msg::SourceError(format!("run {id}: {e}")),
             }),
-            (Source::InProcess(e), Cmd::LoadRun(id)) => e.run(&id).map(|r| Msg::RunLoaded(Box::new(r))),
+            (Source::InProcess(e), Cmd::LoadRun(id)) => {
+                e.run(&id).map(|r| Msg::RunLoaded(Box::new(r)))
+            }
         }
     }
 }
@@ -181,17 +197,27 @@ fn advanced(by: Duration, fired: usize) -> String {
     )
 }
 
-/// The wall clock, and the connection's state whenever it changes.
-async fn tick(client: async_nats::Client, tx: mpsc::Sender<Msg>, every: Duration) {
+/// The wall clock, the connection's state whenever it changes, and what NATS dropped for this
+/// UI's slow subscriptions whenever that grows.
+async fn tick(source: Source, tx: mpsc::Sender<Msg>, every: Duration) {
     use async_nats::connection::State;
     let mut last = None;
+    let mut dropped = 0;
     let mut interval = tokio::time::interval(every);
     loop {
         interval.tick().await;
         if tx.send(Msg::Tick(GoTime::now())).await.is_err() {
             return;
         }
-        let state = client.connection_state();
+        if let Some(now) = source.own_dropped()
+            && now > dropped
+        {
+            dropped = now;
+            if tx.send(Msg::Dropped(now)).await.is_err() {
+                return;
+            }
+        }
+        let state = source.client().connection_state();
         if last.as_ref() != Some(&state) {
             let msg = match state {
                 State::Connected => Msg::Connected,
@@ -561,7 +587,7 @@ mod tests {
     async fn passive_decodes_the_locked_subjects() {
         let lab = Harness::start().await.expect("a nats-server");
         let client = async_nats::connect(lab.url()).await.expect("connects");
-        let source = Source::Passive(client);
+        let source = Source::Passive(client, triggers_sdk::transport::DropCounter::new());
         let (tx, mut rx) = mpsc::channel(256);
         let _tasks = source
             .spawn(tx, Duration::from_millis(100))
@@ -579,6 +605,52 @@ mod tests {
             m.services.contains_key("seen")
         })
         .await;
+    }
+
+    #[tokio::test]
+    async fn passive_shows_what_nats_dropped_for_its_slow_subscription() {
+        let lab = Harness::start().await.expect("a nats-server");
+        let drops = triggers_sdk::transport::DropCounter::new();
+        // A slow consumer on purpose: room for one message at a time.
+        let client = triggers_emulator::drops::connect_options("slow watch", &drops)
+            .subscription_capacity(1)
+            .connect(lab.url())
+            .await
+            .expect("connects");
+        let source = Source::Passive(client, drops.clone());
+        let (tx, mut rx) = mpsc::channel(256);
+        let _tasks = source
+            .spawn(tx, Duration::from_millis(100))
+            .await
+            .expect("subscribes");
+        let mut m = model(Mode::Passive);
+        until(&mut m, &mut rx, "the connection", |m| {
+            *m.connection() == crate::Connection::Connected
+        })
+        .await;
+        let flooder = lab.client().clone();
+        let counted = drops.clone();
+        let flood = tokio::spawn(async move {
+            // A round at a time until a drop is counted (no timing).
+            for _ in 0..500 {
+                for i in 0..1_000 {
+                    let _ = flooder
+                        .publish("triggers.v2.heartbeat", format!("{{junk {i}").into())
+                        .await;
+                }
+                let _ = flooder.flush().await;
+                if counted.count() > 0 {
+                    return;
+                }
+                tokio::task::yield_now().await;
+            }
+        });
+        until(&mut m, &mut rx, "the drop count", |m| {
+            m.dropped_messages().1 > 0
+        })
+        .await;
+        flood.abort();
+        assert!(drops.count() >= m.dropped_messages().1);
     }
 
     #[tokio::test]

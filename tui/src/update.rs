@@ -53,6 +53,10 @@ pub fn update(model: &mut Model, msg: Msg) -> Option<Cmd> {
             runs_changed = true;
             None
         }
+        Msg::Dropped(count) => {
+            model.own_dropped = count;
+            None
+        }
         Msg::Connected => {
             if matches!(model.connection, Connection::Lost { .. }) {
                 notice(model, "connection restored", false);

@@ -101,6 +101,10 @@ pub struct NatsConfig {
     /// How long a pull of the official image may take when no image is present locally.
     /// `None`: 15 seconds (a machine without a registry fails fast, one with it rarely needs more).
     pub pull_timeout: Option<Duration>,
+    /// Messages each subscription of the clients the harness and `triggers-lab up` connect holds
+    /// before NATS drops what comes next (counted: see [`crate::drops`]). `None`: async-nats'
+    /// 65 536. From 1 to 16 777 216.
+    pub subscription_capacity: Option<usize>,
 }
 
 /// A [`NatsConfig`] with the environment and defaults applied: what the backends work from.
@@ -134,6 +138,29 @@ impl NatsConfig {
             },
             forced => forced,
         };
+        for (setting, value) in [
+            ("NatsConfig::ready_timeout", self.ready_timeout),
+            ("NatsConfig::pull_timeout", self.pull_timeout),
+        ] {
+            if let Some(d) = value
+                && d > triggers_sdk::runtime::MAX_DURATION
+            {
+                return Err(NatsError::InvalidConfig {
+                    setting,
+                    value: format!("{d:?}"),
+                    expected: "a duration of at most 100 years",
+                });
+            }
+        }
+        if let Some(n) = self.subscription_capacity
+            && (n == 0 || n > triggers_sdk::runtime::MAX_SUBSCRIPTION_CAPACITY)
+        {
+            return Err(NatsError::InvalidConfig {
+                setting: "NatsConfig::subscription_capacity",
+                value: n.to_string(),
+                expected: "a whole number from 1 to 16777216",
+            });
+        }
         let server_bin = match &self.server_bin {
             Some(path) => Some((path.clone(), "NatsConfig::server_bin")),
             None => env(ENV_SERVER_BIN).map(|p| (PathBuf::from(p), ENV_SERVER_BIN)),
@@ -221,6 +248,43 @@ mod tests {
             .unwrap();
         assert_eq!(resolved.backend, Backend::Auto);
         assert_eq!(resolved.url, None);
+    }
+
+    #[test]
+    fn out_of_range_settings_are_errors_naming_the_field() {
+        for (config, says) in [
+            (
+                NatsConfig {
+                    ready_timeout: Some(Duration::MAX),
+                    ..Default::default()
+                },
+                "NatsConfig::ready_timeout",
+            ),
+            (
+                NatsConfig {
+                    pull_timeout: Some(Duration::from_secs(u64::MAX)),
+                    ..Default::default()
+                },
+                "NatsConfig::pull_timeout",
+            ),
+            (
+                NatsConfig {
+                    subscription_capacity: Some(0),
+                    ..Default::default()
+                },
+                "NatsConfig::subscription_capacity=\"0\"",
+            ),
+            (
+                NatsConfig {
+                    subscription_capacity: Some(usize::MAX),
+                    ..Default::default()
+                },
+                "from 1 to 16777216",
+            ),
+        ] {
+            let text = config.resolve(env(&[])).unwrap_err().to_string();
+            assert!(text.contains(says), "{text}");
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use crate::error::BuildError;
 use crate::runtime::action::ActionDef;
 use crate::runtime::config::RuntimeConfig;
+use crate::runtime::limits;
 use crate::runtime::lookup::LookupDef;
 use crate::wire::manifest::{LOCAL_NODE_TYPES, PROTOCOL_VERSION, TRANSPORT_NATS};
 use crate::wire::{Action, Lookup, Manifest, ServiceSource, subject};
@@ -144,6 +145,10 @@ impl ServiceBuilder {
         let mut actions = Vec::with_capacity(self.actions.len());
         for a in &self.actions {
             subject::check_action(&a.name)?;
+            limits::check_action(a.timeout, &a.retry).map_err(|error| BuildError::Action {
+                action: a.name.clone(),
+                error,
+            })?;
             if !seen.insert(a.name.clone()) {
                 return Err(BuildError::Duplicate {
                     what: "action",
@@ -170,6 +175,7 @@ impl ServiceBuilder {
                 lifecycle: a.lifecycle.clone(),
                 input_schema: Some(input_schema),
                 result_schema: Some(result_schema),
+                // In range: check_action bounds it to 100 years.
                 timeout_ms: i64::try_from(a.timeout.as_millis()).unwrap_or(i64::MAX),
                 retry: a.retry,
                 dlq: subject::dlq_action(&self.name, &a.name)?,
@@ -236,5 +242,70 @@ impl ServiceBuilder {
             lookups: self.lookups,
             config: self.config,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::runtime::{ActionError, DEFAULT_RETRY};
+    use crate::wire::Retry;
+
+    fn echo(name: &str) -> ActionDef {
+        ActionDef::dynamic(name, &json!({}), &json!({}), |v: Value, _| async move {
+            Ok::<_, ActionError>(v)
+        })
+    }
+
+    fn build(action: ActionDef) -> Result<Service, BuildError> {
+        Service::builder("shop", "1.0.0")
+            .action(action)
+            .nats_source("nats", "shop.inbound")
+            .build()
+    }
+
+    #[test]
+    fn out_of_range_timeouts_and_retries_are_refused_naming_action_and_field() {
+        let cases = [
+            (
+                echo("charge").retry(Retry {
+                    max_attempts: 5_000_000_000,
+                    ..DEFAULT_RETRY
+                }),
+                "action \"charge\": retry.max_attempts: is 5000000000, must be from 1 to 4294967295",
+            ),
+            (
+                echo("charge").retry(Retry {
+                    backoff_factor: f64::NAN,
+                    ..DEFAULT_RETRY
+                }),
+                "action \"charge\": retry.backoff_factor: is NaN",
+            ),
+            (
+                echo("charge").retry(Retry {
+                    initial_backoff_ms: -5,
+                    ..DEFAULT_RETRY
+                }),
+                "action \"charge\": retry.initial_backoff_ms: is -5",
+            ),
+            (
+                echo("charge").timeout(Duration::MAX),
+                "action \"charge\": timeout: is",
+            ),
+            (
+                echo("charge").timeout(Duration::ZERO),
+                "must be at least 1 ms",
+            ),
+        ];
+        for (action, says) in cases {
+            let e = build(action).expect_err(says);
+            assert!(matches!(e, BuildError::Action { .. }), "{e:?}");
+            assert!(e.to_string().contains(says), "{e}");
+        }
+        assert!(build(echo("charge").timeout(Duration::from_millis(1))).is_ok());
     }
 }

@@ -39,6 +39,7 @@ mod bounded;
 mod builder;
 mod config;
 mod dispatch;
+mod limits;
 mod lookup;
 mod outcome;
 mod output;
@@ -46,7 +47,11 @@ mod service;
 
 pub use action::{ActionContext, ActionDef, ActionError, DEFAULT_RETRY, DEFAULT_TIMEOUT, Handler};
 pub use builder::{Service, ServiceBuilder};
-pub use config::{ENV_VARS, RuntimeConfig};
+pub use config::{ENV_VARS, MAX_DELIVER, RuntimeConfig};
+pub use limits::{
+    MAX_ATTEMPTS, MAX_CONCURRENCY, MAX_DURATION, MAX_DURATION_MS, MAX_SUBSCRIPTION_CAPACITY,
+    check_action,
+};
 pub use lookup::LookupDef;
 pub use service::{RunningService, RuntimeStats, ShutdownReport};
 

@@ -18,6 +18,7 @@ use crate::runtime::bounded::BoundedMap;
 use crate::runtime::builder::Service;
 use crate::runtime::config::Resolved;
 use crate::runtime::dispatch::KeptOutcome;
+use crate::runtime::limits;
 use crate::runtime::lookup::LookupDef;
 use crate::wire::manifest::DURABLE_TIMER_V1;
 use crate::wire::{FlowEnvelope, GoTime, Heartbeat, Manifest, RegisterReply, subject};
@@ -198,21 +199,32 @@ impl Service {
     /// A [`StartError`] that says what failed and what to do.
     pub async fn start(self) -> Result<RunningService, StartError> {
         let config = self.config.resolve()?;
-        let client = async_nats::ConnectOptions::new()
+        let drops = config.drops.clone();
+        let mut options = async_nats::ConnectOptions::new()
             .name(format!("triggers {}", self.manifest.service))
             .connection_timeout(Duration::from_secs(5))
             .request_timeout(Some(config.register_timeout))
-            .event_callback(|event| async move {
-                match event {
-                    async_nats::Event::Disconnected => {
-                        tracing::warn!("NATS connection lost; reconnecting")
+            .event_callback(move |event| {
+                // Every subscription of the connection (broadcasts, the consumers' pulls) is
+                // watched: a message NATS drops for a slow reader is counted and logged.
+                let drops = drops.clone();
+                async move {
+                    match event {
+                        async_nats::Event::Disconnected => {
+                            tracing::warn!("NATS connection lost; reconnecting")
+                        }
+                        async_nats::Event::Connected => {
+                            tracing::info!("NATS connection (re)established")
+                        }
+                        other if drops.observe(&other, "service runtime") => {}
+                        other => tracing::debug!("NATS event: {other}"),
                     }
-                    async_nats::Event::Connected => {
-                        tracing::info!("NATS connection (re)established")
-                    }
-                    other => tracing::debug!("NATS event: {other}"),
                 }
-            })
+            });
+        if let Some(capacity) = config.subscription_capacity {
+            options = options.subscription_capacity(capacity);
+        }
+        let client = options
             .connect(config.nats_url.as_str())
             .await
             .map_err(|e| StartError::Connect {
@@ -353,18 +365,7 @@ async fn consumers(runtime: &Arc<Runtime>) -> Result<Vec<(String, PullConsumer)>
         })?;
     let stream = inbound_stream(runtime, &stream_name, &sources).await?;
     // Long enough for the slowest action's every attempt and backoff; progress acks extend it.
-    let ack_wait = runtime
-        .actions
-        .values()
-        .map(|a| {
-            let attempts = a.retry.max_attempts.max(1) as u32;
-            let backoffs: Duration = (2..=attempts).map(|n| a.retry.backoff_before(n)).sum();
-            a.timeout * attempts + backoffs
-        })
-        .max()
-        .unwrap_or_default()
-        .max(Duration::from_secs(30))
-        + Duration::from_secs(30);
+    let ack_wait = limits::ack_wait(runtime.actions.values().map(|a| (a.timeout, &a.retry)));
     let mut out = Vec::new();
     for source in sources {
         let name = subject::consumer_name(service, &source).map_err(|e| StartError::Nats {
@@ -579,6 +580,14 @@ impl RunningService {
             handled_keys_evicted: r.lock_processed().evicted(),
             outcomes_evicted: r.lock_outcomes().evicted(),
         }
+    }
+
+    /// Messages NATS dropped because a subscription of this service fell behind (slow consumer;
+    /// at least this many). Each is also logged. Above zero, the service may have missed flow
+    /// broadcasts or deliveries.
+    #[must_use]
+    pub fn dropped_messages(&self) -> u64 {
+        self.runtime.config.drops.count()
     }
 
     /// The NATS connection.

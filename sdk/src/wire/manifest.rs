@@ -210,10 +210,14 @@ pub struct Retry {
 }
 
 impl Retry {
-    /// The delay before attempt `attempt` (1-based; none before the first), capped.
+    /// The delay before attempt `attempt` (1-based; none before the first), capped at
+    /// `max_backoff_ms` (when positive). It never panics: a policy whose delays outgrow what a
+    /// `Duration` holds (a huge factor, thousands of attempts) saturates at the cap, or without
+    /// one at `i64::MAX` milliseconds, the longest delay the contract can express.
     #[must_use]
     pub fn backoff_before(&self, attempt: u32) -> std::time::Duration {
-        if attempt <= 1 {
+        let initial = self.initial_backoff_ms.max(0);
+        if attempt <= 1 || initial == 0 {
             return std::time::Duration::ZERO;
         }
         let exp = i32::try_from(attempt - 2).unwrap_or(i32::MAX);
@@ -222,13 +226,19 @@ impl Retry {
         } else {
             1.0
         };
-        let ms = (self.initial_backoff_ms.max(0) as f64) * factor.powi(exp);
-        let cap = if self.max_backoff_ms > 0 {
-            self.max_backoff_ms as f64
+        let cap_ms = if self.max_backoff_ms > 0 {
+            self.max_backoff_ms
         } else {
-            f64::MAX
+            i64::MAX
         };
-        std::time::Duration::from_secs_f64(ms.min(cap).max(0.0) / 1000.0)
+        let cap = std::time::Duration::from_millis(cap_ms.unsigned_abs());
+        // `initial` and `factor` are positive and finite, so the product is never NaN: at worst
+        // it is infinite, and the cap takes it.
+        let ms = initial as f64 * factor.powi(exp);
+        if ms >= cap_ms as f64 {
+            return cap;
+        }
+        std::time::Duration::try_from_secs_f64(ms / 1000.0).map_or(cap, |d| d.min(cap))
     }
 }
 
@@ -738,6 +748,41 @@ mod tests {
                 "actions[1].dlq"
             ]
         );
+    }
+
+    #[test]
+    fn backoff_saturates_instead_of_panicking() {
+        let huge = Retry {
+            max_attempts: i64::MAX,
+            initial_backoff_ms: i64::MAX,
+            backoff_factor: 1e300,
+            max_backoff_ms: 0,
+        };
+        let most = std::time::Duration::from_millis(i64::MAX.unsigned_abs());
+        for attempt in [2, 3, 100, 1100, u32::MAX] {
+            assert_eq!(huge.backoff_before(attempt), most, "attempt {attempt}");
+        }
+        // 0 * 2^1098 is NaN in floating point: no backoff, not a panic.
+        let zero = Retry {
+            initial_backoff_ms: 0,
+            backoff_factor: 2.0,
+            ..huge
+        };
+        assert_eq!(zero.backoff_before(1100), std::time::Duration::ZERO);
+        let capped = Retry {
+            initial_backoff_ms: 1,
+            backoff_factor: 2.0,
+            max_backoff_ms: 60_000,
+            ..huge
+        };
+        assert_eq!(capped.backoff_before(u32::MAX).as_millis(), 60_000);
+        for factor in [f64::NAN, f64::INFINITY, -3.0, 0.0] {
+            let odd = Retry {
+                backoff_factor: factor,
+                ..capped
+            };
+            assert_eq!(odd.backoff_before(5).as_millis(), 1, "factor {factor}");
+        }
     }
 
     #[test]

@@ -388,6 +388,10 @@ pub struct Model {
     pub(crate) violations_total: usize,
     /// Records the emulator itself dropped off its ring.
     pub(crate) emulator_dropped: u64,
+    /// Messages NATS dropped for the emulator's slow subscriptions (its summary says).
+    pub(crate) emulator_lost: u64,
+    /// Messages NATS dropped for this UI's own slow subscription.
+    pub(crate) own_dropped: u64,
     /// The last record sequence number applied (records at or below it are repeats).
     pub(crate) last_seq: u64,
     pub(crate) tab: Tab,
@@ -427,6 +431,8 @@ impl Model {
             violations: Ring::new(config.entry_capacity),
             violations_total: 0,
             emulator_dropped: 0,
+            emulator_lost: 0,
+            own_dropped: 0,
             last_seq: 0,
             tab: Tab::Services,
             lists: Default::default(),
@@ -465,6 +471,13 @@ impl Model {
     #[must_use]
     pub fn connection(&self) -> &Connection {
         &self.connection
+    }
+
+    /// Messages NATS dropped for slow subscriptions: the emulator's (from its summary), and this
+    /// UI's own. Above zero, what the screen shows is incomplete.
+    #[must_use]
+    pub fn dropped_messages(&self) -> (u64, u64) {
+        (self.emulator_lost, self.own_dropped)
     }
 
     /// Traffic records kept, and how many older ones dropped off.

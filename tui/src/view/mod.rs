@@ -165,6 +165,23 @@ fn draw_status(model: &Model, frame: &mut Frame, area: Rect) {
             t.bad(),
         )],
     };
+    // First after the connection: what is on screen is incomplete, whatever else it says.
+    if model.emulator_lost > 0 || model.own_dropped > 0 {
+        let mut who = Vec::new();
+        if model.emulator_lost > 0 {
+            who.push(format!("{} to the emulator", model.emulator_lost));
+        }
+        if model.own_dropped > 0 {
+            who.push(format!("{} to this view", model.own_dropped));
+        }
+        spans.push(Span::styled(
+            format!(
+                " │ ⚠ NATS dropped messages (slow consumer): {}; what shows is incomplete",
+                who.join(", ")
+            ),
+            t.bad(),
+        ));
+    }
     let (kept, dropped) = (model.events.len(), model.events.dropped());
     spans.push(Span::raw(format!(" │ {kept} events")));
     if dropped > 0 {

@@ -1,0 +1,100 @@
+//! A slow consumer on purpose: the emulator's connection with a subscription capacity of 1, a
+//! flood on `triggers.v2.>` it cannot keep up with. NATS drops what does not fit; the emulator
+//! must count it, and say so in its `state` (the Rust summary and the control API). No timing:
+//! the flood goes on, a round at a time, until a drop is counted.
+
+mod common;
+
+use triggers_emulator::control::ControlClient;
+use triggers_emulator::{
+    Backend, Emulator, EmulatorConfig, Harness, NatsConfig, NatsServer, drops,
+};
+use triggers_sdk::transport::DropCounter;
+
+/// Rounds of the flood before giving up: far more than a capacity of 1 ever needs.
+const ROUNDS: usize = 500;
+
+/// Publishes junk heartbeats (each judged and recorded: work for the emulator) a round at a
+/// time until `dropped()` is above zero; returns how many rounds it took.
+async fn flood(url: &str, dropped: impl Fn() -> u64) -> usize {
+    let client = async_nats::connect(url).await.unwrap();
+    for round in 1..=ROUNDS {
+        for i in 0..1_000 {
+            client
+                .publish("triggers.v2.heartbeat", format!("{{not json {i}").into())
+                .await
+                .unwrap();
+        }
+        client.flush().await.unwrap();
+        tokio::task::yield_now().await;
+        if dropped() > 0 {
+            return round;
+        }
+    }
+    panic!("{ROUNDS} rounds of 1000 messages and no drop counted: is the callback wired?");
+}
+
+#[tokio::test]
+async fn drops_on_a_connection_of_its_own_are_counted_and_in_the_state() {
+    let nats = NatsServer::start(NatsConfig {
+        backend: Backend::Binary,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let counter = DropCounter::new();
+    let client = drops::connect_options("slow emulator", &counter)
+        .subscription_capacity(1)
+        .connect(nats.url())
+        .await
+        .unwrap();
+    let emulator = Emulator::start(
+        client,
+        EmulatorConfig {
+            slow_consumers: counter.clone(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(emulator.dropped_messages(), 0);
+    assert_eq!(emulator.summary().dropped_messages, 0);
+
+    flood(nats.url(), || emulator.dropped_messages()).await;
+
+    let dropped = emulator.dropped_messages();
+    assert!(dropped > 0);
+    assert_eq!(counter.count(), dropped, "one counter, shared");
+    assert!(emulator.summary().dropped_messages >= dropped);
+    // The control API's `state`, as the CLI and the terminal UI read it.
+    let control = ControlClient::connect(nats.url()).await.unwrap();
+    let state = control.state().await.unwrap();
+    assert!(state.dropped_messages >= dropped, "{state:?}");
+}
+
+#[tokio::test]
+async fn the_harness_counts_drops_with_the_capacity_it_is_given() {
+    let lab = Harness::start_with(
+        NatsConfig {
+            backend: Backend::Binary,
+            subscription_capacity: Some(1),
+            ..Default::default()
+        },
+        EmulatorConfig::default(),
+    )
+    .await
+    .unwrap();
+    flood(lab.url(), || lab.dropped_messages()).await;
+    assert!(lab.summary().dropped_messages > 0);
+    assert_eq!(lab.config().slow_consumers.count(), lab.dropped_messages());
+}
+
+#[tokio::test]
+async fn a_harness_with_the_default_capacity_drops_nothing_in_a_normal_test() {
+    let lab = common::lab().await;
+    let sdk = common::connect(&lab).await;
+    common::register(&sdk, &common::manifest("a", &["x"], &[])).await;
+    lab.wait_for_registration("a").await.unwrap();
+    assert_eq!(lab.dropped_messages(), 0);
+    assert_eq!(lab.summary().dropped_messages, 0);
+}
