@@ -43,6 +43,7 @@ mod registration;
 pub mod release;
 mod timers;
 mod wait;
+pub mod watchdog;
 
 pub use clock::ClockMode;
 pub use emulator::{

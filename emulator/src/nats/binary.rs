@@ -13,6 +13,7 @@ use super::probe;
 use super::{ChosenBackend, SkippedBackend};
 use crate::error::NatsError;
 use crate::nats::Backend;
+use crate::watchdog::Watchdog;
 
 /// Port races (another process binding the port we picked) are rare; three tries are plenty.
 const PORT_ATTEMPTS: usize = 3;
@@ -53,6 +54,8 @@ pub(crate) struct BinaryServer {
     monitor_port: u16,
     // Declared before `dir` so that, whatever Drop does, the process is gone before its store.
     child: Option<Child>,
+    /// Kills the server and removes `dir` if this process dies without stopping it.
+    watchdog: Option<Watchdog>,
     dir: TempDir,
 }
 
@@ -71,6 +74,7 @@ impl BinaryServer {
             client_port: 0,
             monitor_port: 0,
             child: None,
+            watchdog: None,
             dir,
         };
         for attempt in 1..=PORT_ATTEMPTS {
@@ -140,7 +144,8 @@ impl BinaryServer {
         let stderr = log
             .try_clone()
             .map_err(io_error(format!("open {}", log_path.display())))?;
-        let child = Command::new(&self.path)
+        let mut command = Command::new(&self.path);
+        command
             .args(["-a", "127.0.0.1", "-p"])
             .arg(self.client_port.to_string())
             .arg("-m")
@@ -150,9 +155,21 @@ impl BinaryServer {
             .arg(self.store_dir())
             .stdin(Stdio::null())
             .stdout(log)
-            .stderr(stderr)
+            .stderr(stderr);
+        // A process group of its own: a Ctrl-C in the terminal reaches us, not the server, so
+        // the services on it are stopped before it is.
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let child = command
             .spawn()
             .map_err(io_error(format!("start {}", self.path.display())))?;
+        self.watchdog = match Watchdog::process_group(child.id(), Some(self.dir.path())) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(%e, "no watchdog for nats-server: it would outlive a SIGKILL of this process");
+                None
+            }
+        };
         self.child = Some(child);
         Ok(())
     }
@@ -203,6 +220,7 @@ impl BinaryServer {
                 let deadline = tokio::time::Instant::now() + STOP_GRACE;
                 while tokio::time::Instant::now() < deadline {
                     if let Ok(Some(_)) = child.try_wait() {
+                        self.watchdog = None;
                         return;
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -211,6 +229,7 @@ impl BinaryServer {
         }
         let _ = child.kill();
         let _ = child.wait();
+        self.watchdog = None;
     }
 
     /// SIGKILL and reap: synchronous, so the ports are free when it returns.
@@ -219,6 +238,7 @@ impl BinaryServer {
             let _ = child.kill();
             let _ = child.wait();
         }
+        self.watchdog = None;
     }
 }
 
