@@ -193,6 +193,17 @@ impl Drop for NatsServer {
     }
 }
 
+/// Force-removes, at once, every nats-server container this process started (they carry its pid
+/// in a label), for an exit that cannot wait for [`NatsServer::stop`]: a second Ctrl-C. Gives up
+/// after `within`; returns how many were removed. Containers of a process that was killed before
+/// it could do even this are removed by the next Docker start on the machine.
+///
+/// Servers of the binary backend need nothing of the kind: a watchdog kills each one (and
+/// removes its store) when the process that started it ends, however it ends.
+pub async fn remove_own_containers(within: Duration) -> usize {
+    docker::remove_own(within).await
+}
+
 /// Goes through the backends `resolved` allows, recording each one passed over in `skipped`.
 async fn provision(
     resolved: &Resolved,
