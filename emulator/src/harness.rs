@@ -91,6 +91,22 @@ impl Harness {
     pub fn nats_mut(&mut self) -> &mut NatsServer {
         &mut self.nats
     }
+
+    /// Stops the emulator, then the nats-server gracefully (and removes its store or container).
+    /// Dropping the harness does the same, less gracefully.
+    ///
+    /// # Errors
+    /// When the Docker engine fails to stop or remove the container.
+    pub async fn stop(self) -> Result<(), crate::NatsError> {
+        let Harness {
+            emulator,
+            client,
+            nats,
+        } = self;
+        drop(emulator);
+        drop(client);
+        nats.stop().await
+    }
 }
 
 impl Deref for Harness {
