@@ -17,6 +17,7 @@ use triggers_emulator::{
 use triggers_sdk::flow::Flow;
 
 use crate::files;
+use crate::signals::Signals;
 
 /// Where `up` tells the other commands its NATS URL.
 fn discovery_file() -> PathBuf {
@@ -78,7 +79,8 @@ pub(crate) struct UpArgs {
     tui: bool,
 }
 
-pub(crate) async fn up(args: UpArgs) -> Result<()> {
+pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
+    let signals = signals.unwrap_or_else(Signals::listen);
     let nats_config = NatsConfig {
         url: args.nats.clone(),
         backend: match (&args.nats, args.backend) {
@@ -125,8 +127,11 @@ pub(crate) async fn up(args: UpArgs) -> Result<()> {
     );
 
     if args.tui {
-        // The UI owns the terminal: no log lines while it is up.
-        let result = triggers_tui::run_in_process(emulator.clone()).await;
+        // The UI owns the terminal: no log lines while it is up. A signal ends it as `q` does.
+        let result = tokio::select! {
+            r = triggers_tui::run_in_process(emulator.clone()) => r,
+            _ = signals.recv() => Ok(()),
+        };
         let _ = std::fs::remove_file(&discovery);
         drop(emulator);
         nats.stop().await?;
@@ -173,11 +178,9 @@ pub(crate) async fn up(args: UpArgs) -> Result<()> {
     };
     let mut records = emulator.subscribe_records();
     let quiet = args.quiet;
-    let stop = shutdown_signal();
-    tokio::pin!(stop);
     loop {
         tokio::select! {
-            () = &mut stop => break,
+            _ = signals.recv() => break,
             next = records.recv() => match next {
                 Ok(record) => {
                     if let Some(f) = record_file.as_mut() {
@@ -208,22 +211,6 @@ pub(crate) async fn up(args: UpArgs) -> Result<()> {
     drop(emulator);
     nats.stop().await?;
     Ok(())
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("a SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
 
 /// One line of `up`'s log for a record worth a line.
@@ -422,8 +409,13 @@ pub(crate) async fn advance(args: ControlArgs, duration: String) -> Result<()> {
 
 /// `triggers-lab watch`: the terminal UI on a running `up` (control API) or, failing that, on any
 /// NATS server as a passive observer.
-pub(crate) async fn watch(args: ControlArgs) -> Result<()> {
+pub(crate) async fn watch(args: ControlArgs, signals: Option<Signals>) -> Result<()> {
     let url = resolve_url(args.nats)?;
-    triggers_tui::watch(&url).await?;
+    let signals = signals.unwrap_or_else(Signals::listen);
+    // Dropping the UI on a signal restores the terminal (its guard does).
+    tokio::select! {
+        r = triggers_tui::watch(&url) => r?,
+        _ = signals.recv() => {}
+    }
     Ok(())
 }

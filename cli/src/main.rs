@@ -4,6 +4,7 @@ mod files;
 mod lab_cmd;
 mod manifest_cmd;
 mod run_cmd;
+mod signals;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -80,9 +81,13 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            let result = runtime.block_on(async move {
-                match other {
-                    Command::Up(args) => lab_cmd::up(args).await,
+            let (result, signal) = runtime.block_on(async move {
+                // Long-running commands stop cleanly on SIGINT/SIGTERM; the short ones keep the
+                // default (nothing of theirs outlives them).
+                let signals = matches!(other, Command::Up(_) | Command::Watch { .. })
+                    .then(signals::Signals::listen);
+                let result = match other {
+                    Command::Up(args) => lab_cmd::up(args, signals.clone()).await,
                     Command::Deploy { control, file } => lab_cmd::deploy(control, file).await,
                     Command::Trigger {
                         control,
@@ -93,17 +98,19 @@ fn main() -> ExitCode {
                     Command::Advance { control, duration } => {
                         lab_cmd::advance(control, duration).await
                     }
-                    Command::Watch { control } => lab_cmd::watch(control).await,
+                    Command::Watch { control } => lab_cmd::watch(control, signals.clone()).await,
                     Command::Manifest(_) | Command::Run(_) | Command::Demo(_) => {
                         unreachable!("handled above")
                     }
-                }
+                };
+                (result, signals.and_then(|s| s.received()))
             });
-            match result {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
+            match (result, signal) {
+                (Ok(()), None) => ExitCode::SUCCESS,
+                (Ok(()), Some(sig)) => sig.exit_code(),
+                (Err(e), sig) => {
                     eprintln!("error: {e:#}");
-                    ExitCode::FAILURE
+                    sig.map_or(ExitCode::FAILURE, signals::Sig::exit_code)
                 }
             }
         }

@@ -86,6 +86,48 @@ impl Watchdog {
     }
 }
 
+/// Whether any process of group `pgid` still runs. A zombie does not count: whether it is reaped
+/// is its parent's business (an init that does not reap would otherwise keep a group alive).
+#[must_use]
+pub fn process_group_alive(pgid: u32) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return false;
+        };
+        entries.flatten().any(|entry| {
+            let name = entry.file_name();
+            if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+                return false;
+            }
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                return false;
+            };
+            // After the command's closing parenthesis: state, ppid, pgrp, ...
+            let mut fields = stat
+                .rsplit(')')
+                .next()
+                .unwrap_or_default()
+                .split_whitespace();
+            let state = fields.next().unwrap_or("Z");
+            let pgrp = fields.nth(1).and_then(|p| p.parse::<u32>().ok());
+            pgrp == Some(pgid) && state != "Z" && state != "X"
+        })
+    }
+    #[cfg(all(unix, not(target_os = "linux")))]
+    {
+        i32::try_from(pgid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .is_some_and(|pid| rustix::process::test_kill_process_group(pid).is_ok())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pgid;
+        false
+    }
+}
+
 impl Drop for Watchdog {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
