@@ -1,5 +1,6 @@
 //! `triggers-lab`: the one binary of triggers-lab. Thin: each subcommand delegates to a crate.
 
+mod discovery;
 mod files;
 mod lab_cmd;
 mod manifest_cmd;

@@ -60,7 +60,7 @@ impl Signals {
             };
             let _ = tx.send(Some(first));
             eprintln!(
-                "\n{}: stopping cleanly (services, nats-server, reports); press Ctrl-C again to force",
+                "\n{}: stopping cleanly; press Ctrl-C again to force (what was started is still killed)",
                 first.name()
             );
             if next.recv().await.is_some() {

@@ -56,6 +56,15 @@ pub struct EmulatorConfig {
     pub dlq_duplicate_window: Duration,
     /// Records kept; older ones drop off (default 100 000).
     pub max_records: usize,
+    /// The connection the control API is served on and the records are published on (default
+    /// `None`: the emulator's own). `triggers-lab up` passes one logged in to the server's
+    /// control account, out of the services' reach (see `NatsConfig::private_control`); the
+    /// [`Harness`](crate::Harness) does the same when its server has one.
+    pub control_client: Option<async_nats::Client>,
+    /// A secret every control request must carry in the `Triggers-Lab-Token` header; records
+    /// then go to `triggerslab.v1.records.<token>` (default `None`: no token, records on
+    /// `triggerslab.v1.records`). See [`crate::control`].
+    pub control_token: Option<crate::control::ControlToken>,
 }
 
 impl Default for EmulatorConfig {
@@ -69,6 +78,8 @@ impl Default for EmulatorConfig {
             control_api: true,
             dlq_duplicate_window: Duration::from_secs(120),
             max_records: 100_000,
+            control_client: None,
+            control_token: None,
         }
     }
 }

@@ -37,13 +37,15 @@ impl Harness {
         Self::start_with(NatsConfig::default(), EmulatorConfig::default()).await
     }
 
-    /// Starts with the given settings.
+    /// Starts with the given settings. When the server has a private control account
+    /// ([`NatsConfig::private_control`]) and `config` names no control connection, the control
+    /// API is served on one logged in to that account.
     ///
     /// # Errors
     /// As [`Harness::start`].
     pub async fn start_with(
         nats: NatsConfig,
-        config: EmulatorConfig,
+        mut config: EmulatorConfig,
     ) -> Result<Self, HarnessError> {
         let nats = NatsServer::start(nats).await?;
         let client = async_nats::ConnectOptions::new()
@@ -55,6 +57,20 @@ impl Harness {
                 url: nats.url().to_owned(),
                 reason: e.to_string(),
             })?;
+        if config.control_client.is_none()
+            && let Some(credentials) = nats.control_credentials()
+        {
+            let control = credentials
+                .connect_options()
+                .name("triggers-lab emulator control")
+                .connect(nats.url())
+                .await
+                .map_err(|e| HarnessError::Connect {
+                    url: nats.url().to_owned(),
+                    reason: format!("to the control account: {e}"),
+                })?;
+            config.control_client = Some(control);
+        }
         let emulator = Emulator::start(client.clone(), config).await?;
         Ok(Harness {
             emulator,

@@ -36,7 +36,7 @@ mod snapshot_tests;
 use std::time::Duration;
 
 use triggers_emulator::Emulator;
-use triggers_emulator::control::ControlClient;
+use triggers_emulator::control::{ControlAccess, ControlClient};
 
 pub use app::{TuiOptions, run};
 pub use error::TuiError;
@@ -51,13 +51,23 @@ pub use view::view;
 const CONTROL_PROBE: Duration = Duration::from_secs(2);
 
 /// Watches the NATS server at `url`: through the control API when a `triggers-lab up` answers
-/// there, else as a passive, read-only observer of `triggers.v2.>`.
+/// there, else as a passive, read-only observer of `triggers.v2.>`. For an open control API;
+/// [`watch_with`] takes what a closed one needs.
 ///
 /// # Errors
 /// When no NATS server answers at `url`, or the terminal cannot be used.
 pub async fn watch(url: &str) -> Result<(), TuiError> {
+    watch_with(url, &ControlAccess::default()).await
+}
+
+/// As [`watch`], reaching the control API with `access` (the credentials and token `up` wrote
+/// down).
+///
+/// # Errors
+/// As [`watch`].
+pub async fn watch_with(url: &str, access: &ControlAccess) -> Result<(), TuiError> {
     run(
-        connect(url).await?,
+        connect_with(url, access).await?,
         TuiOptions {
             source_label: Some(url.to_owned()),
             ..TuiOptions::default()
@@ -72,22 +82,42 @@ pub async fn watch(url: &str) -> Result<(), TuiError> {
 /// # Errors
 /// When no NATS server answers at `url`.
 pub async fn connect(url: &str) -> Result<Source, TuiError> {
-    let client = async_nats::ConnectOptions::new()
-        .name("triggers-lab watch")
-        .connection_timeout(Duration::from_secs(5))
-        .connect(url)
-        .await
-        .map_err(|e| TuiError::Connect {
-            url: url.to_owned(),
-            reason: e.to_string(),
-        })?;
-    let control = ControlClient::from_client(client.clone(), url);
-    Ok(
-        match tokio::time::timeout(CONTROL_PROBE, control.state()).await {
-            Ok(Ok(_)) => Source::Control(control),
-            _ => Source::Passive(client),
-        },
-    )
+    connect_with(url, &ControlAccess::default()).await
+}
+
+/// As [`connect`], reaching the control API with `access`. The passive observer, if it comes to
+/// that, connects without credentials, as a service does.
+///
+/// # Errors
+/// As [`connect`].
+pub async fn connect_with(url: &str, access: &ControlAccess) -> Result<Source, TuiError> {
+    let plain = || {
+        async_nats::ConnectOptions::new()
+            .name("triggers-lab watch")
+            .connection_timeout(Duration::from_secs(5))
+    };
+    let connect_error = |e: async_nats::ConnectError| TuiError::Connect {
+        url: url.to_owned(),
+        reason: e.to_string(),
+    };
+    let options = match &access.credentials {
+        Some(c) => c
+            .connect_options()
+            .name("triggers-lab watch")
+            .connection_timeout(Duration::from_secs(5)),
+        None => plain(),
+    };
+    let client = options.connect(url).await.map_err(connect_error)?;
+    let control = ControlClient::from_client(client.clone(), url).with_token(access.token.clone());
+    if let Ok(Ok(_)) = tokio::time::timeout(CONTROL_PROBE, control.state()).await {
+        return Ok(Source::Control(control));
+    }
+    if access.credentials.is_none() {
+        return Ok(Source::Passive(client));
+    }
+    // The control account sees none of the services' traffic: watch it as a service would.
+    let client = plain().connect(url).await.map_err(connect_error)?;
+    Ok(Source::Passive(client))
 }
 
 /// Runs the app on an emulator in this process (for `triggers-lab up --tui` and `run --tui`).

@@ -50,6 +50,8 @@ pub(crate) fn find(resolved: &Resolved) -> Result<PathBuf, SkippedBackend> {
 /// A spawned nats-server. Dropping it kills the process, then removes its directory.
 pub(crate) struct BinaryServer {
     path: PathBuf,
+    /// The configuration file (`-c`), when the server has accounts.
+    config_file: Option<PathBuf>,
     client_port: u16,
     monitor_port: u16,
     // Declared before `dir` so that, whatever Drop does, the process is gone before its store.
@@ -60,8 +62,13 @@ pub(crate) struct BinaryServer {
 }
 
 impl BinaryServer {
-    /// Spawns the server on free ports and waits until it is ready.
-    pub(crate) async fn start(path: PathBuf, ready_timeout: Duration) -> Result<Self, NatsError> {
+    /// Spawns the server on free ports (with the configuration file `config`, if any) and waits
+    /// until it is ready.
+    pub(crate) async fn start(
+        path: PathBuf,
+        config: Option<String>,
+        ready_timeout: Duration,
+    ) -> Result<Self, NatsError> {
         let dir = tempfile::Builder::new()
             .prefix("triggers-nats-")
             .tempdir()
@@ -69,8 +76,13 @@ impl BinaryServer {
                 action: "create a temporary directory for nats-server".into(),
                 source,
             })?;
+        let config_file = match config {
+            Some(text) => Some(write_private(&dir.path().join("server.conf"), &text)?),
+            None => None,
+        };
         let mut server = BinaryServer {
             path,
+            config_file,
             client_port: 0,
             monitor_port: 0,
             child: None,
@@ -145,6 +157,10 @@ impl BinaryServer {
             .try_clone()
             .map_err(io_error(format!("open {}", log_path.display())))?;
         let mut command = Command::new(&self.path);
+        if let Some(config) = &self.config_file {
+            // First: the flags after it override what the file says.
+            command.arg("-c").arg(config);
+        }
         command
             .args(["-a", "127.0.0.1", "-p"])
             .arg(self.client_port.to_string())
@@ -240,6 +256,22 @@ impl BinaryServer {
         }
         self.watchdog = None;
     }
+}
+
+/// Writes `text` to `path`, readable by this user only (it holds a password).
+fn write_private(path: &std::path::Path, text: &str) -> Result<PathBuf, NatsError> {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let written = options
+        .open(path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()));
+    written.map_err(|source| NatsError::Io {
+        action: format!("write {}", path.display()),
+        source,
+    })?;
+    Ok(path.to_path_buf())
 }
 
 impl Drop for BinaryServer {

@@ -101,6 +101,14 @@ pub struct NatsConfig {
     /// How long a pull of the official image may take when no image is present locally.
     /// `None`: 15 seconds (a machine without a registry fails fast, one with it rarely needs more).
     pub pull_timeout: Option<Duration>,
+    /// Start the server (Docker or binary backend) with the control API in a NATS account of its
+    /// own. Clients without credentials (the services under test) land in the default account,
+    /// where everything of the platform works as usual, and can neither reach the control API
+    /// nor see its records; the emulator, the CLI and the terminal UI log in to the control
+    /// account with [`NatsServer::control_credentials`](super::NatsServer::control_credentials),
+    /// a password generated for each start. No effect on an external server. Default `false`:
+    /// one open account, as a bare `nats-server -js` has (what tests in one process want).
+    pub private_control: bool,
 }
 
 /// A [`NatsConfig`] with the environment and defaults applied: what the backends work from.
@@ -115,6 +123,7 @@ pub(crate) struct Resolved {
     pub(crate) server_bin: Option<(PathBuf, &'static str)>,
     pub(crate) ready_timeout: Duration,
     pub(crate) pull_timeout: Duration,
+    pub(crate) private_control: bool,
 }
 
 impl NatsConfig {
@@ -146,6 +155,7 @@ impl NatsConfig {
             server_bin,
             ready_timeout: self.ready_timeout.unwrap_or(DEFAULT_READY_TIMEOUT),
             pull_timeout: self.pull_timeout.unwrap_or(DEFAULT_PULL_TIMEOUT),
+            private_control: self.private_control,
         })
     }
 }

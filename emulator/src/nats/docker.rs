@@ -32,6 +32,8 @@ const MONITOR_PORT: u16 = 8222;
 /// A scratch image has no /tmp, where nats-server would put the store by default. The store
 /// lives in the container's own filesystem, which `docker stop` / `docker start` keep.
 const STORE_DIR: &str = "/data";
+/// Where the configuration file (accounts) goes in the container.
+const CONFIG_FILE: &str = "/triggers-lab.conf";
 /// Marks our containers, and one start attempt, so a failed attempt can clean up after itself.
 const LABEL: &str = "org.triggers-lab.nats-server";
 /// The pid of the process that started the container: once it is gone (SIGKILLed before it
@@ -341,10 +343,12 @@ pub(crate) struct DockerServer {
 }
 
 impl DockerServer {
-    /// Starts a container from `image` on free host ports and waits until it is ready.
+    /// Starts a container from `image` on free host ports (with the configuration file `config`,
+    /// if any) and waits until it is ready.
     pub(crate) async fn start(
         docker: &Docker,
         image: String,
+        config: Option<String>,
         ready_timeout: Duration,
     ) -> Result<Self, NatsError> {
         let (name, tag) = split_image(&image);
@@ -358,8 +362,18 @@ impl DockerServer {
                     source,
                 })?;
             let attempt_id = attempt_label();
-            let request = GenericImage::new(name, tag)
-                .with_cmd(["-js", "-m", "8222", "--store_dir", STORE_DIR])
+            let mut cmd = vec!["-js", "-m", "8222", "--store_dir", STORE_DIR];
+            if config.is_some() {
+                // First: the flags after it override what the file says.
+                cmd.splice(0..0, ["-c", CONFIG_FILE]);
+            }
+            let request = GenericImage::new(name, tag).with_cmd(cmd);
+            let request = match &config {
+                // At the root: a scratch image may have no other folder to put it in.
+                Some(text) => request.with_copy_to(CONFIG_FILE, text.clone().into_bytes()),
+                None => request,
+            };
+            let request = request
                 .with_mapped_port(client_port, CLIENT_PORT.tcp())
                 .with_mapped_port(monitor_port, MONITOR_PORT.tcp())
                 .with_label(LABEL, attempt_id.as_str())

@@ -41,6 +41,7 @@
 //! # }
 //! ```
 
+pub(crate) mod accounts;
 mod binary;
 mod choice;
 mod config;
@@ -49,6 +50,7 @@ mod probe;
 
 use std::time::Duration;
 
+pub use accounts::ControlCredentials;
 pub use choice::{ChosenBackend, SkippedBackend};
 pub use config::{
     Backend, ENV_BACKEND, ENV_IMAGE, ENV_MONITOR_URL, ENV_SERVER_BIN, ENV_URL, LOCAL_IMAGE,
@@ -68,6 +70,7 @@ pub struct NatsServer {
     backend: ChosenBackend,
     skipped: Vec<SkippedBackend>,
     ready_timeout: Duration,
+    control: Option<ControlCredentials>,
     running: Running,
 }
 
@@ -101,6 +104,13 @@ impl NatsServer {
     /// [`NatsConfig::monitor_url`] gave it.
     pub fn monitor_url(&self) -> Option<&str> {
         self.monitor_url.as_deref()
+    }
+
+    /// The control account's user, when the server was started with
+    /// [`NatsConfig::private_control`]: connect with [`ControlCredentials::connect_options`] to
+    /// serve or use the control API. `None` for an open server (and any external one).
+    pub fn control_credentials(&self) -> Option<&ControlCredentials> {
+        self.control.as_ref()
     }
 
     /// Where the server came from; displays as `docker (image)`, `binary (/path)` or
@@ -230,8 +240,11 @@ async fn provision(
         };
         match found {
             Ok((engine, image)) => {
-                let server = DockerServer::start(&engine, image, resolved.ready_timeout).await?;
+                let (config, control) = accounts_config(resolved);
+                let server =
+                    DockerServer::start(&engine, image, config, resolved.ready_timeout).await?;
                 return Ok(NatsServer {
+                    control,
                     url: server.client_url(),
                     monitor_url: Some(server.monitor_url()),
                     backend: server.backend(),
@@ -247,8 +260,10 @@ async fn provision(
     if wants(Backend::Binary) {
         match binary::find(resolved) {
             Ok(path) => {
-                let server = BinaryServer::start(path, resolved.ready_timeout).await?;
+                let (config, control) = accounts_config(resolved);
+                let server = BinaryServer::start(path, config, resolved.ready_timeout).await?;
                 return Ok(NatsServer {
+                    control,
                     url: server.client_url(),
                     monitor_url: Some(server.monitor_url()),
                     backend: server.backend(),
@@ -293,6 +308,18 @@ async fn external(
         },
         skipped,
         ready_timeout: resolved.ready_timeout,
+        control: None,
         running: Running::External,
     })
+}
+
+/// The server configuration file and the control credentials, when the config asks for a
+/// private control account.
+fn accounts_config(resolved: &Resolved) -> (Option<String>, Option<ControlCredentials>) {
+    if resolved.private_control {
+        let (text, credentials) = accounts::config();
+        (Some(text), Some(credentials))
+    } else {
+        (None, None)
+    }
 }
