@@ -68,6 +68,12 @@ impl External {
             Some(dir) => base_dir.join(dir),
             None => base_dir.to_path_buf(),
         };
+        // A scenario named by a bare file name (`run order.yaml`) has an empty folder: here.
+        let cwd = if cwd.as_os_str().is_empty() {
+            Path::new(".").to_path_buf()
+        } else {
+            cwd
+        };
         let mut cmd = Command::new(program);
         cmd.args(args)
             .current_dir(&cwd)
