@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use futures::StreamExt;
 use serde_json::Value;
-use triggers_emulator::control::ControlClient;
+use triggers_emulator::control::{ControlAccess, ControlClient, ControlToken};
 use triggers_emulator::recorder::{Record, RecordKind};
 use triggers_emulator::{
     Backend, ClockMode, Emulator, EmulatorConfig, HashMismatchPolicy, NatsConfig, NatsServer,
@@ -17,12 +17,9 @@ use triggers_emulator::{
 use triggers_sdk::flow::Flow;
 use triggers_sdk::transport::DropCounter;
 
+use crate::discovery::{self, Instance, Slot};
 use crate::files;
-
-/// Where `up` tells the other commands its NATS URL.
-fn discovery_file() -> PathBuf {
-    std::env::temp_dir().join("triggers-lab").join("up.json")
-}
+use crate::signals::Signals;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum BackendArg {
@@ -77,9 +74,20 @@ pub(crate) struct UpArgs {
     /// Open the terminal UI on the emulator (Ctrl-C or q stops everything).
     #[arg(long)]
     tui: bool,
+    /// Name this instance (default: its pid), for `--instance` of the other commands when
+    /// several `up`s run.
+    #[arg(long, value_name = "NAME")]
+    instance: Option<String>,
 }
 
-pub(crate) async fn up(args: UpArgs) -> Result<()> {
+pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
+    let signals = signals.unwrap_or_else(Signals::listen);
+    let name = args
+        .instance
+        .clone()
+        .unwrap_or_else(|| std::process::id().to_string());
+    // Before anything starts: a refused discovery file costs nothing yet.
+    let mut slot = Slot::prepare(&name)?;
     let nats_config = NatsConfig {
         url: args.nats.clone(),
         backend: match (&args.nats, args.backend) {
@@ -88,6 +96,8 @@ pub(crate) async fn up(args: UpArgs) -> Result<()> {
             (None, BackendArg::Docker) => Backend::Docker,
             (None, BackendArg::Binary) => Backend::Binary,
         },
+        // Services connect without credentials and cannot reach the control API.
+        private_control: true,
         ..Default::default()
     };
     if !args.quiet {
@@ -101,10 +111,24 @@ pub(crate) async fn up(args: UpArgs) -> Result<()> {
         .connect(nats.url())
         .await
         .with_context(|| format!("cannot connect to {}", nats.url()))?;
+    let control_client = match nats.control_credentials() {
+        Some(credentials) => Some(
+            credentials
+                .connect_options()
+                .name("triggers-lab up control")
+                .connect(nats.url())
+                .await
+                .with_context(|| format!("cannot log in to {}'s control account", nats.url()))?,
+        ),
+        None => None,
+    };
+    let token = ControlToken::generate();
     let emulator = Emulator::start(
         client,
         EmulatorConfig {
             slow_consumers,
+            control_client,
+            control_token: Some(token.clone()),
             clock: match args.clock {
                 ClockArg::Virtual => ClockMode::Virtual,
                 ClockArg::Real => ClockMode::Real,
@@ -119,19 +143,24 @@ pub(crate) async fn up(args: UpArgs) -> Result<()> {
     )
     .await?;
 
-    let discovery = discovery_file();
-    if let Some(dir) = discovery.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    let _ = std::fs::write(
-        &discovery,
-        serde_json::json!({"url": nats.url(), "pid": std::process::id()}).to_string(),
-    );
+    let credentials = nats.control_credentials();
+    slot.write(&Instance {
+        instance: name.clone(),
+        pid: std::process::id(),
+        url: nats.url().to_owned(),
+        backend: nats.backend().to_string(),
+        user: credentials.map(|c| c.user.clone()),
+        password: credentials.map(|c| c.password.clone()),
+        token: Some(token.as_str().to_owned()),
+    })?;
 
     if args.tui {
-        // The UI owns the terminal: no log lines while it is up.
-        let result = triggers_tui::run_in_process(emulator.clone()).await;
-        let _ = std::fs::remove_file(&discovery);
+        // The UI owns the terminal: no log lines while it is up. A signal ends it as `q` does.
+        let result = tokio::select! {
+            r = triggers_tui::run_in_process(emulator.clone()) => r,
+            _ = signals.recv() => Ok(()),
+        };
+        drop(slot);
         drop(emulator);
         nats.stop().await?;
         return result.map_err(Into::into);
@@ -152,9 +181,15 @@ pub(crate) async fn up(args: UpArgs) -> Result<()> {
             }
         );
         println!(
-            "  control:  {}.* (docs/emulator.md)",
-            triggers_emulator::control::PREFIX
+            "  control:  {}.* ({}; docs/emulator.md)",
+            triggers_emulator::control::PREFIX,
+            if credentials.is_some() {
+                "in an account of its own, out of the services' reach"
+            } else {
+                "needs the token: on a shared server, others who can see triggerslab.> can see it"
+            }
         );
+        println!("  instance: {name} ({})", slot.path().display());
         println!();
         println!(
             "Point a service at it:   export TRIGGERS_NATS_URL={}",
@@ -177,13 +212,11 @@ pub(crate) async fn up(args: UpArgs) -> Result<()> {
     };
     let mut records = emulator.subscribe_records();
     let quiet = args.quiet;
-    let stop = shutdown_signal();
-    tokio::pin!(stop);
     let mut drop_check = tokio::time::interval(Duration::from_secs(1));
     let mut drops_told = 0;
     loop {
         tokio::select! {
-            () = &mut stop => break,
+            _ = signals.recv() => break,
             _ = drop_check.tick() => {
                 let dropped = emulator.dropped_messages();
                 if dropped > drops_told {
@@ -220,26 +253,10 @@ pub(crate) async fn up(args: UpArgs) -> Result<()> {
             eprintln!("recorded events are in {}", path.display());
         }
     }
-    let _ = std::fs::remove_file(&discovery);
+    drop(slot);
     drop(emulator);
     nats.stop().await?;
     Ok(())
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("a SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
 
 /// One line of `up`'s log for a record worth a line.
@@ -311,30 +328,6 @@ fn short_hash(h: &str) -> &str {
         .unwrap_or(h)
 }
 
-/// The NATS URL of a running `up`: --nats, then TRIGGERS_NATS_URL, then what `up` wrote down.
-pub(crate) fn resolve_url(flag: Option<String>) -> Result<String> {
-    if let Some(url) = flag {
-        return Ok(url);
-    }
-    if let Ok(url) = std::env::var("TRIGGERS_NATS_URL")
-        && !url.is_empty()
-    {
-        return Ok(url);
-    }
-    let path = discovery_file();
-    let text = std::fs::read_to_string(&path).map_err(|_| {
-        anyhow::anyhow!(
-            "no running `triggers-lab up` found: start one in another terminal, or pass --nats URL / set TRIGGERS_NATS_URL"
-        )
-    })?;
-    let v: Value =
-        serde_json::from_str(&text).with_context(|| format!("{} is unreadable", path.display()))?;
-    v.get("url")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .ok_or_else(|| anyhow::anyhow!("{} has no url", path.display()))
-}
-
 /// Options shared by the commands that talk to a running `up`.
 #[derive(Debug, Args)]
 pub(crate) struct ControlArgs {
@@ -342,11 +335,108 @@ pub(crate) struct ControlArgs {
     /// `up` wrote down).
     #[arg(long, value_name = "URL", global = true)]
     nats: Option<String>,
+    /// Which running `up`, by name (`up --instance NAME`, else its pid), when several run.
+    #[arg(long, value_name = "NAME", global = true)]
+    instance: Option<String>,
+}
+
+/// A running `up`: where it is and what its control API needs.
+pub(crate) struct Target {
+    pub(crate) url: String,
+    pub(crate) access: ControlAccess,
+}
+
+impl From<&Instance> for Target {
+    fn from(i: &Instance) -> Self {
+        Target {
+            url: i.url.clone(),
+            access: ControlAccess {
+                credentials: match (&i.user, &i.password) {
+                    (Some(user), Some(password)) => {
+                        Some(triggers_emulator::nats::ControlCredentials {
+                            user: user.clone(),
+                            password: password.clone(),
+                        })
+                    }
+                    _ => None,
+                },
+                token: i.token.clone().map(ControlToken::new),
+            },
+        }
+    }
+}
+
+fn describe(instances: &[Instance]) -> String {
+    instances
+        .iter()
+        .map(|i| format!("{} (pid {}, {})", i.instance, i.pid, i.url))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The `up` to talk to: `--instance`, else `--nats` / `TRIGGERS_NATS_URL` (with the credentials
+/// of the `up` at that URL, if one wrote them down), else the only one running.
+pub(crate) fn resolve(args: &ControlArgs) -> Result<Target> {
+    let running = discovery::running()?;
+    if let Some(name) = &args.instance {
+        discovery::check_name(name)?;
+        return running
+            .iter()
+            .find(|i| &i.instance == name)
+            .map(Target::from)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no running `triggers-lab up` is named {name}{}",
+                    if running.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; running: {}", describe(&running))
+                    }
+                )
+            });
+    }
+    let url = args.nats.clone().or_else(|| {
+        std::env::var("TRIGGERS_NATS_URL")
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+    });
+    if let Some(url) = url {
+        let at: Vec<&Instance> = running.iter().filter(|i| i.url == url).collect();
+        return match at.as_slice() {
+            [one] => Ok(Target::from(*one)),
+            [] => Ok(Target {
+                url,
+                access: ControlAccess::default(),
+            }),
+            several => bail!(
+                "{} `triggers-lab up`s run on {url}: pick one with --instance ({})",
+                several.len(),
+                several
+                    .iter()
+                    .map(|i| i.instance.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+    }
+    match running.as_slice() {
+        [] => bail!(
+            "no running `triggers-lab up` found (looked in {}): start one in another terminal, \
+             or pass --nats URL / set TRIGGERS_NATS_URL",
+            discovery::dir()?.display()
+        ),
+        [one] => Ok(Target::from(one)),
+        several => bail!(
+            "{} `triggers-lab up`s are running: {}; say which with --instance NAME (or --nats URL)",
+            several.len(),
+            describe(several)
+        ),
+    }
 }
 
 async fn control(args: &ControlArgs) -> Result<ControlClient> {
-    let url = resolve_url(args.nats.clone())?;
-    Ok(ControlClient::connect(&url).await?)
+    let target = resolve(args)?;
+    Ok(ControlClient::connect_with(&target.url, &target.access).await?)
 }
 
 pub(crate) async fn deploy(args: ControlArgs, file: PathBuf) -> Result<()> {
@@ -446,8 +536,13 @@ pub(crate) async fn advance(args: ControlArgs, by: Duration) -> Result<()> {
 
 /// `triggers-lab watch`: the terminal UI on a running `up` (control API) or, failing that, on any
 /// NATS server as a passive observer.
-pub(crate) async fn watch(args: ControlArgs) -> Result<()> {
-    let url = resolve_url(args.nats)?;
-    triggers_tui::watch(&url).await?;
+pub(crate) async fn watch(args: ControlArgs, signals: Option<Signals>) -> Result<()> {
+    let target = resolve(&args)?;
+    let signals = signals.unwrap_or_else(Signals::listen);
+    // Dropping the UI on a signal restores the terminal (its guard does).
+    tokio::select! {
+        r = triggers_tui::watch_with(&target.url, &target.access) => r?,
+        _ = signals.recv() => {}
+    }
     Ok(())
 }

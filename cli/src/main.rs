@@ -1,9 +1,11 @@
 //! `triggers-lab`: the one binary of triggers-lab. Thin: each subcommand delegates to a crate.
 
+mod discovery;
 mod files;
 mod lab_cmd;
 mod manifest_cmd;
 mod run_cmd;
+mod signals;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -87,9 +89,13 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            let result = runtime.block_on(async move {
-                match other {
-                    Command::Up(args) => lab_cmd::up(args).await,
+            let (result, signal) = runtime.block_on(async move {
+                // Long-running commands stop cleanly on SIGINT/SIGTERM; the short ones keep the
+                // default (nothing of theirs outlives them).
+                let signals = matches!(other, Command::Up(_) | Command::Watch { .. })
+                    .then(signals::Signals::listen);
+                let result = match other {
+                    Command::Up(args) => lab_cmd::up(args, signals.clone()).await,
                     Command::Deploy { control, file } => lab_cmd::deploy(control, file).await,
                     Command::Trigger {
                         control,
@@ -100,21 +106,24 @@ fn main() -> ExitCode {
                     Command::Advance { control, duration } => {
                         lab_cmd::advance(control, duration).await
                     }
-                    Command::Watch { control } => lab_cmd::watch(control).await,
+                    Command::Watch { control } => lab_cmd::watch(control, signals.clone()).await,
                     Command::Manifest(_) | Command::Run(_) | Command::Demo(_) => {
                         unreachable!("handled above")
                     }
-                }
+                };
+                (result, signals.and_then(|s| s.received()))
             });
-            match result {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
+            match (result, signal) {
+                (Ok(()), None) => ExitCode::SUCCESS,
+                (Ok(()), Some(sig)) => sig.exit_code(),
+                (Err(e), sig) => {
                     eprintln!("error: {e:#}");
-                    // A file that cannot be read or is out of range is bad input, as for `run`.
-                    if e.downcast_ref::<files::FileError>().is_some() {
-                        ExitCode::from(2)
-                    } else {
-                        ExitCode::FAILURE
+                    // A signal's code wins; a file that cannot be read or is out of range is
+                    // bad input, as for `run`.
+                    match sig {
+                        Some(sig) => sig.exit_code(),
+                        None if e.downcast_ref::<files::FileError>().is_some() => ExitCode::from(2),
+                        None => ExitCode::FAILURE,
                     }
                 }
             }

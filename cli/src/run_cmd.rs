@@ -1,6 +1,6 @@
 //! `triggers-lab run` and `triggers-lab demo`: scenario files through `triggers-scenarios`, with a
 //! progress line, results as they come, reports, and the exit code CI reads (0 all passed, 1 one
-//! failed, 2 a file is malformed or nothing matched).
+//! failed, 2 a file is malformed or nothing matched, 130/143 stopped by SIGINT/SIGTERM).
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -12,9 +12,10 @@ use std::time::Duration;
 use clap::Args;
 use triggers_emulator::{Backend, NatsConfig};
 use triggers_scenarios::report::seconds;
-use triggers_scenarios::{Event, Filter, Outcome, RunOptions, SuiteReport, WatchFn};
+use triggers_scenarios::{Event, Filter, Interrupt, Outcome, RunOptions, SuiteReport, WatchFn};
 
 use crate::lab_cmd::BackendArg;
+use crate::signals::Signals;
 
 /// Options of `triggers-lab run`.
 #[derive(Debug, Args)]
@@ -211,6 +212,8 @@ impl Progress {
                         Outcome::Passed => "ok  ",
                         Outcome::Failed => "FAIL",
                         Outcome::Skipped => "skip",
+                        Outcome::Interrupted => "INTR",
+                        Outcome::NotRun => "-   ",
                     };
                     let detail = step.detail.lines().next().unwrap_or_default();
                     println!(
@@ -329,6 +332,7 @@ fn execute(
         timeout,
         on_event: Some(on_event),
         watch,
+        interrupt: Interrupt::new(),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -340,11 +344,19 @@ fn execute(
             return ExitCode::FAILURE;
         }
     };
-    let report = runtime.block_on(triggers_scenarios::run_suite(
-        scenarios,
-        common.jobs,
-        &options,
-    ));
+    let (report, signal) = runtime.block_on(async {
+        // The first signal interrupts the run: steps stop, services and servers are stopped as
+        // at a scenario's end, and the reports are still written.
+        let signals = Signals::listen();
+        let waiting = signals.clone();
+        let interrupt = options.interrupt.clone();
+        let forward = tokio::spawn(async move {
+            interrupt.request(waiting.recv().await.name());
+        });
+        let report = triggers_scenarios::run_suite(scenarios, common.jobs, &options).await;
+        forward.abort();
+        (report, signals.received())
+    });
     // Services and servers are stopped; give the runtime's leftovers a moment, not forever.
     runtime.shutdown_timeout(Duration::from_secs(2));
     let mut code = if report.failed() == 0 {
@@ -374,7 +386,10 @@ fn execute(
         }
     }
     print_summary(&report, tui);
-    code
+    match signal {
+        Some(sig) => sig.exit_code(),
+        None => code,
+    }
 }
 
 fn print_summary(report: &SuiteReport, tui: bool) {
@@ -389,11 +404,28 @@ fn print_summary(report: &SuiteReport, tui: bool) {
     let failed: Vec<&str> = report
         .scenarios
         .iter()
-        .filter(|s| !s.passed())
+        .filter(|s| s.outcome == Outcome::Failed)
         .map(|s| s.name.as_str())
         .collect();
     if !failed.is_empty() {
         println!("failed: {}", failed.join(", "));
+    }
+    if let Some(why) = &report.interrupted {
+        let stopped: Vec<&str> = report
+            .scenarios
+            .iter()
+            .filter(|s| s.outcome == Outcome::Interrupted)
+            .map(|s| s.name.as_str())
+            .collect();
+        println!(
+            "interrupted by {why}{}; {} scenario(s) not run",
+            if stopped.is_empty() {
+                String::new()
+            } else {
+                format!(" during {}", stopped.join(", "))
+            },
+            report.count(Outcome::NotRun)
+        );
     }
     println!(
         "ran {} scenario(s) in {} with -j {}",
@@ -402,9 +434,5 @@ fn print_summary(report: &SuiteReport, tui: bool) {
         report.jobs
     );
     // Last, alone on its line: the form CI logs are read for.
-    println!(
-        "scenarios: {} passed, {} failed",
-        report.passed(),
-        report.failed()
-    );
+    println!("scenarios: {}", report.counts());
 }

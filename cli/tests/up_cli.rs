@@ -1,23 +1,63 @@
 //! `triggers-lab up` from the outside: it starts, answers a registration from another client,
-//! takes `deploy`, `trigger` and `advance` through the control API, and stops cleanly on SIGINT.
+//! takes `deploy`, `trigger` and `advance` through the control API, which services (clients
+//! without credentials) cannot reach, finds instances through private discovery files, and
+//! stops cleanly on SIGINT.
+
+#![cfg(unix)]
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
+use async_nats::RequestErrorKind;
+use futures::StreamExt;
 use serde_json::json;
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_triggers-lab"))
+fn bin(xdg: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_triggers-lab"));
+    c.env_remove("TRIGGERS_NATS_URL")
+        .env("XDG_RUNTIME_DIR", xdg)
+        .env("TMPDIR", xdg);
+    c
 }
 
-#[test]
-fn up_answers_registrations_and_control_commands_then_stops_on_sigint() {
-    let dir = tempfile::tempdir().unwrap();
-    let record = dir.path().join("events.jsonl");
-    let mut up = bin()
-        .args(["up", "--backend", "binary", "--quiet", "--record"])
-        .arg(&record)
+/// An `up` process, killed when the test ends without stopping it (a failed assertion), so no
+/// test leaves a nats-server behind.
+struct Up(Child);
+
+impl std::ops::Deref for Up {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Up {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            // SIGTERM: up stops its nats-server and deletes its store on the way out.
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_raw(self.0.id() as i32).expect("a child's pid"),
+                rustix::process::Signal::TERM,
+            );
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Starts `up` with `args`; returns it and the URL it printed.
+fn up(xdg: &Path, args: &[&str]) -> (Up, String) {
+    let mut up = bin(xdg)
+        .args(["up", "--backend", "binary", "--quiet"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -26,20 +66,76 @@ fn up_answers_registrations_and_control_commands_then_stops_on_sigint() {
     let mut url = String::new();
     stdout.read_line(&mut url).unwrap();
     let url = url.trim().to_owned();
+    let up = Up(up);
     assert!(url.starts_with("nats://"), "{url:?}");
+    (up, url)
+}
 
-    // A registration from a plain NATS client (any language would do the same).
+fn run(xdg: &Path, args: &[&str]) -> Output {
+    bin(xdg).args(args).output().unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn interrupt(up: &mut Child) -> std::process::ExitStatus {
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(up.id() as i32).unwrap(),
+        rustix::process::Signal::INT,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = up.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "up did not stop on SIGINT");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+const FLOW: &str = "id: inapp\nnodes:\n  - {id: in, type: service-in, service: my-python-svc}\n  - {id: send, type: action, service: my-python-svc, action: send_inapp}\nedges:\n  - {id: e1, from: in, to: send}\n";
+
+#[test]
+fn up_answers_registrations_and_control_commands_then_stops_on_sigint() {
+    let dir = tempfile::tempdir().unwrap();
+    let xdg = dir.path();
+    let record = xdg.join("events.jsonl");
+    let (mut one, url) = up(
+        xdg,
+        &["--instance", "one", "--record", record.to_str().unwrap()],
+    );
+
+    // The discovery file: private, and what it holds.
+    let discovery = xdg.join("triggers-lab");
+    let file = discovery.join("one.json");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&discovery), 0o700);
+    assert_eq!(mode(&file), 0o600);
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(written["url"], url.as_str());
+    assert!(written["password"].as_str().is_some_and(|p| p.len() >= 32));
+    assert!(written["token"].as_str().is_some_and(|t| t.len() >= 32));
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // A service: a plain client, no credentials.
+    let service = runtime.block_on(async_nats::connect(&url)).unwrap();
     let manifest = std::fs::read(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../testdata/manifests/001_spec_example/manifest.json"),
     )
     .unwrap();
     let mut manifest: serde_json::Value = serde_json::from_slice(&manifest).unwrap();
     manifest["manifest_hash"] =
         json!("sha256:289888788fd67c1c96727dc28cd3e772969279b224e455a0c0543cf09b53606f");
-    let reply = tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let client = async_nats::connect(&url).await.unwrap();
-        let reply = client
+    let reply = runtime.block_on(async {
+        let reply = service
             .request("triggers.v2.manifest.register", manifest.to_string().into())
             .await
             .unwrap();
@@ -47,69 +143,73 @@ fn up_answers_registrations_and_control_commands_then_stops_on_sigint() {
     });
     assert_eq!(reply, r#"{"flows":null}"#);
 
-    let flow = dir.path().join("flow.yaml");
-    std::fs::write(
-        &flow,
-        "id: inapp\nnodes:\n  - {id: in, type: service-in, service: my-python-svc}\n  - {id: send, type: action, service: my-python-svc, action: send_inapp}\nedges:\n  - {id: e1, from: in, to: send}\n",
-    )
-    .unwrap();
-    let out = bin()
-        .args(["deploy", "--nats", &url])
-        .arg(&flow)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("deployed inapp v1"));
-
-    let out = bin()
-        .args(["trigger", "--nats", &url, "inapp", r#"{"tenant_id":"t1"}"#])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("run-"));
-
-    let out = bin()
-        .args(["advance", "--nats", &url, "1h30m"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-
-    let out = bin()
-        .args(["trigger", "--nats", &url, "no-such-flow"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no flow \"no-such-flow\" is deployed"));
-
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(up.id() as i32).unwrap(),
-        rustix::process::Signal::INT,
-    )
-    .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = up.try_wait().unwrap() {
-            break status;
+    // The service can neither drive the emulator nor see the lab's traffic.
+    runtime.block_on(async {
+        for op in ["deploy", "trigger", "advance", "state"] {
+            let err = service
+                .request(format!("triggerslab.v1.control.{op}"), "{}".into())
+                .await
+                .expect_err("a service reached the control API");
+            assert_eq!(err.kind(), RequestErrorKind::NoResponders, "{op}: {err}");
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "up did not stop on SIGINT"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(status.success(), "{status}");
+    });
+    let mut everything = runtime.block_on(service.subscribe(">")).unwrap();
+    runtime.block_on(service.flush()).unwrap();
+
+    // The CLI: by URL (the credentials come from the discovery file), then as the only one.
+    let flow = xdg.join("flow.yaml");
+    std::fs::write(&flow, FLOW).unwrap();
+    let out = run(xdg, &["deploy", "--nats", &url, flow.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("deployed inapp v1"));
+    let out = run(xdg, &["trigger", "inapp", r#"{"tenant_id":"t1"}"#]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("run-"));
+    let out = run(xdg, &["advance", "--instance", "one", "1h30m"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = run(xdg, &["trigger", "no-such-flow"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("no flow \"no-such-flow\" is deployed"));
+
+    runtime.block_on(async {
+        service.flush().await.unwrap();
+        while let Ok(Some(msg)) =
+            tokio::time::timeout(Duration::from_millis(200), everything.next()).await
+        {
+            assert!(
+                !msg.subject.starts_with("triggerslab."),
+                "the service saw {}",
+                msg.subject
+            );
+        }
+    });
+
+    // A second `up`: its own file; the commands ask which; stopping it leaves the first alone.
+    let (mut two, url_two) = up(xdg, &["--instance", "two"]);
+    assert!(discovery.join("two.json").exists() && file.exists());
+    let out = run(xdg, &["advance", "1m"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("2 `triggers-lab up`s are running"),
+        "{}",
+        text(&out)
+    );
+    assert!(text(&out).contains("--instance"), "{}", text(&out));
+    let out = run(xdg, &["advance", "--instance", "two", "1m"]);
+    assert!(out.status.success(), "{}", text(&out));
+    // A third with a name in use is refused before it starts anything.
+    let out = run(xdg, &["up", "--backend", "binary", "--instance", "two"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("already running"), "{}", text(&out));
+    assert_eq!(interrupt(&mut two).code(), Some(130));
+    assert!(!discovery.join("two.json").exists());
+    assert!(file.exists());
+    let _ = url_two;
+
+    // Stopped by SIGINT, cleanly: 128 + 2, as a shell reports it.
+    let status = interrupt(&mut one);
+    assert_eq!(status.code(), Some(130), "{status}");
+    assert!(!file.exists());
     let records = std::fs::read_to_string(&record).unwrap();
     for kind in [
         "\"kind\":\"registration\"",
@@ -121,4 +221,113 @@ fn up_answers_registrations_and_control_commands_then_stops_on_sigint() {
     // The nats-server it started is gone.
     let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
     assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+}
+
+#[test]
+fn symlinks_at_the_discovery_paths_are_refused() {
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("target");
+    std::fs::write(&target, "untouched").unwrap();
+
+    // A symlink planted at the file's path.
+    let a = tempfile::tempdir().unwrap();
+    let dir = a.path().join("triggers-lab");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink(&target, dir.join("evil.json")).unwrap();
+    let out = run(
+        a.path(),
+        &["up", "--backend", "binary", "--instance", "evil"],
+    );
+    assert!(!out.status.success());
+    assert!(text(&out).contains("symbolic link"), "{}", text(&out));
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched");
+    // The commands do not read through it either.
+    let out = run(a.path(), &["advance", "1m"]);
+    assert!(
+        text(&out).contains("no running `triggers-lab up` found"),
+        "{}",
+        text(&out)
+    );
+
+    // The directory itself a symlink.
+    let b = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), b.path().join("triggers-lab")).unwrap();
+    let out = run(b.path(), &["up", "--backend", "binary"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("symbolic link"), "{}", text(&out));
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        1,
+        "something was written through the symlinked directory"
+    );
+}
+
+#[test]
+fn on_an_external_server_the_control_api_needs_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let xdg = dir.path();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = Command::new("nats-server")
+        .args([
+            "-a",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-js",
+            "--store_dir",
+        ])
+        .arg(xdg.join("store"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nats-server on PATH");
+    let url = format!("nats://127.0.0.1:{port}");
+    let (mut up, printed) = up(xdg, &["--nats", &url, "--instance", "ext"]);
+    assert_eq!(printed, url);
+
+    // The CLI has the token.
+    let out = run(xdg, &["advance", "--instance", "ext", "1m"]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let other = async_nats::connect(&url).await.unwrap();
+        let mut records = other.subscribe("triggerslab.v1.records").await.unwrap();
+        other.flush().await.unwrap();
+        let reply = other
+            .request(
+                "triggerslab.v1.control.advance",
+                r#"{"duration_ms": 1000}"#.into(),
+            )
+            .await
+            .unwrap();
+        let reply: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+        assert_eq!(reply["ok"], false, "{reply}");
+        assert!(
+            reply["error"]
+                .as_str()
+                .unwrap()
+                .contains("Triggers-Lab-Token")
+        );
+        // Something is recorded (a refused registration); it is not on the guessable subject.
+        let _ = other
+            .request("triggers.v2.manifest.register", "{}".into())
+            .await;
+        other.flush().await.unwrap();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), records.next())
+                .await
+                .is_err(),
+            "a record went to triggerslab.v1.records"
+        );
+    });
+
+    assert_eq!(interrupt(&mut up).code(), Some(130));
+    let _ = server.kill();
+    let _ = server.wait();
 }

@@ -6,6 +6,13 @@
 //! `{"ok": true, "result": ...}` or `{"ok": false, "error": "..."}`. Every record is also published,
 //! as JSON, on `triggerslab.v1.records`.
 //!
+//! Who may use it: by default anyone on the server (tests in one process). `triggers-lab up`
+//! closes it two ways ([`ControlAccess`]): on a server it starts, the API lives in a NATS account
+//! of its own that services cannot reach ([`crate::NatsConfig::private_control`]); and every
+//! request must carry a per-instance [`ControlToken`] in the [`TOKEN_HEADER`] header (checked in
+//! constant time), with the records on [`records_subject`]`(token)`. On an external server only
+//! the token applies: anyone who can subscribe to `triggerslab.>` there sees the token go by.
+//!
 //! | op | request | result |
 //! |---|---|---|
 //! | `state` | `{}` | [`StateSummary`] |
@@ -36,8 +43,71 @@ use crate::recorder::{Liveness, Record, Run, RunStatus};
 
 /// The prefix of every control subject.
 pub const PREFIX: &str = "triggerslab.v1.control";
-/// Where every record is published as JSON.
+/// Where every record is published as JSON (followed by `.<token>` when the emulator has one).
 pub const RECORDS_SUBJECT: &str = "triggerslab.v1.records";
+/// The header a control request carries its [`ControlToken`] in.
+pub const TOKEN_HEADER: &str = "Triggers-Lab-Token";
+
+/// A per-instance secret for the control API: requests carry it in [`TOKEN_HEADER`], and the
+/// records go to a subject that includes it. Its `Debug` form hides it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ControlToken(String);
+
+impl ControlToken {
+    /// 32 random bytes (hex) from the thread's CSPRNG.
+    #[must_use]
+    pub fn generate() -> Self {
+        ControlToken(crate::nats::accounts::secret())
+    }
+
+    /// A token someone else generated (read from `up`'s discovery file, say).
+    #[must_use]
+    pub fn new(token: impl Into<String>) -> Self {
+        ControlToken(token.into())
+    }
+
+    /// The token's text, to write down for other processes.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `given` is this token, in time that does not depend on where they differ.
+    #[must_use]
+    pub fn matches(&self, given: &str) -> bool {
+        let (a, b) = (self.0.as_bytes(), given.as_bytes());
+        // The length is no secret (every token is 64 hex digits); the contents are.
+        a.len() == b.len()
+            && std::hint::black_box(a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y))) == 0
+    }
+}
+
+impl std::fmt::Debug for ControlToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ControlToken(<redacted>)")
+    }
+}
+
+/// The subject records are published on: [`RECORDS_SUBJECT`], then `.<token>` when there is one,
+/// so only who holds the token knows where to listen.
+#[must_use]
+pub fn records_subject(token: Option<&ControlToken>) -> String {
+    match token {
+        Some(t) => format!("{RECORDS_SUBJECT}.{}", t.as_str()),
+        None => RECORDS_SUBJECT.to_string(),
+    }
+}
+
+/// What a client needs to reach a closed control API: the control account's credentials (when
+/// the server has one) and the token (when the emulator has one). The default reaches an open
+/// one.
+#[derive(Debug, Clone, Default)]
+pub struct ControlAccess {
+    /// Log in to the server's control account as this user.
+    pub credentials: Option<crate::nats::ControlCredentials>,
+    /// Send this token with every request, and follow the records on its subject.
+    pub token: Option<ControlToken>,
+}
 
 /// A service in the state summary.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -285,9 +355,19 @@ async fn handle(emulator: &Emulator, op: &str, payload: &[u8]) -> Result<Value, 
 pub(crate) async fn serve(
     emulator: Emulator,
 ) -> Result<impl std::future::Future<Output = ()> + Send + 'static, EmulatorError> {
-    let client = emulator.client().clone();
+    let client = emulator
+        .config()
+        .control_client
+        .clone()
+        .unwrap_or_else(|| emulator.client().clone());
+    let token = emulator.config().control_token.clone();
+    let records_to = records_subject(token.as_ref());
     let mut requests = client
         .subscribe(format!("{PREFIX}.*"))
+        .await
+        .map_err(|e| EmulatorError::nats("subscribe to the control API", e))?;
+    // In place at the server before the emulator says it is up.
+    triggers_sdk::transport::round_trip(&client)
         .await
         .map_err(|e| EmulatorError::nats("subscribe to the control API", e))?;
     let mut records = emulator.subscribe_records();
@@ -298,7 +378,9 @@ pub(crate) async fn serve(
                 match records.recv().await {
                     Ok(record) => {
                         if let Ok(bytes) = serde_json::to_vec(&record) {
-                            let _ = forward_client.publish(RECORDS_SUBJECT, bytes.into()).await;
+                            let _ = forward_client
+                                .publish(records_to.clone(), bytes.into())
+                                .await;
                         }
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
@@ -315,9 +397,13 @@ pub(crate) async fn serve(
                     .next()
                     .unwrap_or_default()
                     .to_owned();
-                let reply = match handle(&emulator, &op, &msg.payload).await {
-                    Ok(result) => json!({"ok": true, "result": result}),
-                    Err(error) => json!({"ok": false, "error": error}),
+                let reply = if let Some(refusal) = refuse(token.as_ref(), msg.headers.as_ref()) {
+                    json!({"ok": false, "error": refusal})
+                } else {
+                    match handle(&emulator, &op, &msg.payload).await {
+                        Ok(result) => json!({"ok": true, "result": result}),
+                        Err(error) => json!({"ok": false, "error": error}),
+                    }
                 };
                 if let Some(to) = msg.reply {
                     let bytes = serde_json::to_vec(&reply).unwrap_or_default();
@@ -329,22 +415,59 @@ pub(crate) async fn serve(
     })
 }
 
+/// Why a request is refused for want of the token; `None` when it may go on.
+fn refuse(token: Option<&ControlToken>, headers: Option<&async_nats::HeaderMap>) -> Option<String> {
+    let token = token?;
+    let given = headers
+        .and_then(|h| h.get(TOKEN_HEADER))
+        .map(async_nats::HeaderValue::as_str);
+    match given {
+        Some(given) if token.matches(given) => None,
+        Some(_) => Some(format!(
+            "the {TOKEN_HEADER} header does not match this emulator's token: use the one its \
+             `triggers-lab up` wrote to its discovery file (the triggers-lab CLI reads it)"
+        )),
+        None => Some(format!(
+            "this emulator's control API needs its token in the {TOKEN_HEADER} header: use the \
+             triggers-lab CLI (deploy, trigger, advance, watch), which reads it from the \
+             discovery file `triggers-lab up` writes"
+        )),
+    }
+}
+
 /// A client of the control API, for the CLI and the terminal UI.
 #[derive(Debug, Clone)]
 pub struct ControlClient {
     client: async_nats::Client,
     url: String,
     drops: DropCounter,
+    token: Option<ControlToken>,
 }
 
 impl ControlClient {
-    /// Connects to the NATS server a `triggers-lab up` runs on and checks an emulator answers.
+    /// Connects to the NATS server a `triggers-lab up` runs on and checks an emulator answers:
+    /// for an open control API. [`ControlClient::connect_with`] takes what a closed one needs.
     ///
     /// # Errors
     /// [`ControlError::NoEmulator`] when nothing answers.
     pub async fn connect(url: &str) -> Result<Self, ControlError> {
+        Self::connect_with(url, &ControlAccess::default()).await
+    }
+
+    /// Connects with `access` (the control account's credentials, the token) and checks an
+    /// emulator answers.
+    ///
+    /// # Errors
+    /// [`ControlError::NoEmulator`] when the server refuses the credentials or nothing answers;
+    /// [`ControlError::Refused`] when the emulator refuses the token.
+    pub async fn connect_with(url: &str, access: &ControlAccess) -> Result<Self, ControlError> {
         let drops = DropCounter::new();
-        let client = crate::drops::connect_options("triggers-lab control", &drops)
+        let options = crate::drops::connect_options("triggers-lab control", &drops);
+        let options = match &access.credentials {
+            Some(c) => c.apply(options),
+            None => options,
+        };
+        let client = options
             .connection_timeout(Duration::from_secs(5))
             .connect(url)
             .await
@@ -352,11 +475,9 @@ impl ControlClient {
                 url: url.to_owned(),
                 reason: e.to_string(),
             })?;
-        let this = ControlClient {
-            client,
-            url: url.to_owned(),
-            drops,
-        };
+        let this = ControlClient::from_client(client, url)
+            .with_token(access.token.clone())
+            .with_drops(drops);
         this.state().await?;
         Ok(this)
     }
@@ -369,6 +490,7 @@ impl ControlClient {
             client,
             url: url.to_owned(),
             drops: DropCounter::new(),
+            token: None,
         }
     }
 
@@ -386,6 +508,13 @@ impl ControlClient {
         self.drops.count()
     }
 
+    /// Sends `token` with every request and follows the records on its subject.
+    #[must_use]
+    pub fn with_token(mut self, token: Option<ControlToken>) -> Self {
+        self.token = token;
+        self
+    }
+
     /// The NATS client underneath.
     #[must_use]
     pub fn client(&self) -> &async_nats::Client {
@@ -395,9 +524,14 @@ impl ControlClient {
     async fn call<T: DeserializeOwned>(&self, op: &str, request: Value) -> Result<T, ControlError> {
         let bytes =
             serde_json::to_vec(&request).map_err(|e| ControlError::BadReply(e.to_string()))?;
+        let mut headers = async_nats::HeaderMap::new();
+        if let Some(token) = &self.token {
+            headers.insert(TOKEN_HEADER, token.as_str());
+        }
         let reply = tokio::time::timeout(
             Duration::from_secs(30),
-            self.client.request(format!("{PREFIX}.{op}"), bytes.into()),
+            self.client
+                .request_with_headers(format!("{PREFIX}.{op}"), headers, bytes.into()),
         )
         .await
         .map_err(|_| ControlError::NoEmulator {
@@ -489,14 +623,14 @@ impl ControlClient {
     /// # Errors
     /// When the subscription fails.
     pub async fn follow(&self) -> Result<BoxStream<'static, Record>, ControlError> {
-        let sub =
-            self.client
-                .subscribe(RECORDS_SUBJECT)
-                .await
-                .map_err(|e| ControlError::NoEmulator {
-                    url: self.url.clone(),
-                    reason: e.to_string(),
-                })?;
+        let sub = self
+            .client
+            .subscribe(records_subject(self.token.as_ref()))
+            .await
+            .map_err(|e| ControlError::NoEmulator {
+                url: self.url.clone(),
+                reason: e.to_string(),
+            })?;
         // Every record published after this returns reaches the stream.
         triggers_sdk::transport::round_trip(&self.client)
             .await

@@ -74,6 +74,15 @@ pub struct EmulatorConfig {
     /// to [`Emulator::start`] must be made with [`crate::drops::connect_options`] over this same
     /// counter (the harness, `triggers-lab up` and the scenario runner do).
     pub slow_consumers: triggers_sdk::transport::DropCounter,
+    /// The connection the control API is served on and the records are published on (default
+    /// `None`: the emulator's own). `triggers-lab up` passes one logged in to the server's
+    /// control account, out of the services' reach (see `NatsConfig::private_control`); the
+    /// [`Harness`](crate::Harness) does the same when its server has one.
+    pub control_client: Option<async_nats::Client>,
+    /// A secret every control request must carry in the `Triggers-Lab-Token` header; records
+    /// then go to `triggerslab.v1.records.<token>` (default `None`: no token, records on
+    /// `triggerslab.v1.records`). See [`crate::control`].
+    pub control_token: Option<crate::control::ControlToken>,
 }
 
 impl Default for EmulatorConfig {
@@ -93,6 +102,8 @@ impl Default for EmulatorConfig {
             stream_max_age: Duration::from_secs(24 * 3600),
             stream_max_bytes: 1 << 30,
             slow_consumers: triggers_sdk::transport::DropCounter::new(),
+            control_client: None,
+            control_token: None,
         }
     }
 }

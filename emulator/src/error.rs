@@ -275,7 +275,7 @@ pub enum HarnessError {
 pub enum ControlError {
     /// No emulator answered on the control subjects.
     #[error(
-        "no triggers-lab emulator answers on {url} ({reason}); start one with `triggers-lab up`, or point --nats / TRIGGERS_NATS_URL at it"
+        "no triggers-lab emulator answers on {url} ({reason}); start one with `triggers-lab up`, or point --nats / TRIGGERS_NATS_URL at it. An `up` answers only clients with its credentials, which the triggers-lab commands read from its discovery file: run them as the user who started it"
     )]
     NoEmulator {
         /// The NATS URL.

@@ -37,14 +37,17 @@ impl Harness {
         Self::start_with(NatsConfig::default(), EmulatorConfig::default()).await
     }
 
-    /// Starts with the given settings. The emulator's connection counts slow-consumer drops in
+    /// Starts with the given settings. When the server has a private control account
+    /// ([`NatsConfig::private_control`]) and `config` names no control connection, the control
+    /// API is served on one logged in to that account.
+    /// The emulator's connection counts slow-consumer drops in
     /// `config.slow_consumers` ([`crate::drops`]), with `nats.subscription_capacity` if set.
     ///
     /// # Errors
     /// As [`Harness::start`].
     pub async fn start_with(
         nats: NatsConfig,
-        config: EmulatorConfig,
+        mut config: EmulatorConfig,
     ) -> Result<Self, HarnessError> {
         let capacity = nats.subscription_capacity;
         let nats = NatsServer::start(nats).await?;
@@ -61,6 +64,20 @@ impl Harness {
                 url: nats.url().to_owned(),
                 reason: e.to_string(),
             })?;
+        if config.control_client.is_none()
+            && let Some(credentials) = nats.control_credentials()
+        {
+            let control = credentials
+                .connect_options()
+                .name("triggers-lab emulator control")
+                .connect(nats.url())
+                .await
+                .map_err(|e| HarnessError::Connect {
+                    url: nats.url().to_owned(),
+                    reason: format!("to the control account: {e}"),
+                })?;
+            config.control_client = Some(control);
+        }
         let emulator = Emulator::start(client.clone(), config).await?;
         Ok(Harness {
             emulator,
@@ -96,6 +113,22 @@ impl Harness {
     /// The nats-server, mutably (for [`NatsServer::restart`]).
     pub fn nats_mut(&mut self) -> &mut NatsServer {
         &mut self.nats
+    }
+
+    /// Stops the emulator, then the nats-server gracefully (and removes its store or container).
+    /// Dropping the harness does the same, less gracefully.
+    ///
+    /// # Errors
+    /// When the Docker engine fails to stop or remove the container.
+    pub async fn stop(self) -> Result<(), crate::NatsError> {
+        let Harness {
+            emulator,
+            client,
+            nats,
+        } = self;
+        drop(emulator);
+        drop(client);
+        nats.stop().await
     }
 }
 

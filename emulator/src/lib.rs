@@ -45,6 +45,7 @@ pub mod release;
 mod run;
 mod timers;
 mod wait;
+pub mod watchdog;
 
 pub use clock::ClockMode;
 pub use emulator::{

@@ -1,6 +1,8 @@
 //! External services: a scenario's `services` entry with a `command`. The runner starts it in a
 //! process group of its own with `TRIGGERS_NATS_URL` set, keeps the end of its output for the
 //! report, waits until it is ready, and stops it with SIGTERM (SIGKILL if it lingers, and on drop).
+//! A [`Watchdog`] kills the group if this process dies without stopping it (SIGKILL, a forced
+//! exit): a service must not outlive the run that started it.
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -10,6 +12,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
+
+use triggers_emulator::watchdog::{Watchdog, process_group_alive};
 
 use crate::model::ServiceSpec;
 
@@ -42,6 +46,10 @@ impl Output {
 pub(crate) struct External {
     pub(crate) name: String,
     child: Option<Child>,
+    /// The child's process group (its pid): it outlives the child's handle, which forgets the
+    /// pid once the child is reaped.
+    pgid: Option<u32>,
+    watchdog: Option<Watchdog>,
     pub(crate) output: Output,
 }
 
@@ -59,6 +67,12 @@ impl External {
         let cwd = match &spec.cwd {
             Some(dir) => base_dir.join(dir),
             None => base_dir.to_path_buf(),
+        };
+        // A scenario named by a bare file name (`run order.yaml`) has an empty folder: here.
+        let cwd = if cwd.as_os_str().is_empty() {
+            Path::new(".").to_path_buf()
+        } else {
+            cwd
         };
         let mut cmd = Command::new(program);
         cmd.args(args)
@@ -79,6 +93,15 @@ impl External {
                 cwd.display()
             )
         })?;
+        let pgid = child.id();
+        let watchdog = pgid
+            .and_then(|pid| match Watchdog::process_group(pid, None) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::warn!(%e, service = %spec.name, "no watchdog: the service would outlive a SIGKILL of this process");
+                    None
+                }
+            });
         let output = Output::default();
         if let Some(out) = child.stdout.take() {
             tokio::spawn(collect(out, output.clone()));
@@ -89,6 +112,8 @@ impl External {
         Ok(External {
             name: spec.name.clone(),
             child: Some(child),
+            pgid,
+            watchdog,
             output,
         })
     }
@@ -102,41 +127,55 @@ impl External {
         }
     }
 
-    /// SIGTERM to its process group; SIGKILL after the grace period.
+    /// SIGTERM to its process group; SIGKILL to what is left of the group after the grace
+    /// period. The group, not only the leader: the leader's exit does not end its children (a
+    /// shell's, a wrapper's), and a leader that exits at once on SIGTERM may have left a child
+    /// still finishing its own graceful shutdown.
     pub(crate) async fn stop(&mut self) -> Result<(), String> {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
-        signal(&child, false);
-        match tokio::time::timeout(STOP_GRACE, child.wait()).await {
-            Ok(Ok(_)) => Ok(()),
-            _ => {
-                signal(&child, true);
-                let _ = child.kill().await;
-                Err(format!(
-                    "service {:?} did not exit within {STOP_GRACE:?} of SIGTERM and was killed",
-                    self.name
-                ))
+        let deadline = tokio::time::Instant::now() + STOP_GRACE;
+        signal(self.pgid, false);
+        let leader = tokio::time::timeout_at(deadline, child.wait()).await;
+        let mut rest_gone = false;
+        while tokio::time::Instant::now() < deadline {
+            if !self.pgid.is_some_and(process_group_alive) {
+                rest_gone = true;
+                break;
             }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        signal(self.pgid, true);
+        if leader.is_err() {
+            let _ = child.kill().await;
+        }
+        self.watchdog = None;
+        if matches!(leader, Ok(Ok(_))) && rest_gone {
+            Ok(())
+        } else {
+            Err(format!(
+                "service {:?} did not exit within {STOP_GRACE:?} of SIGTERM and was killed",
+                self.name
+            ))
         }
     }
 }
 
 impl Drop for External {
     fn drop(&mut self) {
-        if let Some(child) = &self.child {
-            signal(child, true);
+        if self.child.is_some() {
+            signal(self.pgid, true);
         }
     }
 }
 
 /// Signals the child's process group (the child and whatever it started, as `cargo run` does).
-fn signal(child: &Child, kill: bool) {
+fn signal(pgid: Option<u32>, kill: bool) {
     #[cfg(unix)]
     {
         use rustix::process::{Pid, Signal, kill_process_group};
-        if let Some(pid) = child
-            .id()
+        if let Some(pid) = pgid
             .and_then(|id| i32::try_from(id).ok())
             .and_then(Pid::from_raw)
         {
@@ -145,7 +184,7 @@ fn signal(child: &Child, kill: bool) {
     }
     #[cfg(not(unix))]
     {
-        let _ = (child, kill);
+        let _ = (pgid, kill);
     }
 }
 

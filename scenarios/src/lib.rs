@@ -27,6 +27,7 @@ mod describe;
 mod error;
 mod expect;
 mod external;
+mod interrupt;
 mod load;
 pub mod model;
 pub mod report;
@@ -38,6 +39,7 @@ mod vars;
 
 pub use describe::label;
 pub use error::{LoadError, ReportError};
+pub use interrupt::Interrupt;
 pub use load::{
     DEFAULT_STEP_TIMEOUT, DEFAULT_TIMEOUT, FlowDef, Scenario, StepAt, discover, load_file, load_str,
 };

@@ -17,16 +17,22 @@ pub enum Outcome {
     Failed,
     /// Not run: an earlier step failed.
     Skipped,
+    /// Stopped by a signal (Ctrl-C, SIGTERM) while it ran: neither passed nor failed.
+    Interrupted,
+    /// Not run: the run was interrupted before it got there.
+    NotRun,
 }
 
 impl Outcome {
-    /// `PASS`, `FAIL`, `SKIP`.
+    /// `PASS`, `FAIL`, `SKIP`, `INTERRUPTED`, `NOT RUN`.
     #[must_use]
     pub fn word(self) -> &'static str {
         match self {
             Outcome::Passed => "PASS",
             Outcome::Failed => "FAIL",
             Outcome::Skipped => "SKIP",
+            Outcome::Interrupted => "INTERRUPTED",
+            Outcome::NotRun => "NOT RUN",
         }
     }
 }
@@ -184,6 +190,9 @@ pub struct SuiteReport {
     pub duration: Duration,
     /// Scenarios run at once.
     pub jobs: usize,
+    /// Why the run was stopped early (`SIGINT`, `SIGTERM`), if it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<String>,
 }
 
 impl SuiteReport {
@@ -196,18 +205,36 @@ impl SuiteReport {
     /// How many failed.
     #[must_use]
     pub fn failed(&self) -> usize {
-        self.scenarios.len() - self.passed()
+        self.count(Outcome::Failed)
+    }
+
+    /// How many ended with `outcome`.
+    #[must_use]
+    pub fn count(&self, outcome: Outcome) -> usize {
+        self.scenarios
+            .iter()
+            .filter(|s| s.outcome == outcome)
+            .count()
+    }
+
+    /// `14 passed, 0 failed`, then `, 1 interrupted, 3 not run` when the run was stopped early.
+    #[must_use]
+    pub fn counts(&self) -> String {
+        let mut text = format!("{} passed, {} failed", self.passed(), self.failed());
+        if self.interrupted.is_some() {
+            text.push_str(&format!(
+                ", {} interrupted, {} not run",
+                self.count(Outcome::Interrupted),
+                self.count(Outcome::NotRun)
+            ));
+        }
+        text
     }
 
     /// `14 passed, 0 failed in 12.3s`.
     #[must_use]
     pub fn summary_line(&self) -> String {
-        format!(
-            "{} passed, {} failed in {}",
-            self.passed(),
-            self.failed(),
-            seconds(self.duration)
-        )
+        format!("{} in {}", self.counts(), seconds(self.duration))
     }
 
     /// The report as JSON.
@@ -229,9 +256,23 @@ impl SuiteReport {
         let mut report = Report::new("triggers-lab scenarios");
         let mut suite = TestSuite::new("scenarios");
         for s in &self.scenarios {
-            let status = match &s.failure {
-                None => TestCaseStatus::success(),
-                Some(f) => {
+            let status = match (&s.failure, s.outcome) {
+                (_, Outcome::NotRun) => {
+                    let mut st = TestCaseStatus::skipped();
+                    st.set_message("not run: the run was interrupted before this scenario");
+                    st
+                }
+                (failure, Outcome::Interrupted) => {
+                    let mut st = TestCaseStatus::non_success(NonSuccessKind::Error);
+                    if let Some(f) = failure {
+                        st.set_message(format!("{} at {}", f.what, f.at));
+                        st.set_description(f.message.clone());
+                    }
+                    st.set_type("interrupted");
+                    st
+                }
+                (None, _) => TestCaseStatus::success(),
+                (Some(f), _) => {
                     let mut st = TestCaseStatus::non_success(NonSuccessKind::Failure);
                     st.set_message(format!("{} at {}", f.what, f.at));
                     st.set_description(f.message.clone());

@@ -19,6 +19,7 @@ use triggers_emulator::{
 
 use crate::describe::{self, RunNames};
 use crate::external::{External, Output};
+use crate::interrupt::Interrupt;
 use crate::load::Scenario;
 use crate::model::{ClockSpec, Conformance, HashMismatchSpec, Readiness, StubSpec};
 use crate::report::{Failure, Outcome, ScenarioReport, ServiceOutput, StepReport};
@@ -43,6 +44,8 @@ pub struct RunOptions {
     pub on_event: Option<EventFn>,
     /// Watch each scenario's emulator (the terminal UI).
     pub watch: Option<WatchFn>,
+    /// Stops the run early when requested (default: a request nobody makes).
+    pub interrupt: Interrupt,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -50,6 +53,7 @@ impl std::fmt::Debug for RunOptions {
         f.debug_struct("RunOptions")
             .field("nats", &self.nats)
             .field("timeout", &self.timeout)
+            .field("interrupt", &self.interrupt.reason())
             .finish_non_exhaustive()
     }
 }
@@ -270,12 +274,20 @@ pub async fn run_scenario(
     };
     let whole_file = scenario.file.clone();
     match setup(scenario, options).await {
-        Err((message, outputs)) => {
-            report.outcome = Outcome::Failed;
+        Err(SetupError {
+            message,
+            outputs,
+            interrupted,
+        }) => {
+            let (outcome, what, steps) = match interrupted {
+                Some(_) => (Outcome::Interrupted, "interrupted", Outcome::NotRun),
+                None => (Outcome::Failed, "setup", Outcome::Skipped),
+            };
+            report.outcome = outcome;
             report.failure = Some(Failure {
                 step: None,
                 at: whole_file,
-                what: "setup".into(),
+                what: what.into(),
                 message,
             });
             report.services = outputs;
@@ -284,7 +296,7 @@ pub async fn run_scenario(
                     index: i + 1,
                     line: s.line,
                     label: describe::label(&s.step),
-                    outcome: Outcome::Skipped,
+                    outcome: steps,
                     duration: Duration::ZERO,
                     detail: String::new(),
                 });
@@ -297,8 +309,10 @@ pub async fn run_scenario(
                 .as_ref()
                 .map(|w| tokio::spawn(w(lab.em().clone())));
             lab.deadline = after(Instant::now(), options.timeout.unwrap_or(scenario.timeout));
-            run_steps(&mut lab, &mut report, index, &emitter).await;
+            run_steps(&mut lab, &mut report, index, &emitter, &options.interrupt).await;
+            let interrupted = report.outcome == Outcome::Interrupted;
             if report.failure.is_none()
+                && !interrupted
                 && let Some(message) = conformance(&lab)
             {
                 report.failure = Some(Failure {
@@ -309,6 +323,10 @@ pub async fn run_scenario(
                 });
             }
             if let Some(w) = watching {
+                // An interrupted run does not wait for the viewer to be quit.
+                if interrupted {
+                    w.abort();
+                }
                 let _ = w.await;
             }
             let (dropped, account) = drops(&lab);
@@ -348,8 +366,14 @@ pub async fn run_scenario(
                     output: out.text(),
                 })
                 .collect();
-            if report.failure.is_some() {
+            if report.failure.is_some() && !interrupted {
                 report.outcome = Outcome::Failed;
+            }
+            // Gracefully, so a Docker container is stopped and removed, a binary's store deleted,
+            // before the next scenario (or the exit) comes.
+            let Lab { harness, .. } = lab;
+            if let Err(e) = harness.stop().await {
+                tracing::warn!(%e, "the scenario's nats-server did not stop cleanly");
             }
         }
     }
@@ -362,7 +386,54 @@ pub async fn run_scenario(
     report
 }
 
-type SetupError = (String, Vec<ServiceOutput>);
+/// Why a scenario could not start: a failure, or an interruption while it started.
+struct SetupError {
+    message: String,
+    outputs: Vec<ServiceOutput>,
+    /// Why the run was stopped, when it was.
+    interrupted: Option<String>,
+}
+
+fn plain(message: String) -> SetupError {
+    SetupError {
+        message,
+        outputs: Vec::new(),
+        interrupted: None,
+    }
+}
+
+/// The report of a scenario the run never got to.
+pub(crate) fn not_run(scenario: &Scenario) -> ScenarioReport {
+    ScenarioReport {
+        name: scenario.name.clone(),
+        file: scenario.file.clone(),
+        description: scenario.description.clone(),
+        outcome: Outcome::NotRun,
+        duration: Duration::ZERO,
+        nats: String::new(),
+        steps: scenario
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| StepReport {
+                index: i + 1,
+                line: s.line,
+                label: describe::label(&s.step),
+                outcome: Outcome::NotRun,
+                duration: Duration::ZERO,
+                detail: String::new(),
+            })
+            .collect(),
+        failure: None,
+        services: Vec::new(),
+        dropped_messages: 0,
+    }
+}
+
+/// The message of an interruption.
+fn interrupted_message(reason: &str, during: &str) -> String {
+    format!("interrupted by {reason} during {during}; its services and nats-server were stopped")
+}
 
 /// Sends progress to the caller's [`EventFn`], if any.
 struct Emitter(Option<EventFn>);
@@ -376,7 +447,6 @@ impl Emitter {
 }
 
 async fn setup<'a>(scenario: &'a Scenario, options: &RunOptions) -> Result<Lab<'a>, SetupError> {
-    let plain = |m: String| (m, Vec::new());
     let config = EmulatorConfig {
         hash_mismatch: match scenario.emulator.hash_mismatch {
             HashMismatchSpec::Reject => HashMismatchPolicy::Reject,
@@ -428,14 +498,27 @@ async fn setup<'a>(scenario: &'a Scenario, options: &RunOptions) -> Result<Lab<'
             lab.outputs.push((spec.name.clone(), ext.output.clone()));
             if spec.ready.unwrap_or_default() == Readiness::Registered {
                 let limit = spec.ready_timeout.map_or(Duration::from_secs(300), |d| d.0);
-                if let Err(message) = wait_registered(&lab, &mut ext, limit).boxed_local().await {
+                let ready = tokio::select! {
+                    biased;
+                    why = options.interrupt.requested() => Err((
+                        interrupted_message(&why, &format!("the start of service {:?}", spec.name)),
+                        Some(why),
+                    )),
+                    r = wait_registered(&lab, &mut ext, limit).boxed_local() => r.map_err(|m| (m, None)),
+                };
+                if let Err((message, interrupted)) = ready {
                     let outputs = vec![ServiceOutput {
                         service: spec.name.clone(),
                         output: ext.output.text(),
                     }];
                     let _ = ext.stop().await;
                     teardown(&mut lab).boxed_local().await;
-                    return Err((message, outputs));
+                    let _ = lab.harness.stop().await;
+                    return Err(SetupError {
+                        message,
+                        outputs,
+                        interrupted,
+                    });
                 }
             }
             lab.external.insert(spec.name.clone(), ext);
@@ -454,10 +537,34 @@ async fn setup<'a>(scenario: &'a Scenario, options: &RunOptions) -> Result<Lab<'
                         })
                         .collect();
                     teardown(&mut lab).boxed_local().await;
-                    return Err((message, outputs));
+                    let _ = lab.harness.stop().await;
+                    return Err(SetupError {
+                        message,
+                        outputs,
+                        interrupted: None,
+                    });
                 }
             }
         }
+    }
+    // Starting is not cut short (a half-started container would be left behind); what started
+    // is stopped before the first step instead.
+    if let Some(why) = options.interrupt.reason() {
+        let outputs = lab
+            .outputs
+            .iter()
+            .map(|(service, o)| ServiceOutput {
+                service: service.clone(),
+                output: o.text(),
+            })
+            .collect();
+        teardown(&mut lab).boxed_local().await;
+        let _ = lab.harness.stop().await;
+        return Err(SetupError {
+            message: interrupted_message(&why, "its setup"),
+            outputs,
+            interrupted: Some(why),
+        });
     }
     Ok(lab)
 }
@@ -518,18 +625,23 @@ async fn run_steps(
     report: &mut ScenarioReport,
     index: usize,
     emitter: &Emitter,
+    interrupt: &Interrupt,
 ) {
     let scenario = lab.scenario;
     let steps = scenario.steps.len();
     let mut failed = false;
     for (i, at) in scenario.steps.iter().enumerate() {
         let label = describe::label(&at.step);
-        if failed {
+        if failed || report.outcome == Outcome::Interrupted {
             report.steps.push(StepReport {
                 index: i + 1,
                 line: at.line,
                 label,
-                outcome: Outcome::Skipped,
+                outcome: if failed {
+                    Outcome::Skipped
+                } else {
+                    Outcome::NotRun
+                },
                 duration: Duration::ZERO,
                 detail: String::new(),
             });
@@ -544,25 +656,42 @@ async fn run_steps(
         });
         let started = Instant::now();
         let result = if Instant::now() >= lab.deadline {
-            Err(format!(
+            Err(Stopped::Failed(format!(
                 "the scenario's timeout ({}) ran out before this step",
                 crate::model::Dur(scenario.timeout)
-            ))
+            )))
         } else {
             // A backstop for steps that do not wait by themselves (a publish to a server that
             // is gone): the scenario's deadline, and a little more for the waits' own messages.
             let backstop = after(lab.deadline, Duration::from_secs(2));
-            match tokio::time::timeout_at(backstop, crate::steps::run(lab, &at.step)).await {
-                Ok(r) => r,
-                Err(_) => Err(format!(
-                    "the step did not finish within the scenario's timeout ({})",
-                    crate::model::Dur(scenario.timeout)
-                )),
+            let step = tokio::time::timeout_at(backstop, crate::steps::run(lab, &at.step));
+            // Biased: once the run is interrupted, no further step starts.
+            tokio::select! {
+                biased;
+                why = interrupt.requested() => Err(Stopped::Interrupted(why)),
+                r = step => match r {
+                    Ok(r) => r.map_err(Stopped::Failed),
+                    Err(_) => Err(Stopped::Failed(format!(
+                        "the step did not finish within the scenario's timeout ({})",
+                        crate::model::Dur(scenario.timeout)
+                    ))),
+                },
             }
         };
         let (outcome, detail) = match result {
             Ok(detail) => (Outcome::Passed, detail),
-            Err(message) => {
+            Err(Stopped::Interrupted(why)) => {
+                report.outcome = Outcome::Interrupted;
+                let message = interrupted_message(&why, &format!("step {}/{steps}", i + 1));
+                report.failure = Some(Failure {
+                    step: Some(i + 1),
+                    at: format!("{}:{}:{}", scenario.file, at.line, at.column),
+                    what: label.clone(),
+                    message: message.clone(),
+                });
+                (Outcome::Interrupted, message)
+            }
+            Err(Stopped::Failed(message)) => {
                 failed = true;
                 report.failure = Some(Failure {
                     step: Some(i + 1),
@@ -589,6 +718,12 @@ async fn run_steps(
         });
         report.steps.push(step);
     }
+}
+
+/// Why a step did not pass.
+enum Stopped {
+    Failed(String),
+    Interrupted(String),
 }
 
 /// The violations the scenario's `conformance` setting does not allow, described with their

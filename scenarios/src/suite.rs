@@ -64,7 +64,8 @@ pub fn load_all(paths: &[PathBuf]) -> Result<Vec<Scenario>, Vec<LoadError>> {
 }
 
 /// Runs the scenarios, `jobs` at a time (at least one), in file order; the report lists them
-/// in that order whatever order they finish in.
+/// in that order whatever order they finish in. When [`RunOptions::interrupt`] is requested,
+/// running scenarios stop (and clean up) and the rest are reported as not run.
 ///
 /// The scenarios run concurrently on the calling task (their services, emulators and servers on
 /// tasks and processes of their own), so the future need not be `Send`: `NatsServer::restart`'s
@@ -75,7 +76,14 @@ pub async fn run_suite(scenarios: Vec<Scenario>, jobs: usize, options: &RunOptio
     let started = Instant::now();
     let total = scenarios.len();
     let reports: Vec<_> = futures::stream::iter(scenarios.iter().enumerate())
-        .map(|(index, scenario)| runner::run_scenario(scenario, options, index, total))
+        .map(|(index, scenario)| async move {
+            // Futures are made as slots free up: one not begun when the run is interrupted
+            // never starts.
+            if options.interrupt.reason().is_some() {
+                return runner::not_run(scenario);
+            }
+            runner::run_scenario(scenario, options, index, total).await
+        })
         .buffered(jobs)
         .collect()
         .await;
@@ -83,5 +91,6 @@ pub async fn run_suite(scenarios: Vec<Scenario>, jobs: usize, options: &RunOptio
         scenarios: reports,
         duration: started.elapsed(),
         jobs,
+        interrupted: options.interrupt.reason(),
     }
 }

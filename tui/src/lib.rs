@@ -36,7 +36,7 @@ mod snapshot_tests;
 use std::time::Duration;
 
 use triggers_emulator::Emulator;
-use triggers_emulator::control::ControlClient;
+use triggers_emulator::control::{ControlAccess, ControlClient};
 use triggers_sdk::transport::DropCounter;
 
 pub use app::{TuiOptions, run};
@@ -52,13 +52,23 @@ pub use view::view;
 const CONTROL_PROBE: Duration = Duration::from_secs(2);
 
 /// Watches the NATS server at `url`: through the control API when a `triggers-lab up` answers
-/// there, else as a passive, read-only observer of `triggers.v2.>`.
+/// there, else as a passive, read-only observer of `triggers.v2.>`. For an open control API;
+/// [`watch_with`] takes what a closed one needs.
 ///
 /// # Errors
 /// When no NATS server answers at `url`, or the terminal cannot be used.
 pub async fn watch(url: &str) -> Result<(), TuiError> {
+    watch_with(url, &ControlAccess::default()).await
+}
+
+/// As [`watch`], reaching the control API with `access` (the credentials and token `up` wrote
+/// down).
+///
+/// # Errors
+/// As [`watch`].
+pub async fn watch_with(url: &str, access: &ControlAccess) -> Result<(), TuiError> {
     run(
-        connect(url).await?,
+        connect_with(url, access).await?,
         TuiOptions {
             source_label: Some(url.to_owned()),
             ..TuiOptions::default()
@@ -73,22 +83,42 @@ pub async fn watch(url: &str) -> Result<(), TuiError> {
 /// # Errors
 /// When no NATS server answers at `url`.
 pub async fn connect(url: &str) -> Result<Source, TuiError> {
+    connect_with(url, &ControlAccess::default()).await
+}
+
+/// As [`connect`], reaching the control API with `access`. The passive observer, if it comes to
+/// that, connects without credentials, as a service does. Both count what NATS drops for their
+/// slow subscriptions.
+///
+/// # Errors
+/// As [`connect`].
+pub async fn connect_with(url: &str, access: &ControlAccess) -> Result<Source, TuiError> {
     let drops = DropCounter::new();
-    let client = triggers_emulator::drops::connect_options("triggers-lab watch", &drops)
-        .connection_timeout(Duration::from_secs(5))
-        .connect(url)
-        .await
-        .map_err(|e| TuiError::Connect {
-            url: url.to_owned(),
-            reason: e.to_string(),
-        })?;
-    let control = ControlClient::from_client(client.clone(), url).with_drops(drops.clone());
-    Ok(
-        match tokio::time::timeout(CONTROL_PROBE, control.state()).await {
-            Ok(Ok(_)) => Source::Control(control),
-            _ => Source::Passive(client, drops),
-        },
-    )
+    let plain = || {
+        triggers_emulator::drops::connect_options("triggers-lab watch", &drops)
+            .connection_timeout(Duration::from_secs(5))
+    };
+    let connect_error = |e: async_nats::ConnectError| TuiError::Connect {
+        url: url.to_owned(),
+        reason: e.to_string(),
+    };
+    let options = match &access.credentials {
+        Some(c) => c.apply(plain()),
+        None => plain(),
+    };
+    let client = options.connect(url).await.map_err(connect_error)?;
+    let control = ControlClient::from_client(client.clone(), url)
+        .with_token(access.token.clone())
+        .with_drops(drops.clone());
+    if let Ok(Ok(_)) = tokio::time::timeout(CONTROL_PROBE, control.state()).await {
+        return Ok(Source::Control(control));
+    }
+    if access.credentials.is_none() {
+        return Ok(Source::Passive(client, drops));
+    }
+    // The control account sees none of the services' traffic: watch it as a service would.
+    let client = plain().connect(url).await.map_err(connect_error)?;
+    Ok(Source::Passive(client, drops))
 }
 
 /// Runs the app on an emulator in this process (for `triggers-lab up --tui` and `run --tui`).

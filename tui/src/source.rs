@@ -584,6 +584,52 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_closed_control_api_is_watched_with_its_credentials_and_token() {
+        use triggers_emulator::control::{ControlAccess, ControlToken};
+        use triggers_emulator::{EmulatorConfig, NatsConfig};
+        let token = ControlToken::generate();
+        let lab = Harness::start_with(
+            NatsConfig {
+                private_control: true,
+                ..Default::default()
+            },
+            EmulatorConfig {
+                control_token: Some(token.clone()),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("a nats-server");
+        // Without them, as a service: no control API, only what services can see.
+        let source = crate::connect(lab.url()).await.expect("connects");
+        assert_eq!(source.mode(), Mode::Passive);
+        let access = ControlAccess {
+            credentials: lab.nats().control_credentials().cloned(),
+            token: Some(token),
+        };
+        let source = crate::connect_with(lab.url(), &access)
+            .await
+            .expect("connects");
+        assert_eq!(source.mode(), Mode::Control);
+        let (tx, mut rx) = mpsc::channel(256);
+        let _tasks = source
+            .spawn(tx, Duration::from_millis(100))
+            .await
+            .expect("subscribes");
+        let mut m = model(Mode::Control);
+        until(&mut m, &mut rx, "the connection", |m| {
+            *m.connection() == crate::Connection::Connected && m.clock.is_some()
+        })
+        .await;
+        // A service's heartbeat reaches the UI through the records on the token's subject.
+        heartbeat(lab.client(), "svc").await;
+        until(&mut m, &mut rx, "the heartbeat", |m| {
+            saw_heartbeat(m, "svc")
+        })
+        .await;
+    }
+
+    #[tokio::test]
     async fn passive_decodes_the_locked_subjects() {
         let lab = Harness::start().await.expect("a nats-server");
         let client = async_nats::connect(lab.url()).await.expect("connects");

@@ -13,6 +13,7 @@ use super::probe;
 use super::{ChosenBackend, SkippedBackend};
 use crate::error::NatsError;
 use crate::nats::Backend;
+use crate::watchdog::Watchdog;
 
 /// Port races (another process binding the port we picked) are rare; three tries are plenty.
 const PORT_ATTEMPTS: usize = 3;
@@ -49,16 +50,25 @@ pub(crate) fn find(resolved: &Resolved) -> Result<PathBuf, SkippedBackend> {
 /// A spawned nats-server. Dropping it kills the process, then removes its directory.
 pub(crate) struct BinaryServer {
     path: PathBuf,
+    /// The configuration file (`-c`), when the server has accounts.
+    config_file: Option<PathBuf>,
     client_port: u16,
     monitor_port: u16,
     // Declared before `dir` so that, whatever Drop does, the process is gone before its store.
     child: Option<Child>,
+    /// Kills the server and removes `dir` if this process dies without stopping it.
+    watchdog: Option<Watchdog>,
     dir: TempDir,
 }
 
 impl BinaryServer {
-    /// Spawns the server on free ports and waits until it is ready.
-    pub(crate) async fn start(path: PathBuf, ready_timeout: Duration) -> Result<Self, NatsError> {
+    /// Spawns the server on free ports (with the configuration file `config`, if any) and waits
+    /// until it is ready.
+    pub(crate) async fn start(
+        path: PathBuf,
+        config: Option<String>,
+        ready_timeout: Duration,
+    ) -> Result<Self, NatsError> {
         let dir = tempfile::Builder::new()
             .prefix("triggers-nats-")
             .tempdir()
@@ -66,11 +76,17 @@ impl BinaryServer {
                 action: "create a temporary directory for nats-server".into(),
                 source,
             })?;
+        let config_file = match config {
+            Some(text) => Some(write_private(&dir.path().join("server.conf"), &text)?),
+            None => None,
+        };
         let mut server = BinaryServer {
             path,
+            config_file,
             client_port: 0,
             monitor_port: 0,
             child: None,
+            watchdog: None,
             dir,
         };
         for attempt in 1..=PORT_ATTEMPTS {
@@ -140,7 +156,12 @@ impl BinaryServer {
         let stderr = log
             .try_clone()
             .map_err(io_error(format!("open {}", log_path.display())))?;
-        let child = Command::new(&self.path)
+        let mut command = Command::new(&self.path);
+        if let Some(config) = &self.config_file {
+            // First: the flags after it override what the file says.
+            command.arg("-c").arg(config);
+        }
+        command
             .args(["-a", "127.0.0.1", "-p"])
             .arg(self.client_port.to_string())
             .arg("-m")
@@ -150,9 +171,21 @@ impl BinaryServer {
             .arg(self.store_dir())
             .stdin(Stdio::null())
             .stdout(log)
-            .stderr(stderr)
+            .stderr(stderr);
+        // A process group of its own: a Ctrl-C in the terminal reaches us, not the server, so
+        // the services on it are stopped before it is.
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let child = command
             .spawn()
             .map_err(io_error(format!("start {}", self.path.display())))?;
+        self.watchdog = match Watchdog::process_group(child.id(), Some(self.dir.path())) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(%e, "no watchdog for nats-server: it would outlive a SIGKILL of this process");
+                None
+            }
+        };
         self.child = Some(child);
         Ok(())
     }
@@ -203,6 +236,7 @@ impl BinaryServer {
                 let deadline = tokio::time::Instant::now() + STOP_GRACE;
                 while tokio::time::Instant::now() < deadline {
                     if let Ok(Some(_)) = child.try_wait() {
+                        self.watchdog = None;
                         return;
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -211,6 +245,7 @@ impl BinaryServer {
         }
         let _ = child.kill();
         let _ = child.wait();
+        self.watchdog = None;
     }
 
     /// SIGKILL and reap: synchronous, so the ports are free when it returns.
@@ -219,7 +254,24 @@ impl BinaryServer {
             let _ = child.kill();
             let _ = child.wait();
         }
+        self.watchdog = None;
     }
+}
+
+/// Writes `text` to `path`, readable by this user only (it holds a password).
+fn write_private(path: &std::path::Path, text: &str) -> Result<PathBuf, NatsError> {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let written = options
+        .open(path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()));
+    written.map_err(|source| NatsError::Io {
+        action: format!("write {}", path.display()),
+        source,
+    })?;
+    Ok(path.to_path_buf())
 }
 
 impl Drop for BinaryServer {

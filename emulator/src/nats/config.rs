@@ -105,6 +105,14 @@ pub struct NatsConfig {
     /// before NATS drops what comes next (counted: see [`crate::drops`]). `None`: async-nats'
     /// 65 536. From 1 to 16 777 216.
     pub subscription_capacity: Option<usize>,
+    /// Start the server (Docker or binary backend) with the control API in a NATS account of its
+    /// own. Clients without credentials (the services under test) land in the default account,
+    /// where everything of the platform works as usual, and can neither reach the control API
+    /// nor see its records; the emulator, the CLI and the terminal UI log in to the control
+    /// account with [`NatsServer::control_credentials`](super::NatsServer::control_credentials),
+    /// a password generated for each start. No effect on an external server. Default `false`:
+    /// one open account, as a bare `nats-server -js` has (what tests in one process want).
+    pub private_control: bool,
 }
 
 /// A [`NatsConfig`] with the environment and defaults applied: what the backends work from.
@@ -119,6 +127,7 @@ pub(crate) struct Resolved {
     pub(crate) server_bin: Option<(PathBuf, &'static str)>,
     pub(crate) ready_timeout: Duration,
     pub(crate) pull_timeout: Duration,
+    pub(crate) private_control: bool,
 }
 
 impl NatsConfig {
@@ -173,6 +182,7 @@ impl NatsConfig {
             server_bin,
             ready_timeout: self.ready_timeout.unwrap_or(DEFAULT_READY_TIMEOUT),
             pull_timeout: self.pull_timeout.unwrap_or(DEFAULT_PULL_TIMEOUT),
+            private_control: self.private_control,
         })
     }
 }

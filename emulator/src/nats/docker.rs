@@ -32,8 +32,18 @@ const MONITOR_PORT: u16 = 8222;
 /// A scratch image has no /tmp, where nats-server would put the store by default. The store
 /// lives in the container's own filesystem, which `docker stop` / `docker start` keep.
 const STORE_DIR: &str = "/data";
+/// Where the configuration file (accounts) goes in the container.
+const CONFIG_FILE: &str = "/triggers-lab.conf";
 /// Marks our containers, and one start attempt, so a failed attempt can clean up after itself.
 const LABEL: &str = "org.triggers-lab.nats-server";
+/// The pid of the process that started the container: once it is gone (SIGKILLed before it
+/// could remove the container), the next start on this machine removes the container.
+const OWNER_PID_LABEL: &str = "org.triggers-lab.owner-pid";
+/// The machine that process ran on: a remote engine may hold containers of other machines,
+/// whose pids mean nothing here.
+const OWNER_HOST_LABEL: &str = "org.triggers-lab.owner-host";
+/// A stale-container sweep is a courtesy; a slow engine must not hold up a start or an exit.
+const SWEEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// A local engine answers a ping in milliseconds; a missing one fails at once. Only a hung
 /// engine needs this bound.
 const PING_TIMEOUT: Duration = Duration::from_secs(3);
@@ -176,18 +186,116 @@ fn attempt_label() -> String {
 /// Removes what a failed attempt left: testcontainers does not remove a container it created but
 /// could not start (a port race, say).
 async fn remove_attempt(docker: &Docker, attempt: &str) {
-    let filters = HashMap::from([("label", vec![format!("{LABEL}={attempt}")])]);
+    remove_labelled(docker, vec![format!("{LABEL}={attempt}")], |_| true).await;
+}
+
+/// This machine's name, as the owner-host label holds it.
+fn host_name() -> String {
+    #[cfg(unix)]
+    {
+        rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned()
+    }
+    #[cfg(not(unix))]
+    {
+        std::env::var("COMPUTERNAME").unwrap_or_default()
+    }
+}
+
+/// Whether the process `pid` of this machine still runs (a process we may not signal does).
+fn process_alive(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Some(pid) = i32::try_from(pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+        else {
+            return false;
+        };
+        !matches!(
+            rustix::process::test_kill_process(pid),
+            Err(rustix::io::Errno::SRCH)
+        )
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
+    }
+}
+
+/// Force-removes every container matching the label filters that `remove_if` accepts; returns how
+/// many were removed.
+async fn remove_labelled(
+    docker: &Docker,
+    labels: Vec<String>,
+    remove_if: impl Fn(&HashMap<String, String>) -> bool,
+) -> usize {
+    let filters = HashMap::from([("label", labels)]);
     let options = ListContainersOptionsBuilder::new()
         .all(true)
         .filters(&filters)
         .build();
     let Ok(containers) = docker.list_containers(Some(options)).await else {
-        return;
+        return 0;
     };
-    for id in containers.into_iter().filter_map(|c| c.id) {
+    let mut removed = 0;
+    for container in containers {
+        let labels = container.labels.unwrap_or_default();
+        let Some(id) = container.id.filter(|_| remove_if(&labels)) else {
+            continue;
+        };
         let options = RemoveContainerOptionsBuilder::new().force(true).build();
-        let _ = docker.remove_container(&id, Some(options)).await;
+        if docker.remove_container(&id, Some(options)).await.is_ok() {
+            removed += 1;
+        }
     }
+    removed
+}
+
+/// Removes the nats containers that processes of this machine started and did not remove because
+/// they were killed (their owner pid no longer runs). Best effort, bounded.
+pub(crate) async fn remove_stale(docker: &Docker) {
+    let me = std::process::id();
+    let sweep = remove_labelled(
+        docker,
+        vec![
+            LABEL.to_string(),
+            format!("{OWNER_HOST_LABEL}={}", host_name()),
+        ],
+        |labels| {
+            labels
+                .get(OWNER_PID_LABEL)
+                .and_then(|pid| pid.parse::<u32>().ok())
+                .is_some_and(|pid| pid != me && !process_alive(pid))
+        },
+    );
+    match timeout(SWEEP_TIMEOUT, sweep).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            removed = n,
+            "removed nats containers left by killed processes"
+        ),
+        Err(_) => tracing::debug!("the stale-container sweep did not finish in time"),
+    }
+}
+
+/// Force-removes every nats container this process started, at once (no graceful stop): for an
+/// exit that cannot wait. Returns how many were removed.
+pub(crate) async fn remove_own(bound: Duration) -> usize {
+    let Ok(docker) = docker_client_instance().await else {
+        return 0;
+    };
+    let labels = vec![
+        LABEL.to_string(),
+        format!("{OWNER_HOST_LABEL}={}", host_name()),
+        format!("{OWNER_PID_LABEL}={}", std::process::id()),
+    ];
+    timeout(bound, remove_labelled(&docker, labels, |_| true))
+        .await
+        .unwrap_or(0)
 }
 
 /// The container's log as it streams in. Docker replays a container's whole log (every run) when
@@ -235,13 +343,18 @@ pub(crate) struct DockerServer {
 }
 
 impl DockerServer {
-    /// Starts a container from `image` on free host ports and waits until it is ready.
+    /// Starts a container from `image` on free host ports (with the configuration file `config`,
+    /// if any) and waits until it is ready.
     pub(crate) async fn start(
         docker: &Docker,
         image: String,
+        config: Option<String>,
         ready_timeout: Duration,
     ) -> Result<Self, NatsError> {
         let (name, tag) = split_image(&image);
+        remove_stale(docker).await;
+        let owner_pid = std::process::id().to_string();
+        let owner_host = host_name();
         for attempt in 1..=PORT_ATTEMPTS {
             let (client_port, monitor_port) =
                 probe::free_port_pair().map_err(|source| NatsError::Io {
@@ -249,11 +362,23 @@ impl DockerServer {
                     source,
                 })?;
             let attempt_id = attempt_label();
-            let request = GenericImage::new(name, tag)
-                .with_cmd(["-js", "-m", "8222", "--store_dir", STORE_DIR])
+            let mut cmd = vec!["-js", "-m", "8222", "--store_dir", STORE_DIR];
+            if config.is_some() {
+                // First: the flags after it override what the file says.
+                cmd.splice(0..0, ["-c", CONFIG_FILE]);
+            }
+            let request = GenericImage::new(name, tag).with_cmd(cmd);
+            let request = match &config {
+                // At the root: a scratch image may have no other folder to put it in.
+                Some(text) => request.with_copy_to(CONFIG_FILE, text.clone().into_bytes()),
+                None => request,
+            };
+            let request = request
                 .with_mapped_port(client_port, CLIENT_PORT.tcp())
                 .with_mapped_port(monitor_port, MONITOR_PORT.tcp())
                 .with_label(LABEL, attempt_id.as_str())
+                .with_label(OWNER_PID_LABEL, owner_pid.as_str())
+                .with_label(OWNER_HOST_LABEL, owner_host.as_str())
                 .with_startup_timeout(ready_timeout);
             let request = if engine_is_local() {
                 request.with_host_config_modifier(bind_loopback)

@@ -41,6 +41,7 @@
 //! # }
 //! ```
 
+pub(crate) mod accounts;
 mod binary;
 mod choice;
 mod config;
@@ -49,6 +50,7 @@ mod probe;
 
 use std::time::Duration;
 
+pub use accounts::ControlCredentials;
 pub use choice::{ChosenBackend, SkippedBackend};
 pub use config::{
     Backend, ENV_BACKEND, ENV_IMAGE, ENV_MONITOR_URL, ENV_SERVER_BIN, ENV_URL, LOCAL_IMAGE,
@@ -68,6 +70,7 @@ pub struct NatsServer {
     backend: ChosenBackend,
     skipped: Vec<SkippedBackend>,
     ready_timeout: Duration,
+    control: Option<ControlCredentials>,
     running: Running,
 }
 
@@ -101,6 +104,13 @@ impl NatsServer {
     /// [`NatsConfig::monitor_url`] gave it.
     pub fn monitor_url(&self) -> Option<&str> {
         self.monitor_url.as_deref()
+    }
+
+    /// The control account's user, when the server was started with
+    /// [`NatsConfig::private_control`]: connect with [`ControlCredentials::connect_options`] to
+    /// serve or use the control API. `None` for an open server (and any external one).
+    pub fn control_credentials(&self) -> Option<&ControlCredentials> {
+        self.control.as_ref()
     }
 
     /// Where the server came from; displays as `docker (image)`, `binary (/path)` or
@@ -193,6 +203,17 @@ impl Drop for NatsServer {
     }
 }
 
+/// Force-removes, at once, every nats-server container this process started (they carry its pid
+/// in a label), for an exit that cannot wait for [`NatsServer::stop`]: a second Ctrl-C. Gives up
+/// after `within`; returns how many were removed. Containers of a process that was killed before
+/// it could do even this are removed by the next Docker start on the machine.
+///
+/// Servers of the binary backend need nothing of the kind: a watchdog kills each one (and
+/// removes its store) when the process that started it ends, however it ends.
+pub async fn remove_own_containers(within: Duration) -> usize {
+    docker::remove_own(within).await
+}
+
 /// Goes through the backends `resolved` allows, recording each one passed over in `skipped`.
 async fn provision(
     resolved: &Resolved,
@@ -219,8 +240,11 @@ async fn provision(
         };
         match found {
             Ok((engine, image)) => {
-                let server = DockerServer::start(&engine, image, resolved.ready_timeout).await?;
+                let (config, control) = accounts_config(resolved);
+                let server =
+                    DockerServer::start(&engine, image, config, resolved.ready_timeout).await?;
                 return Ok(NatsServer {
+                    control,
                     url: server.client_url(),
                     monitor_url: Some(server.monitor_url()),
                     backend: server.backend(),
@@ -236,8 +260,10 @@ async fn provision(
     if wants(Backend::Binary) {
         match binary::find(resolved) {
             Ok(path) => {
-                let server = BinaryServer::start(path, resolved.ready_timeout).await?;
+                let (config, control) = accounts_config(resolved);
+                let server = BinaryServer::start(path, config, resolved.ready_timeout).await?;
                 return Ok(NatsServer {
+                    control,
                     url: server.client_url(),
                     monitor_url: Some(server.monitor_url()),
                     backend: server.backend(),
@@ -282,6 +308,18 @@ async fn external(
         },
         skipped,
         ready_timeout: resolved.ready_timeout,
+        control: None,
         running: Running::External,
     })
+}
+
+/// The server configuration file and the control credentials, when the config asks for a
+/// private control account.
+fn accounts_config(resolved: &Resolved) -> (Option<String>, Option<ControlCredentials>) {
+    if resolved.private_control {
+        let (text, credentials) = accounts::config();
+        (Some(text), Some(credentials))
+    } else {
+        (None, None)
+    }
 }

@@ -188,7 +188,14 @@ pub struct ShutdownReport {
     pub drained: bool,
     /// Messages still running when the grace period ended (they will be redelivered).
     pub abandoned: usize,
+    /// Whether the last heartbeat (`shutting_down: true`) and the connection's drain reached the
+    /// server in time; `false` when NATS was gone.
+    pub said_goodbye: bool,
 }
+
+/// The least time the goodbye (last heartbeat, flush, drain) gets when in-flight work used the
+/// whole grace period.
+const FAREWELL_FLOOR: Duration = Duration::from_secs(2);
 
 impl Service {
     /// Starts the service: connects, registers (10 s timeout, failing fast), installs the flows
@@ -598,26 +605,46 @@ impl RunningService {
 
     /// Stops gracefully: stops pulling, lets in-flight messages finish within the grace period,
     /// sends a last heartbeat with `shutting_down: true`, and drains the connection.
+    ///
+    /// It returns within the grace period (plus at most 2 s for the goodbye when
+    /// in-flight work used all of it) whatever the server does: every wait is bounded, so a
+    /// service whose NATS server is gone still exits ([`ShutdownReport::said_goodbye`] is then
+    /// `false`).
     pub async fn shutdown(mut self) -> ShutdownReport {
+        let grace = self.runtime.config.shutdown_grace;
+        let deadline = tokio::time::Instant::now() + grace;
         let _ = self.stop.send(true);
         let max = self.runtime.config.max_concurrency;
         let all = u32::try_from(max).unwrap_or(u32::MAX);
-        let drained = tokio::time::timeout(
-            self.runtime.config.shutdown_grace,
-            self.inflight.acquire_many(all),
-        )
-        .await
-        .is_ok();
+        let drained = tokio::time::timeout_at(deadline, self.inflight.acquire_many(all))
+            .await
+            .is_ok();
         let abandoned = max - self.inflight.available_permits().min(max);
-        self.runtime.publish_heartbeat(true).await;
-        let _ = self.runtime.client.flush().await;
         for t in self.tasks.drain(..) {
             t.abort();
         }
-        let _ = self.runtime.client.drain().await;
+        // The goodbye gets what is left of the grace, and at least the floor: a server that is
+        // up answers in milliseconds, one that is gone never does (async-nats' flush and drain
+        // wait for a reconnection that will not come).
+        let farewell = deadline.max(tokio::time::Instant::now() + FAREWELL_FLOOR.min(grace));
+        let client = self.runtime.client.clone();
+        let runtime = self.runtime.clone();
+        let said_goodbye = tokio::time::timeout_at(farewell, async move {
+            runtime.publish_heartbeat(true).await;
+            client.flush().await.is_ok() && client.drain().await.is_ok()
+        })
+        .await
+        .unwrap_or(false);
+        if !said_goodbye {
+            tracing::warn!(
+                service = self.runtime.service(),
+                "the last heartbeat and the drain did not reach NATS in time; exiting anyway"
+            );
+        }
         ShutdownReport {
             drained,
             abandoned: if drained { 0 } else { abandoned },
+            said_goodbye,
         }
     }
 

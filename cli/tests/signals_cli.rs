@@ -1,0 +1,289 @@
+//! SIGINT and SIGTERM from the outside: `triggers-lab run` stops the scenario in progress, stops
+//! its external service (by process group) and its nats-server, deletes the store, writes the
+//! reports with the scenario marked interrupted and the rest not run, and exits 130 / 143; a
+//! second Ctrl-C forces the exit and still kills what it started; a SIGKILLed `up` takes its
+//! nats-server with it. Processes are checked by pid; bounds are generous (no timed
+//! assertions: each wait returns as soon as what it waits for happens).
+
+#![cfg(target_os = "linux")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal, kill_process};
+
+/// Long enough for a loaded machine; waits end as soon as their condition holds.
+const PATIENCE: Duration = Duration::from_secs(90);
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_triggers-lab"));
+    c.env_remove("TRIGGERS_NATS_URL");
+    c
+}
+
+/// Polls `check` until it holds; panics with `what` after [`PATIENCE`].
+fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !check() {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether `pid` runs; a zombie does not (this machine's init may never reap it).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
+}
+
+/// The pid of the nats-server listening for clients on `port`, from the process table.
+fn nats_server_pid(port: u16) -> Option<u32> {
+    let wanted = ["-p".to_string(), port.to_string()];
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let args: Vec<String> = cmdline
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let is_server = args.first()?.ends_with("nats-server");
+            (is_server && args.windows(2).any(|w| w == wanted)).then_some(pid)
+        })
+}
+
+fn port_of(url: &str) -> u16 {
+    url.trim()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {url:?}"))
+}
+
+fn read_pid(path: &Path) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn signal(child: &Child, sig: Signal) {
+    kill_process(Pid::from_raw(child.id() as i32).unwrap(), sig).unwrap();
+}
+
+fn wait_exit(child: &mut Child) -> ExitStatus {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the process did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// What a test runs: a slow scenario with an external service that records its pids and the
+/// server's URL, then one the interruption must leave unrun.
+struct Setup {
+    dir: tempfile::TempDir,
+    tmp: PathBuf,
+    pids: PathBuf,
+}
+
+impl Setup {
+    /// `service` is the shell script of the external service; `$PIDS` is where it writes.
+    fn new(service: &str) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().join("tmp");
+        let pids = dir.path().join("pids");
+        std::fs::create_dir(&tmp).unwrap();
+        std::fs::create_dir(&pids).unwrap();
+        let slow = format!(
+            r#"name: slow
+services:
+  - name: sleeper
+    command: [sh, -c, {service:?}]
+    env: {{PIDS: {pids:?}}}
+    ready: started
+steps:
+  - sleep: 30s
+  - sleep: 1s
+"#,
+            pids = pids.display().to_string(),
+        );
+        std::fs::write(dir.path().join("a-slow.yaml"), slow).unwrap();
+        std::fs::write(
+            dir.path().join("b-after.yaml"),
+            "name: after\nsteps:\n  - sleep: 1s\n",
+        )
+        .unwrap();
+        Setup { dir, tmp, pids }
+    }
+
+    fn spawn_run(&self) -> Child {
+        let out = std::fs::File::create(self.dir.path().join("stdout")).unwrap();
+        let err = std::fs::File::create(self.dir.path().join("stderr")).unwrap();
+        bin()
+            .args(["run", "--backend", "binary", "--json"])
+            .arg(self.dir.path().join("report.json"))
+            .arg("--junit")
+            .arg(self.dir.path().join("junit.xml"))
+            .arg(self.dir.path().join("a-slow.yaml"))
+            .arg(self.dir.path().join("b-after.yaml"))
+            // The server's store goes here: it must be empty afterwards.
+            .env("TMPDIR", &self.tmp)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap()
+    }
+
+    fn output(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default()
+    }
+
+    /// The service's pids and the server's, once the service has written them.
+    fn started(&self) -> (Vec<u32>, u32) {
+        wait_until("the external service to start", || {
+            std::fs::read_to_string(self.pids.join("url")).is_ok_and(|u| u.contains(':'))
+                && read_pid(&self.pids.join("child")).is_some()
+        });
+        let url = std::fs::read_to_string(self.pids.join("url")).unwrap();
+        let server = nats_server_pid(port_of(&url)).expect("the scenario's nats-server runs");
+        let service = ["leader", "child"]
+            .iter()
+            .map(|f| read_pid(&self.pids.join(f)).unwrap())
+            .collect::<Vec<_>>();
+        for pid in service.iter().chain([&server]) {
+            assert!(alive(*pid), "{pid} is not running");
+        }
+        (service, server)
+    }
+
+    fn store_dirs_left(&self) -> Vec<String> {
+        std::fs::read_dir(&self.tmp)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("triggers-nats-"))
+            .collect()
+    }
+}
+
+/// The service: a shell (the group's leader) with a background sleep (a child that would be
+/// orphaned if only the leader were signalled).
+const SERVICE: &str = r#"echo $$ > "$PIDS/leader"; sleep 600 & echo $! > "$PIDS/child"; echo "$TRIGGERS_NATS_URL" > "$PIDS/url"; wait"#;
+
+fn interrupted_by(sig: Signal, name: &str, code: i32) {
+    let setup = Setup::new(SERVICE);
+    let mut run = setup.spawn_run();
+    let (service, server) = setup.started();
+
+    signal(&run, sig);
+    let status = wait_exit(&mut run);
+    let stdout = setup.output("stdout");
+    let stderr = setup.output("stderr");
+    assert_eq!(status.code(), Some(code), "{stdout}\n{stderr}");
+    for pid in service.iter().chain([&server]) {
+        wait_until(&format!("process {pid} to be gone"), || !alive(*pid));
+    }
+    assert_eq!(setup.store_dirs_left(), Vec::<String>::new());
+
+    let report: serde_json::Value =
+        serde_json::from_str(&setup.output("report.json")).expect("a JSON report");
+    assert_eq!(report["interrupted"], name, "{report}");
+    assert_eq!(report["scenarios"][0]["outcome"], "interrupted", "{report}");
+    assert_eq!(report["scenarios"][0]["steps"][0]["outcome"], "interrupted");
+    assert_eq!(report["scenarios"][0]["steps"][1]["outcome"], "not_run");
+    assert_eq!(report["scenarios"][1]["outcome"], "not_run", "{report}");
+    let junit = setup.output("junit.xml");
+    assert!(junit.contains("type=\"interrupted\""), "{junit}");
+    assert!(junit.contains("<skipped"), "{junit}");
+    assert!(
+        stdout
+            .trim_end()
+            .ends_with("scenarios: 0 passed, 0 failed, 1 interrupted, 1 not run"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn sigint_stops_the_run_cleans_up_writes_reports_and_exits_130() {
+    interrupted_by(Signal::INT, "SIGINT", 130);
+}
+
+#[test]
+fn sigterm_stops_the_run_cleans_up_writes_reports_and_exits_143() {
+    interrupted_by(Signal::TERM, "SIGTERM", 143);
+}
+
+#[test]
+fn a_second_ctrl_c_forces_the_exit_and_still_kills_what_was_started() {
+    // A service that ignores SIGTERM (its children inherit that): the clean stop would wait out
+    // the grace period; the second Ctrl-C does not.
+    let setup = Setup::new(&format!("trap '' TERM; {SERVICE}"));
+    let mut run = setup.spawn_run();
+    let (service, server) = setup.started();
+
+    signal(&run, Signal::INT);
+    wait_until("the clean stop to begin", || {
+        setup.output("stderr").contains("press Ctrl-C again")
+    });
+    signal(&run, Signal::INT);
+    let status = wait_exit(&mut run);
+    assert_eq!(status.code(), Some(130), "{}", setup.output("stderr"));
+    assert!(setup.output("stderr").contains("forced"));
+    // The watchdogs: the service's group and the server die with the process, the store goes.
+    for pid in service.iter().chain([&server]) {
+        wait_until(&format!("process {pid} to be gone"), || !alive(*pid));
+    }
+    wait_until("the store to be removed", || {
+        setup.store_dirs_left().is_empty()
+    });
+}
+
+#[test]
+fn a_sigkilled_up_takes_its_nats_server_and_store_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut up = bin()
+        .args(["up", "--backend", "binary", "--quiet"])
+        .env("TMPDIR", dir.path())
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(up.stdout.take().unwrap()),
+        &mut url,
+    )
+    .unwrap();
+    let server = nats_server_pid(port_of(&url)).expect("up's nats-server runs");
+    let stores = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("triggers-nats-")
+            })
+            .count()
+    };
+    assert_eq!(stores(), 1);
+
+    signal(&up, Signal::KILL);
+    up.wait().unwrap();
+    wait_until("the orphaned nats-server to die", || !alive(server));
+    wait_until("its store to be removed", || stores() == 0);
+}

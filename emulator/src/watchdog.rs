@@ -1,0 +1,220 @@
+//! Children that die with this process, however it ends: a [`Watchdog`] per process group.
+//!
+//! A nats-server the binary backend spawned, or a scenario's external service, must not outlive
+//! the process that started it, even when that process is SIGKILLed (a CI runner's timeout, the
+//! OOM killer, a second Ctrl-C that forces the exit). Nothing in the child runs when its parent is
+//! killed, so a small supervisor does it: a `/bin/sh` in a process group of its own whose standard
+//! input is the read end of a pipe whose only write end this process holds. When this process
+//! ends, however it ends, the kernel closes the write end; `read` returns at end of file and the
+//! watchdog SIGKILLs the watched process group (and removes the directory it was given, a
+//! nats-server's JetStream store).
+//!
+//! Why not `prctl(PR_SET_PDEATHSIG)` in a `pre_exec` hook: it needs `unsafe` (the workspace
+//! forbids it), it is Linux only, and it fires when the *thread* that spawned the child exits,
+//! not the process: a server spawned from a Tokio blocking-pool thread would be killed when that
+//! idle thread retires.
+//!
+//! Disarming (dropping the [`Watchdog`]) kills the watchdog first, so a graceful stop is never
+//! cut short by it.
+
+use std::io::{self, PipeWriter};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// Waits for end of file on standard input, then SIGKILLs process group `$1` and, when `$2` is
+/// not empty, removes that directory once the group is gone (or after 5 s: an init that does
+/// not reap leaves zombies, which still count as members).
+const SCRIPT: &str = r#"read -r _ignored
+kill -s KILL -- "-$1" 2>/dev/null
+if [ -n "$2" ]; then
+  i=0
+  while kill -s 0 -- "-$1" 2>/dev/null && [ "$i" -lt 50 ]; do
+    sleep 0.1 2>/dev/null || sleep 1
+    i=$((i + 1))
+  done
+  rm -rf -- "$2"
+fi
+"#;
+
+/// Kills a process group (and removes a directory) when this process ends without disarming it.
+/// Dropping it disarms it.
+#[derive(Debug)]
+pub struct Watchdog {
+    child: Option<Child>,
+    // Closed after the watchdog is killed (fields drop after `Drop::drop`): closing it first
+    // would make the watchdog fire.
+    _armed: PipeWriter,
+}
+
+impl Watchdog {
+    /// Arms a watchdog over the process group `pgid` (a child spawned with
+    /// `process_group(0)` leads a group whose id is its pid). When this process ends without
+    /// dropping the watchdog, the group gets SIGKILL and `remove`, if given, is deleted.
+    ///
+    /// # Errors
+    /// When the pipe or `/bin/sh` cannot be had; the caller decides whether to go on unguarded.
+    pub fn process_group(pgid: u32, remove: Option<&Path>) -> io::Result<Watchdog> {
+        let (read, write) = io::pipe()?;
+        let mut command = Command::new("/bin/sh");
+        command
+            .arg("-c")
+            .arg(SCRIPT)
+            .arg("triggers-lab-watchdog")
+            .arg(pgid.to_string())
+            .arg(remove.map(Path::as_os_str).unwrap_or_default())
+            .stdin(Stdio::from(read))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // Out of the terminal's process group: a Ctrl-C meant for us must not kill the watchdog
+        // before we have stopped what it watches.
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let child = command.spawn()?;
+        // `command` holds our copy of the read end until it is dropped; only the watchdog's may
+        // remain.
+        drop(command);
+        Ok(Watchdog {
+            child: Some(child),
+            _armed: write,
+        })
+    }
+
+    /// The watchdog's own pid (for tests).
+    #[must_use]
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+}
+
+/// Whether any process of group `pgid` still runs. A zombie does not count: whether it is reaped
+/// is its parent's business (an init that does not reap would otherwise keep a group alive).
+#[must_use]
+pub fn process_group_alive(pgid: u32) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return false;
+        };
+        entries.flatten().any(|entry| {
+            let name = entry.file_name();
+            if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+                return false;
+            }
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                return false;
+            };
+            // After the command's closing parenthesis: state, ppid, pgrp, ...
+            let mut fields = stat
+                .rsplit(')')
+                .next()
+                .unwrap_or_default()
+                .split_whitespace();
+            let state = fields.next().unwrap_or("Z");
+            let pgrp = fields.nth(1).and_then(|p| p.parse::<u32>().ok());
+            pgrp == Some(pgid) && state != "Z" && state != "X"
+        })
+    }
+    #[cfg(all(unix, not(target_os = "linux")))]
+    {
+        i32::try_from(pgid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .is_some_and(|pid| rustix::process::test_kill_process_group(pid).is_ok())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pgid;
+        false
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+
+    fn gone(pid: u32) -> bool {
+        // A zombie counts as gone: whether it is reaped is its parent's business.
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+            Err(_) => true,
+        }
+    }
+
+    fn wait_gone(pid: u32) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if gone(pid) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    #[test]
+    fn a_disarmed_watchdog_leaves_the_group_alone() {
+        let mut sleeper = Command::new("sleep")
+            .arg("300")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let watchdog = Watchdog::process_group(sleeper.id(), Some(dir.path())).unwrap();
+        let watchdog_pid = watchdog.pid().unwrap();
+        drop(watchdog);
+        assert!(wait_gone(watchdog_pid));
+        assert!(
+            sleeper.try_wait().unwrap().is_none(),
+            "the sleeper was killed"
+        );
+        assert!(dir.path().exists(), "the directory was removed");
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
+    }
+
+    #[test]
+    fn the_watchdog_fires_when_the_write_end_closes() {
+        // The watchdog's end of file comes from the kernel closing our write end; forgetting the
+        // child handle and closing the pipe is what this process's death looks like to it.
+        let mut sleeper = Command::new("sleep")
+            .arg("300")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        std::fs::create_dir(&store).unwrap();
+        std::fs::write(store.join("data"), b"x").unwrap();
+        let mut watchdog = Watchdog::process_group(sleeper.id(), Some(&store)).unwrap();
+        let mut child = watchdog.child.take().unwrap();
+        drop(watchdog);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = sleeper.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the sleeper outlived its watchdog"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(!status.success());
+        child.wait().unwrap();
+        assert!(!store.exists(), "the watched directory is still there");
+    }
+}

@@ -1,0 +1,196 @@
+//! Who may use the control API, on real servers: with a private control account
+//! (`NatsConfig::private_control`, what `triggers-lab up` starts) a client without credentials,
+//! as a service connects, can neither call it nor see its records; with a token (what `up` adds,
+//! and all it has on an external server) a request without it is refused and the records are on
+//! a subject only the token names. The default stays open, for tests in one process.
+
+mod common;
+
+use std::time::Duration;
+
+use async_nats::RequestErrorKind;
+use futures::StreamExt;
+use serde_json::json;
+use triggers_emulator::control::{
+    ControlAccess, ControlClient, ControlToken, PREFIX, TOKEN_HEADER, records_subject,
+};
+use triggers_emulator::{Backend, ControlError, EmulatorConfig, Harness, NatsConfig};
+
+use common::{manifest, one_step_flow, register};
+
+async fn private_lab(backend: Backend) -> Harness {
+    Harness::start_with(
+        NatsConfig {
+            backend,
+            private_control: true,
+            ..Default::default()
+        },
+        EmulatorConfig {
+            wait_timeout: Duration::from_secs(15),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("cannot start the harness: {e}"))
+}
+
+/// What a service can do to the control API on a server with a private control account:
+/// nothing. Then the holder of the credentials can do everything.
+async fn services_cannot_reach_a_private_control_api(lab: Harness) {
+    let credentials = lab
+        .nats()
+        .control_credentials()
+        .expect("a private control account")
+        .clone();
+    let service = async_nats::connect(lab.url()).await.unwrap();
+
+    for (op, body) in [
+        ("state", json!({})),
+        (
+            "deploy",
+            json!({"flow": one_step_flow("f", "shop", "charge")}),
+        ),
+        ("trigger", json!({"flow_id": "f"})),
+        ("advance", json!({"duration_ms": 3_600_000})),
+        ("records", json!({})),
+    ] {
+        let err = service
+            .request(format!("{PREFIX}.{op}"), body.to_string().into())
+            .await
+            .expect_err("a service reached the control API");
+        assert_eq!(err.kind(), RequestErrorKind::NoResponders, "{op}: {err}");
+    }
+    assert!(
+        ControlClient::connect(lab.url()).await.is_err(),
+        "a client without credentials reached the control API"
+    );
+    // Everything the service can subscribe to, to catch any record or reply that leaks. (After
+    // the requests: a subscription of its own to `>` would answer "no responders" for them.)
+    let mut everything = service.subscribe(">").await.unwrap();
+    service.flush().await.unwrap();
+
+    // The holder of the credentials follows the records; the service's registration makes one.
+    let control = ControlClient::connect_with(
+        lab.url(),
+        &ControlAccess {
+            credentials: Some(credentials),
+            token: None,
+        },
+    )
+    .await
+    .expect("the control account reaches the API");
+    let mut records = control.follow().await.unwrap();
+    let reply = register(&service, &manifest("shop", &["charge"], &[])).await;
+    assert!(reply.error.is_empty(), "{}", reply.error);
+    let record = tokio::time::timeout(Duration::from_secs(30), records.next())
+        .await
+        .expect("a record within 30 s")
+        .expect("the record stream");
+    assert_eq!(record.subject, "triggers.v2.manifest.register");
+    control
+        .deploy(&one_step_flow("f", "shop", "charge"))
+        .await
+        .expect("deploys");
+    control.trigger("f", &json!({})).await.expect("triggers");
+    control
+        .advance(Duration::from_secs(60))
+        .await
+        .expect("advances");
+
+    // A round trip on the service's connection, then: what it saw holds nothing of the lab's.
+    service.flush().await.unwrap();
+    while let Ok(Some(msg)) =
+        tokio::time::timeout(Duration::from_millis(200), everything.next()).await
+    {
+        assert!(
+            !msg.subject.starts_with("triggerslab."),
+            "a service saw {}",
+            msg.subject
+        );
+    }
+}
+
+#[tokio::test]
+async fn binary_with_a_private_control_account_keeps_services_out() {
+    services_cannot_reach_a_private_control_api(private_lab(Backend::Binary).await).await;
+}
+
+#[tokio::test]
+async fn docker_with_a_private_control_account_keeps_services_out() {
+    if std::env::var("TRIGGERS_SKIP_DOCKER_TESTS").as_deref() == Ok("1") {
+        eprintln!("TRIGGERS_SKIP_DOCKER_TESTS=1: skipping a Docker backend test");
+        return;
+    }
+    services_cannot_reach_a_private_control_api(private_lab(Backend::Docker).await).await;
+}
+
+#[tokio::test]
+async fn with_a_token_requests_without_it_are_refused_and_records_hide() {
+    let token = ControlToken::generate();
+    let lab = common::lab_with(EmulatorConfig {
+        wait_timeout: Duration::from_secs(15),
+        control_token: Some(token.clone()),
+        ..Default::default()
+    })
+    .await;
+    let other = async_nats::connect(lab.url()).await.unwrap();
+    let mut open_records = other.subscribe(records_subject(None)).await.unwrap();
+    other.flush().await.unwrap();
+
+    match ControlClient::connect(lab.url()).await {
+        Err(ControlError::Refused(message)) => {
+            assert!(message.contains(TOKEN_HEADER), "{message}")
+        }
+        other => panic!("a request without the token was not refused: {other:?}"),
+    }
+    let wrong = ControlAccess {
+        credentials: None,
+        token: Some(ControlToken::generate()),
+    };
+    match ControlClient::connect_with(lab.url(), &wrong).await {
+        Err(ControlError::Refused(message)) => assert!(message.contains("does not match")),
+        other => panic!("a wrong token was not refused: {other:?}"),
+    }
+    // A refused deploy changes nothing.
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(TOKEN_HEADER, "not-the-token");
+    let reply = other
+        .request_with_headers(
+            format!("{PREFIX}.deploy"),
+            headers,
+            json!({"flow": one_step_flow("f", "shop", "charge")})
+                .to_string()
+                .into(),
+        )
+        .await
+        .unwrap();
+    let reply: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!(reply["ok"], false, "{reply}");
+    assert!(lab.flows().is_empty());
+
+    let right = ControlAccess {
+        credentials: None,
+        token: Some(token.clone()),
+    };
+    let control = ControlClient::connect_with(lab.url(), &right)
+        .await
+        .expect("the token opens the API");
+    let mut records = control.follow().await.unwrap();
+    register(&other, &manifest("shop", &["charge"], &[])).await;
+    let record = tokio::time::timeout(Duration::from_secs(30), records.next())
+        .await
+        .expect("a record within 30 s")
+        .expect("the record stream");
+    assert_eq!(record.subject, "triggers.v2.manifest.register");
+    control
+        .deploy(&one_step_flow("f", "shop", "charge"))
+        .await
+        .expect("deploys with the token");
+    other.flush().await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), open_records.next())
+            .await
+            .is_err(),
+        "a record went to the subject without the token"
+    );
+}
