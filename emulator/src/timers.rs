@@ -295,13 +295,7 @@ fn fire(
         });
     }
     let seq = state.seq;
-    for next in chained {
-        arm(shared, state, run_id, &next, now);
-    }
-    let Some(run) = state.runs.get_mut(run_id) else {
-        return;
-    };
-    if !retry {
+    if !retry && let Some(run) = state.runs.get_mut(run_id) {
         run.engine_step(
             seq,
             &timer.node_id,
@@ -309,6 +303,14 @@ fn fire(
             "fired",
             GoTime::now(),
         );
+    }
+    for next in chained {
+        arm(shared, state, run_id, &next, now);
+    }
+    let Some(run) = state.runs.get_mut(run_id) else {
+        return;
+    };
+    if !retry {
         if timer.occurrence < timer.repeat {
             let delay = flow
                 .node(&timer.node_id)

@@ -298,6 +298,10 @@ impl Checker<'_> {
         let at = pos(s);
         subject::check_service(&spec.name)
             .map_err(|e| self.err(at, format!("service name {:?}: {e}", spec.name)))?;
+        if let Some(stream) = &spec.source_stream {
+            subject::stream_name(&spec.name, Some(stream))
+                .map_err(|e| self.err(at, format!("source_stream: {e}")))?;
+        }
         if let Some(command) = &spec.command {
             if command.is_empty() || command[0].trim().is_empty() {
                 return Err(self.err(at, "`command` is empty: give the program and its arguments"));
@@ -308,6 +312,7 @@ impl Checker<'_> {
                 ("capabilities", !spec.capabilities.is_empty()),
                 ("supports_nodes", spec.supports_nodes.is_some()),
                 ("sources", spec.sources.is_some()),
+                ("source_stream", spec.source_stream.is_some()),
                 ("actions", !spec.actions.is_empty()),
             ];
             if let Some((key, _)) = scripted.iter().find(|(_, set)| *set) {

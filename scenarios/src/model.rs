@@ -156,6 +156,10 @@ pub struct ServiceSpec {
     /// Scripted: its NATS sources (default one, `nats` on `<name>.inbound`).
     #[serde(default)]
     pub sources: Option<Vec<SourceSpec>>,
+    /// Scripted: the inbound JetStream stream's name, as `TRIGGERS_NATS_SOURCE_STREAM` sets it
+    /// (default `triggers-sources-<name>`).
+    #[serde(default)]
+    pub source_stream: Option<String>,
     /// Scripted: its actions.
     #[serde(default)]
     pub actions: Vec<Spanned<ActionSpec>>,

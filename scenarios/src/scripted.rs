@@ -161,6 +161,7 @@ fn build(
     builder
         .config(RuntimeConfig {
             nats_url: Some(nats_url.to_owned()),
+            source_stream: spec.source_stream.clone(),
             heartbeat_interval: Some(Duration::from_millis(500)),
             shutdown_grace: Some(Duration::from_secs(5)),
             register_timeout: Some(Duration::from_secs(10)),

@@ -259,6 +259,18 @@ impl Service {
                 .map_err(|e| nats("subscribe to flow broadcasts")(&e))?,
         );
 
+        // A stream named by TRIGGERS_NATS_SOURCE_STREAM is made before registering, so the
+        // orchestrator finds the sources captured and serves the service on it.
+        if let Some(name) = &config.source_stream {
+            let name = subject::stream_name(&self.manifest.service, Some(name))
+                .map_err(|e| nats("name the inbound stream")(&e))?;
+            inbound_stream(
+                &jetstream::new(client.clone()),
+                &name,
+                &nats_sources(&self.manifest),
+            )
+            .await?;
+        }
         let reply = register(&client, &self.manifest, config.register_timeout).await?;
         let (flows, _) = watch::channel(Arc::new(BTreeMap::new()));
         let http = reqwest::Client::builder()
@@ -358,19 +370,13 @@ async fn register(
 /// NATS source subject, shared by every replica.
 async fn consumers(runtime: &Arc<Runtime>) -> Result<Vec<(String, PullConsumer)>, StartError> {
     let service = runtime.service();
-    let sources: Vec<String> = runtime
-        .manifest
-        .service_sources
-        .iter()
-        .filter(|s| s.transport == crate::wire::manifest::TRANSPORT_NATS)
-        .map(|s| s.default.clone())
-        .collect();
+    let sources = nats_sources(&runtime.manifest);
     let stream_name = subject::stream_name(service, runtime.config.source_stream.as_deref())
         .map_err(|e| StartError::Nats {
             action: "name the inbound stream",
             reason: e.to_string(),
         })?;
-    let stream = inbound_stream(runtime, &stream_name, &sources).await?;
+    let stream = inbound_stream(&runtime.js, &stream_name, &sources).await?;
     // Long enough for the slowest action's every attempt and backoff; progress acks extend it.
     let ack_wait = limits::ack_wait(runtime.actions.values().map(|a| (a.timeout, &a.retry)));
     let mut out = Vec::new();
@@ -405,41 +411,49 @@ async fn consumers(runtime: &Arc<Runtime>) -> Result<Vec<(String, PullConsumer)>
     Ok(out)
 }
 
+/// The subjects of the manifest's NATS sources.
+fn nats_sources(manifest: &Manifest) -> Vec<String> {
+    manifest
+        .service_sources
+        .iter()
+        .filter(|s| s.transport == crate::wire::manifest::TRANSPORT_NATS)
+        .map(|s| s.default.clone())
+        .collect()
+}
+
 /// The inbound stream: the one named (`triggers-sources-<service>`, or the override), else the
 /// stream that already captures the service's sources (the orchestrator may have created it under
 /// its own name), else a new one under the name.
 async fn inbound_stream(
-    runtime: &Runtime,
+    js: &jetstream::Context,
     name: &str,
     sources: &[String],
 ) -> Result<jetstream::stream::Stream, StartError> {
-    if let Ok(stream) = runtime.js.get_stream(name).await {
+    if let Ok(stream) = js.get_stream(name).await {
         return Ok(stream);
     }
     if let Some(first) = sources.first()
-        && let Ok(found) = runtime.js.stream_by_subject(first.as_str()).await
-        && let Ok(stream) = runtime.js.get_stream(&found).await
+        && let Ok(found) = js.stream_by_subject(first.as_str()).await
+        && let Ok(stream) = js.get_stream(&found).await
     {
         tracing::info!(
             "the inbound stream {name} does not exist; using {found}, which captures {first}"
         );
         return Ok(stream);
     }
-    runtime
-        .js
-        .create_stream(jetstream::stream::Config {
-            name: name.to_owned(),
-            subjects: sources.to_vec(),
-            duplicate_window: Duration::from_secs(120),
-            max_age: INBOUND_MAX_AGE,
-            max_bytes: INBOUND_MAX_BYTES,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| StartError::Nats {
-            action: "create the inbound stream",
-            reason: format!("{name} over {sources:?}: {e}"),
-        })
+    js.create_stream(jetstream::stream::Config {
+        name: name.to_owned(),
+        subjects: sources.to_vec(),
+        duplicate_window: Duration::from_secs(120),
+        max_age: INBOUND_MAX_AGE,
+        max_bytes: INBOUND_MAX_BYTES,
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| StartError::Nats {
+        action: "create the inbound stream",
+        reason: format!("{name} over {sources:?}: {e}"),
+    })
 }
 
 /// Limits of an inbound stream the SDK creates (when the orchestrator has not): a week of
