@@ -145,10 +145,12 @@ impl Runtime {
         let mut pause = Duration::from_millis(100);
         loop {
             let attempt = async {
-                let stream = match target {
-                    Target::Stream => true,
-                    Target::Auto => self.captured(subject).await.map_err(|e| (e, true))?,
-                };
+                let stream = self.captured(subject).await.map_err(|e| (e, true))?;
+                if !stream && target == Target::Stream {
+                    // A plain publish would reach only plain subscribers (an observer), and the
+                    // hop would be lost: it is not sent until a stream takes it.
+                    return Err((format!("no JetStream stream captures {subject}"), false));
+                }
                 if !stream {
                     self.client
                         .publish_with_headers(subject.to_owned(), map.clone(), payload.clone())
@@ -169,7 +171,12 @@ impl Runtime {
                         self.forget_capture(subject);
                         Err((format!("no JetStream stream stores {subject}: {e}"), false))
                     }
-                    Err(e) => Err((e.to_string(), true)),
+                    Err(e) => {
+                        // No ack: the stream may be gone (an observer's subscription keeps the
+                        // publish from failing fast). Ask again next time.
+                        self.forget_capture(subject);
+                        Err((e.to_string(), true))
+                    }
                 }
             };
             let (e, patience) = match attempt.await {
