@@ -15,18 +15,18 @@ type Manifest struct {
 	ServiceVersion  string `json:"service_version"`
 	ManifestHash    string `json:"manifest_hash"`
 
-	// Top-level catalog fields: never hashed.
-	DisplayName string   `json:"display_name,omitempty"`
-	Description string   `json:"description,omitempty"`
-	Owner       string   `json:"owner,omitempty"`
-	Tags        []string `json:"tags,omitempty"`
-
 	Actions             []Action        `json:"actions"`
 	ServiceSources      []ServiceSource `json:"service_sources"`
 	SupportsNodes       []string        `json:"supports_nodes"`
 	SupportsRateLimit   bool            `json:"supports_rate_limit,omitempty"`
 	RuntimeCapabilities []string        `json:"runtime_capabilities,omitempty"`
 	RuntimeLookups      []Lookup        `json:"runtime_lookups,omitempty"`
+
+	// Top-level catalog fields, after the locked ones (as the spec lists them): never hashed.
+	DisplayName string   `json:"display_name,omitempty"`
+	Description string   `json:"description,omitempty"`
+	Owner       string   `json:"owner,omitempty"`
+	Tags        []string `json:"tags,omitempty"`
 }
 
 // Action is one manifest action, catalog fields included.

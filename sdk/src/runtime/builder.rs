@@ -94,7 +94,8 @@ impl ServiceBuilder {
         self
     }
 
-    /// Declares a runtime capability, such as `durable_timer.v1`.
+    /// Declares a runtime capability, such as `durable_timer.v1`. The manifest lists them sorted,
+    /// each once.
     pub fn capability(mut self, capability: impl Into<String>) -> Self {
         self.capabilities.push(capability.into());
         self
@@ -215,7 +216,13 @@ impl ServiceBuilder {
             service_sources: self.sources,
             supports_nodes: self.supports_nodes,
             supports_rate_limit: self.supports_rate_limit,
-            runtime_capabilities: self.capabilities,
+            // Sorted and without repeats on the wire, as the hash sees them.
+            runtime_capabilities: {
+                let mut caps = self.capabilities;
+                caps.sort();
+                caps.dedup();
+                caps
+            },
             runtime_lookups: self
                 .lookups
                 .iter()

@@ -41,7 +41,8 @@ pub const LOCAL_NODE_TYPES: [&str; 3] = ["condition", "lookup", "mapping"];
 /// A service's manifest as it travels on the wire.
 ///
 /// Decoding follows Go: keys in any order, unknown keys ignored, `null` as the zero value; the
-/// fields the spec always writes must be present. Encoding writes the fields in this order.
+/// fields the spec always writes must be present. Encoding writes the fields in this order: the
+/// locked fields in the spec's order, then the catalog fields (decision 7).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
     /// Manifest protocol, `1.0.0`.
@@ -56,34 +57,6 @@ pub struct Manifest {
     /// `sha256:<hex>` of the hash input: see [`Manifest::compute_hash`].
     #[serde(default, deserialize_with = "null_default")]
     pub manifest_hash: String,
-    /// Catalog: a human name. Not hashed.
-    #[serde(
-        default,
-        deserialize_with = "null_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub display_name: String,
-    /// Catalog: what the service does. Not hashed.
-    #[serde(
-        default,
-        deserialize_with = "null_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub description: String,
-    /// Catalog: the owning team. Not hashed.
-    #[serde(
-        default,
-        deserialize_with = "null_default",
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub owner: String,
-    /// Catalog: free tags. Not hashed.
-    #[serde(
-        default,
-        deserialize_with = "null_default",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub tags: Vec<String>,
     /// The actions the service runs.
     #[serde(deserialize_with = "strict_list")]
     pub actions: Vec<Action>,
@@ -114,6 +87,34 @@ pub struct Manifest {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub runtime_lookups: Vec<Lookup>,
+    /// Catalog: a human name. Not hashed.
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub display_name: String,
+    /// Catalog: what the service does. Not hashed.
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub description: String,
+    /// Catalog: the owning team. Not hashed.
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub owner: String,
+    /// Catalog: free tags. Not hashed.
+    #[serde(
+        default,
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub tags: Vec<String>,
 }
 
 /// One action of a manifest.
