@@ -207,6 +207,21 @@ fn dropped_messages_are_a_warning_in_the_status_bar() {
 }
 
 #[test]
+fn evicted_runs_are_named_over_the_runs_list() {
+    let mut model = full();
+    keys(&mut model, "3");
+    assert!(!render(&model, 140, 24).contains("evicted"));
+    let mut summary = fixtures::summary();
+    summary.evicted_runs = 12;
+    update(&mut model, Msg::Summary(summary));
+    let screen = render(&model, 140, 24);
+    assert!(
+        screen.contains("Runs (12 settled runs evicted by the emulator beyond its max_runs)"),
+        "{screen}"
+    );
+}
+
+#[test]
 fn no_color_draws_no_colour() {
     let model = fixtures::control_model(Theme::monochrome());
     let mut terminal = Terminal::new(TestBackend::new(140, 40)).expect("test backend");

@@ -795,6 +795,94 @@ mod tests {
         assert!(at.iter().any(|a| a.starts_with("nodes[")), "{at:?}");
     }
 
+    /// A long chain of inheriting nodes: owners resolve in one pass (a cubic algorithm would not
+    /// finish a 10 000-node flow in a test's lifetime).
+    fn chain(n: usize) -> Flow {
+        let mut nodes = vec![json!({"id": "in", "type": "service-in", "service": "a"})];
+        let mut edges = Vec::new();
+        let mut prev = "in".to_owned();
+        for i in 0..n {
+            let id = format!("m{i}");
+            nodes.push(json!({"id": id, "type": "mapping", "config": {"fields": {"x": "$"}}}));
+            edges.push(json!({"id": format!("e{i}"), "from": prev, "to": id}));
+            prev = id;
+        }
+        flow(json!({"id": "big", "nodes": nodes, "edges": edges}))
+    }
+
+    #[test]
+    fn a_ten_thousand_node_flow_is_checked_in_one_pass() {
+        let mut f = chain(10_000);
+        f.assign_owners();
+        assert!(f.body.nodes.iter().all(|n| n.service == "a"));
+        assert!(f.structural_issues().is_empty());
+        let mut too_big = chain(MAX_NODES);
+        too_big.assign_owners();
+        let issues = too_big.structural_issues();
+        assert_eq!(issues.len(), 1, "{issues:?}");
+        assert_eq!(issues[0].kind, FlowIssueKind::Limit);
+    }
+
+    #[test]
+    fn ids_headers_and_keys_cannot_carry_are_refused() {
+        for (kind, id) in [
+            (IdKind::Node, "charge\nnow"),
+            (IdKind::Node, ""),
+            (IdKind::Edge, "e 1"),
+            (IdKind::Flow, "f.x"),
+            (IdKind::Node, "x>y"),
+            (IdKind::Run, "r:1"),
+        ] {
+            assert!(check_id(kind, id).is_err(), "{kind:?} {id:?}");
+        }
+        assert!(check_id(IdKind::Node, &"n".repeat(MAX_ID_LEN + 1)).is_err());
+        for (kind, id) in [
+            (IdKind::Node, "charge.v2"),
+            (IdKind::Flow, "order-flow_2"),
+            (IdKind::Run, "run-0123abcd"),
+        ] {
+            assert_eq!(check_id(kind, id), Ok(()), "{kind:?} {id:?}");
+        }
+    }
+
+    #[test]
+    fn timer_shapes_are_classified() {
+        let mut f = flow(json!({"id": "f", "nodes": [
+            {"id": "in", "type": "service-in", "service": "a"},
+            {"id": "t", "type": "timer", "config": {"delay_ms": 5}},
+            {"id": "t2", "type": "timer", "config": {"delay_ms": 5, "repeat": 0}},
+            {"id": "x", "type": "action", "service": "a", "action": "x"},
+            {"id": "m", "type": "mapping", "config": {"fields": {}}}
+        ], "edges": [
+            {"id": "e1", "from": "in", "to": "t"}, {"id": "e2", "from": "t", "to": "t2"},
+            {"id": "e3", "from": "t2", "to": "x"}, {"id": "e4", "from": "t", "to": "m"}
+        ]}));
+        f.assign_owners();
+        let kinds: Vec<(String, FlowIssueKind)> = f
+            .structural_issues()
+            .into_iter()
+            .map(|i| (i.at, i.kind))
+            .collect();
+        assert!(
+            kinds.contains(&("nodes[t2]".into(), FlowIssueKind::TimerResume)),
+            "{kinds:?}"
+        );
+        assert!(
+            kinds.contains(&("nodes[t2]".into(), FlowIssueKind::TimerLimit)),
+            "{kinds:?}"
+        );
+        assert!(
+            kinds.contains(&("nodes[t]".into(), FlowIssueKind::TimerResume)),
+            "{kinds:?}"
+        );
+        // A timer into a timer is a shape the engine runs.
+        assert!(
+            !kinds
+                .iter()
+                .any(|(at, k)| at == "nodes[t]" && *k == FlowIssueKind::Structure)
+        );
+    }
+
     #[test]
     fn misspelt_keys_are_refused() {
         let err = serde_json::from_value::<Flow>(json!({"id": "f", "nodes": [

@@ -346,6 +346,7 @@ impl Model {
         self.violations_total = summary.violations;
         self.emulator_dropped = summary.dropped_records;
         self.emulator_lost = summary.dropped_messages;
+        self.evicted_runs = summary.evicted_runs;
         let names: BTreeSet<&str> = summary.services.iter().map(|s| s.name.as_str()).collect();
         self.services
             .retain(|name, _| names.contains(name.as_str()));

@@ -390,6 +390,8 @@ pub struct Model {
     pub(crate) emulator_dropped: u64,
     /// Messages NATS dropped for the emulator's slow subscriptions (its summary says).
     pub(crate) emulator_lost: u64,
+    /// Settled runs the emulator evicted beyond its `max_runs` (from its state summary).
+    pub(crate) evicted_runs: u64,
     /// Messages NATS dropped for this UI's own slow subscription.
     pub(crate) own_dropped: u64,
     /// The last record sequence number applied (records at or below it are repeats).
@@ -432,6 +434,7 @@ impl Model {
             violations_total: 0,
             emulator_dropped: 0,
             emulator_lost: 0,
+            evicted_runs: 0,
             own_dropped: 0,
             last_seq: 0,
             tab: Tab::Services,

@@ -214,7 +214,14 @@ fn runs(model: &Model, frame: &mut Frame, area: Rect) {
     };
     ListTable {
         list: ListId::Runs,
-        title: "Runs".into(),
+        title: if model.evicted_runs > 0 {
+            format!(
+                "Runs ({} settled runs evicted by the emulator beyond its max_runs)",
+                model.evicted_runs
+            )
+        } else {
+            "Runs".into()
+        },
         header: &[
             "Run", "Flow", "Status", "Started", "Duration", "Steps", "Failed",
         ],

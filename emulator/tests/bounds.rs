@@ -1,0 +1,135 @@
+//! The emulator stays bounded under floods: a message with thousands of junk headers keeps at most
+//! 16 violations and one copy of its bytes; the record ring holds to its byte bound; settled runs
+//! beyond `max_runs` are evicted and counted; and it keeps answering throughout.
+
+mod common;
+
+use std::time::Duration;
+
+use serde_json::json;
+use triggers_emulator::EmulatorConfig;
+use triggers_emulator::conformance::MAX_PER_MESSAGE;
+use triggers_sdk::wire::{Envelope, subject};
+
+use common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn junk_headers_and_big_payloads_stay_within_the_bounds() {
+    let max_record_bytes = 4 << 20;
+    let lab = lab_with(EmulatorConfig {
+        max_record_bytes,
+        ..Default::default()
+    })
+    .await;
+    let client = connect(&lab).await;
+    register(&client, &manifest("shop", &["charge"], &[])).await;
+    // Thirteen heartbeats of 400 KB with 5 000 junk X-Triggers-* headers each.
+    let payload = vec![b'x'; 400 * 1024];
+    for i in 0..13 {
+        let mut headers = async_nats::HeaderMap::new();
+        for h in 0..5000 {
+            headers.insert(format!("X-Triggers-Junk-{h}").as_str(), "junk");
+        }
+        headers.insert("X-Flood", i.to_string().as_str());
+        client
+            .publish_with_headers(subject::HEARTBEAT, headers, payload.clone().into())
+            .await
+            .unwrap();
+    }
+    client.flush().await.unwrap();
+    // All thirteen judged: each with at most 16 violations, the last saying how many more.
+    let capped = eventually(&lab, "13 capped messages", |lab| {
+        let capped = lab
+            .violations()
+            .iter()
+            .filter(|v| v.rule == "violations_capped")
+            .count();
+        (capped == 13).then_some(capped)
+    })
+    .await;
+    assert_eq!(capped, 13);
+    let violations = lab.violations();
+    assert!(
+        violations.len() <= 13 * MAX_PER_MESSAGE,
+        "{}",
+        violations.len()
+    );
+    let capped = violations
+        .iter()
+        .find(|v| v.rule == "violations_capped")
+        .unwrap();
+    assert!(
+        capped.message.contains("more violation"),
+        "{}",
+        capped.message
+    );
+    // The violations of one message share one copy of its bytes.
+    let first = &violations[0];
+    let same: Vec<_> = violations
+        .iter()
+        .filter(|v| v.headers == first.headers)
+        .collect();
+    assert!(same.len() > 1);
+    assert!(
+        same.iter()
+            .all(|v| v.payload.as_bytes().as_ptr() == first.payload.as_bytes().as_ptr()),
+        "one shared copy of the payload"
+    );
+    // The ring kept to its byte bound, and says what it dropped.
+    let (records, dropped) = lab.records();
+    let bytes: usize = records.iter().map(|r| r.size()).sum();
+    assert!(bytes <= max_record_bytes, "{bytes} > {max_record_bytes}");
+    assert!(dropped > 0);
+    assert_eq!(lab.summary().dropped_records, dropped);
+    // And it still answers.
+    lab.deploy(one_step_flow("order", "shop", "charge"))
+        .await
+        .unwrap();
+    assert!(lab.summary().violations >= 13);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settled_runs_beyond_max_runs_are_evicted_and_counted() {
+    let lab = lab_with(EmulatorConfig {
+        max_runs: 5,
+        wait_timeout: Duration::from_secs(15),
+        ..Default::default()
+    })
+    .await;
+    let client = connect(&lab).await;
+    register(&client, &manifest("shop", &["charge"], &[])).await;
+    lab.deploy(one_step_flow("order", "shop", "charge"))
+        .await
+        .unwrap();
+    let mut runs = Vec::new();
+    for n in 0..20 {
+        let run = lab.trigger("order", &json!({"n": n})).await.unwrap();
+        let d = next_delivery(&client, "shop").await;
+        succeed(
+            &client,
+            &Envelope::from_headers(&d.headers).unwrap(),
+            "shop",
+            "step",
+        )
+        .await;
+        lab.wait_run_settled(&run).await.unwrap();
+        runs.push(run);
+    }
+    // A run still open is never evicted.
+    let open = lab.trigger("order", &json!({"n": 99})).await.unwrap();
+    let kept = lab.runs();
+    // max_runs settled, plus the eviction batch's slack (max_runs / 10 + 1), plus the open run.
+    assert!(kept.len() <= 5 + 1 + 1, "{}", kept.len());
+    assert!(kept.iter().any(|r| r.id == open.0));
+    assert!(kept.iter().any(|r| r.id == runs[19].0), "the newest stay");
+    assert!(lab.run(&runs[0].0).is_none(), "the oldest go");
+    let summary = lab.summary();
+    assert_eq!(summary.evicted_runs as usize + kept.len(), 21);
+    // Waiting on an evicted run says so.
+    let err = lab
+        .with_wait_timeout(Duration::from_millis(100))
+        .wait_run_settled(&runs[0])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("evicted"), "{err}");
+}
