@@ -493,12 +493,16 @@ impl Run {
                 .map(|(_, n)| n)
                 .filter(|n| n.node_type != NodeType::Timer && !owner(n))
                 .collect(),
-            // The receiver refused the delivery before running anything: its own nodes.
-            k if receiver_refused(k) => flow
-                .successors(source)
-                .map(|(_, n)| n)
-                .filter(|n| n.node_type != NodeType::Timer && owner(n))
-                .collect(),
+            // The receiver refused the delivery before running anything: its own nodes, or all
+            // of them when the delivery was to its own node (an entry, a timer's resume: it
+            // would have handed the others on).
+            k if receiver_refused(k) => {
+                let holder = flow.node(source).is_some_and(|n| n.service == service);
+                flow.successors(source)
+                    .map(|(_, n)| n)
+                    .filter(|n| n.node_type != NodeType::Timer && (holder || owner(n)))
+                    .collect()
+            }
             // Action failures and node_failed come with a `failed` completion event.
             _ => Vec::new(),
         };

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+pub mod shapes;
+
 use serde_json::{Value, json};
 use triggers_emulator::{Backend, EmulatorConfig, Harness, NatsConfig};
 use triggers_sdk::flow::Flow;

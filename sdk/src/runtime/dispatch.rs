@@ -2,9 +2,11 @@
 //!
 //! Order of checks (each failure dead-letters the message with its reason, then acks it):
 //! envelope (`missing_envelope`, `invalid_envelope`) → JSON body (`invalid_json`) → flow
-//! (`unknown_flow`, after waiting briefly for its broadcast) → the source node's successors that
-//! this service owns (`unknown_node`; none but timers is nothing to do) → the Durable Timer
-//! triplet (`durable_timer_rejected`) → the nodes, in edge order.
+//! (`unknown_flow`, after waiting briefly for its broadcast) → the source node's successors
+//! (`unknown_node` when none is this service's to run; none but timers is nothing to do) → the
+//! Durable Timer triplet (`durable_timer_rejected`) → the nodes, in edge order. A delivery to
+//! this service's own node (an entry, a timer's resume) is handed on in full: its successors in
+//! other services get a hop.
 //!
 //! Every message ends one of three ways: handled (acked), dead-lettered with a reason (the DLQ
 //! publish confirmed, then acked), or given back for a redelivery when an outcome could not be
@@ -237,21 +239,25 @@ impl Runtime {
                 .await;
         };
         let successors: Vec<(&Edge, &Node)> = flow.successors(&source.id).collect();
+        // A delivery to a node of this service (the run's entry, a timer's resume) makes this
+        // service the holder of that node's output: it runs its own successors and hands the
+        // others on. A hop from another service's node: this service runs its own successors of
+        // it; the sender hands the rest to their services.
+        let holder = source.service == self.service();
         let mine: Vec<(&Edge, &Node)> = successors
             .iter()
             .copied()
             .filter(|(_, n)| n.service == self.service() && n.node_type != NodeType::Timer)
             .collect();
-        if mine.is_empty() {
-            if !successors.is_empty()
-                && successors
-                    .iter()
-                    .all(|(_, n)| n.node_type == NodeType::Timer)
-            {
-                // Only timers follow: the engine's to arm. Nothing for this service to do.
-                tracing::debug!(run = %envelope.flow_run_id, node = %source.id, "only timers follow; nothing to run");
-                return Ok(());
-            }
+        let nothing_to_do = successors
+            .iter()
+            .all(|(_, n)| n.node_type == NodeType::Timer);
+        if !successors.is_empty() && nothing_to_do {
+            // Only timers follow: the engine's to arm. Nothing for this service to do.
+            tracing::debug!(run = %envelope.flow_run_id, node = %source.id, "only timers follow; nothing to run");
+            return Ok(());
+        }
+        if successors.is_empty() || (!holder && mine.is_empty()) {
             return self
                 .dead_letter_fallback(
                     FallbackKind::UnknownNode,
@@ -291,6 +297,9 @@ impl Runtime {
             };
         }
         let payload = Payload::arrived(value, body);
+        if holder {
+            return self.route(&flow, source, payload, &envelope, &[]).await;
+        }
         for (edge, node) in mine {
             self.run_node(
                 &flow,
