@@ -34,6 +34,7 @@ use triggers_sdk::wire::subject::{self, LockedSubject};
 use triggers_sdk::wire::{GoTime, Manifest};
 
 mod object;
+pub(crate) mod runs;
 mod shapes;
 #[cfg(test)]
 mod tests;
@@ -201,9 +202,14 @@ pub const RULES: &[(&str, Severity, &str)] = &[
         "null where Go writes the zero value (\"\", 0, false, an object)",
     ),
     (
-        "time_not_go_text",
+        "time_invalid",
         Severity::Error,
-        "a time that is not RFC 3339, or not byte-equal to Go's text for that instant",
+        "a time that is not RFC 3339: Go cannot read it",
+    ),
+    (
+        "time_not_go_text",
+        Severity::Warning,
+        "a time Go reads (RFC 3339) whose text is not Go's for that instant (9 digits padded, as the spec tells the Python SDK to write; a +00:00 offset)",
     ),
     (
         "empty_omitempty_field",
@@ -320,6 +326,21 @@ pub const RULES: &[(&str, Severity, &str)] = &[
         "a DLQ subject whose tail is neither an action of the service nor a fallback kind",
     ),
     (
+        "dlq_msg_id_time",
+        Severity::Error,
+        "a DLQ Nats-Msg-Id whose instant is not the entry's occurred_at in nanoseconds (milliseconds or seconds collapse distinct failures)",
+    ),
+    (
+        "dlq_envelope_invalid",
+        Severity::Error,
+        "a DLQ entry's envelope with an empty run, flow, idempotency key or source node, a malformed trace or span id or traceparent",
+    ),
+    (
+        "dlq_body_double_encoded",
+        Severity::Error,
+        "a DLQ body that is a JSON string holding JSON: the body is the message's bytes as raw JSON",
+    ),
+    (
         "dlq_kind_mismatch",
         Severity::Warning,
         "a DLQ entry on a fallback-kind subject whose kind is not that kind",
@@ -359,6 +380,56 @@ pub const RULES: &[(&str, Severity, &str)] = &[
         "idempotency_key_reused",
         Severity::Error,
         "one idempotency key on distinct deliveries of a run (a node ran more times than its hops have keys): JetStream's dedup window drops all but the first",
+    ),
+    (
+        "completion_node_unknown",
+        Severity::Error,
+        "a completion event for a node the run's flow does not have",
+    ),
+    (
+        "completion_node_type_mismatch",
+        Severity::Error,
+        "a completion event whose node_type is not the type of its node in the flow",
+    ),
+    (
+        "completion_service_mismatch",
+        Severity::Error,
+        "a completion event whose service is not the owner of its node (or for a timer, the engine's)",
+    ),
+    (
+        "completion_version_mismatch",
+        Severity::Error,
+        "a completion event whose flow_version is not its run's",
+    ),
+    (
+        "completion_trace_mismatch",
+        Severity::Warning,
+        "a completion event whose trace_id is not its run's",
+    ),
+    (
+        "retries_exceed_policy",
+        Severity::Error,
+        "more retrying events for one execution of an action than its retry policy allows (max_attempts counts every attempt, the first included)",
+    ),
+    (
+        "service_in_unreported",
+        Severity::Error,
+        "a service ran the nodes after a service-in of its own, reached by a hop, without reporting the service-in: the run waits on it forever",
+    ),
+    (
+        "hop_flow_unknown",
+        Severity::Error,
+        "a hop naming a flow (or a version) that is not deployed",
+    ),
+    (
+        "hop_node_unknown",
+        Severity::Error,
+        "a hop whose source_node_id is no node of its flow",
+    ),
+    (
+        "heartbeat_version_mismatch",
+        Severity::Warning,
+        "a heartbeat whose service_version is not the registered one",
     ),
     (
         "completion_unexpected",

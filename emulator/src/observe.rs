@@ -8,12 +8,12 @@ use async_nats::jetstream;
 use futures::StreamExt;
 use triggers_sdk::transport;
 use triggers_sdk::wire::header::names;
-use triggers_sdk::wire::subject::{self, LockedSubject};
+use triggers_sdk::wire::subject::LockedSubject;
 use triggers_sdk::wire::{CompletionEvent, DlqEntry, Envelope, GoTime, Headers, Heartbeat};
 
-use crate::conformance::{self, Origin, Violation};
+use crate::conformance::{self, Origin, Violation, runs};
 use crate::emulator::{Emulator, Shared, State};
-use crate::recorder::{Body, RecordKind, Run, share_headers};
+use crate::recorder::{Body, RecordKind, Run, SharedHeaders, share_headers};
 
 impl Emulator {
     pub(crate) async fn observe_all(shared: Arc<Shared>, mut sub: async_nats::Subscriber) {
@@ -157,18 +157,19 @@ pub(crate) fn record_dlq(shared: &Shared, msg: &jetstream::Message) {
 /// A completion event as JetStream stored it: recorded and applied to its run.
 pub(crate) fn record_event(shared: &Shared, msg: &jetstream::Message) {
     if let Ok(event) = CompletionEvent::from_json(&msg.payload) {
-        let headers = transport::from_nats(msg.headers.as_ref());
+        let headers = share_headers(&transport::from_nats(msg.headers.as_ref()));
+        let body = Body::from(msg.payload.clone());
         let mut state = shared.lock();
-        let seq = shared.push_locked(
+        let seq = shared.push_shared(
             &mut state,
             &msg.subject,
-            &headers,
-            Body::from(msg.payload.clone()),
+            headers.clone(),
+            body.clone(),
             RecordKind::Completion {
                 event: event.clone(),
             },
         );
-        shared.track(&mut state, &event, seq);
+        shared.track(&mut state, &event, seq, &msg.subject, headers, body);
     }
 }
 
@@ -201,6 +202,19 @@ impl Shared {
         match LockedSubject::parse(subject) {
             Some(LockedSubject::Heartbeat) => {
                 if let Ok(hb) = Heartbeat::from_json(&payload) {
+                    let found: Vec<Violation> = runs::heartbeat(&registry.manifests, &hb)
+                        .into_iter()
+                        .map(|(rule, message)| {
+                            Violation::new(
+                                rule,
+                                subject,
+                                message,
+                                shared_headers.clone(),
+                                payload.clone(),
+                            )
+                        })
+                        .collect();
+                    self.add_violations(&mut state, found);
                     if let Some(s) = state.services.get_mut(&hb.service) {
                         s.last_seen = Some(GoTime::now());
                         s.heartbeats += 1;
@@ -250,6 +264,21 @@ impl Shared {
                             from_emulator,
                         },
                     );
+                    if !from_emulator && let Some(env) = &env {
+                        let found: Vec<Violation> = runs::hop(&state.flows, env)
+                            .into_iter()
+                            .map(|(rule, message)| {
+                                Violation::new(
+                                    rule,
+                                    subject,
+                                    message,
+                                    shared_headers.clone(),
+                                    payload.clone(),
+                                )
+                            })
+                            .collect();
+                        self.add_violations(&mut state, found);
+                    }
                     if !from_emulator && !key.is_empty() {
                         let reused = state.runs.get_mut(&run_id).and_then(|run| {
                             run.hops.observe(&source, service, &key);
@@ -291,8 +320,16 @@ impl Shared {
         }
     }
 
-    /// Run tracking from a completion event.
-    fn track(&self, state: &mut State, event: &CompletionEvent, seq: u64) {
+    /// Run tracking from a completion event, and the run-level rules it is judged by.
+    fn track(
+        &self,
+        state: &mut State,
+        event: &CompletionEvent,
+        seq: u64,
+        subject: &str,
+        headers: SharedHeaders,
+        body: Body,
+    ) {
         let now = state.clock.now();
         if !state.runs.contains_key(&event.flow_run_id) {
             // A run the emulator did not start (another orchestrator, or a test publishing
@@ -307,41 +344,55 @@ impl Shared {
                 .insert(event.flow_run_id.clone(), Run::follow(event, flow));
             state.run_order.push_back(event.flow_run_id.clone());
         }
+        let registry = state.registry.clone();
         let Some(run) = state.runs.get_mut(&event.flow_run_id) else {
             return;
+        };
+        let mut findings = if run.followed {
+            Vec::new()
+        } else {
+            runs::completion(run, event)
         };
         let unexpected_before = run.unexpected.len();
         let to_arm = run.apply(event, seq);
         let unexpected = run.unexpected.len() > unexpected_before;
+        if !run.followed {
+            findings.extend(runs::after_completion(
+                run,
+                event,
+                &registry.manifests,
+                unexpected,
+            ));
+        }
         let reused = run.hops.reused(&run.executions);
         for timer in to_arm {
             crate::timers::arm(self, state, &event.flow_run_id, &timer, now);
         }
-        let headers = share_headers(&Headers::new());
-        let subject = subject::flow_events(&event.flow_id).unwrap_or_default();
         if unexpected {
-            let v = Violation::new(
+            findings.push((
                 "completion_unexpected",
-                &subject,
                 format!(
                     "run {} reports node {:?} {} though nothing reached it (again): a duplicate execution, or a node the flow did not route to",
                     event.flow_run_id, event.node_id, event.status
                 ),
-                headers.clone(),
-                Body::default(),
-            );
-            self.add_violations(state, vec![v]);
+            ));
         }
+        let mut violations: Vec<Violation> = findings
+            .into_iter()
+            .map(|(rule, message)| {
+                Violation::new(rule, subject, message, headers.clone(), body.clone())
+            })
+            .collect();
         if let Some(found) = reused {
-            let v = key_reused(
+            violations.push(key_reused(
                 &event.flow_run_id,
                 &found,
-                &subject,
+                subject,
                 headers,
-                Body::default(),
-            );
-            self.add_violations(state, vec![v]);
+                body,
+            ));
         }
+        self.add_violations(state, violations);
         self.refresh_run(state, &event.flow_run_id);
     }
 }

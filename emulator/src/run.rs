@@ -598,6 +598,11 @@ impl Run {
         self.timeline.iter().filter(move |e| e.node_id == node_id)
     }
 
+    /// `retrying` events of `node` since it last finished.
+    pub(crate) fn retrying(&self, node: &str) -> u32 {
+        self.retrying.get(node).copied().unwrap_or(0)
+    }
+
     /// How many times `node` ran to an end (succeeded, skipped or failed) for an arrival the
     /// run owed it.
     #[must_use]

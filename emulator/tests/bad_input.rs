@@ -561,7 +561,7 @@ async fn bad_fetches_heartbeats_events_dlq_entries_and_stray_messages() {
     let cases: [(&[u8], BTreeSet<&str>); 4] = [
         (b"{not json hb", set(["undecodable"])),
         (b"[1]", set(["undecodable"])),
-        (typed, set(["wrong_type", "time_not_go_text"])),
+        (typed, set(["wrong_type", "time_invalid"])),
         (ghost, set(["service_unregistered"])),
     ];
     for (bytes, _) in &cases {

@@ -345,7 +345,7 @@ pub(super) fn time_is_go_text(report: &mut Report<'_>, at: &str, text: &str) -> 
     match GoTime::parse(text) {
         Err(e) => {
             report.push(
-                "time_not_go_text",
+                "time_invalid",
                 format!(
                     "`{at}` is {text:?}, not RFC 3339 ({e}); Go writes RFC 3339 with nanoseconds, \
                      trailing zeros trimmed, like \"2026-05-26T14:30:45.1Z\""
@@ -357,8 +357,8 @@ pub(super) fn time_is_go_text(report: &mut Report<'_>, at: &str, text: &str) -> 
             report.push(
                 "time_not_go_text",
                 format!(
-                    "`{at}` is {text:?}; Go writes {:?} (nanoseconds with trailing zeros trimmed, \
-                     no fraction at zero, Z for UTC)",
+                    "`{at}` is {text:?}; Go reads it, and writes {:?} (nanoseconds with trailing \
+                     zeros trimmed, no fraction at zero, Z for UTC)",
                     t.to_string()
                 ),
             );

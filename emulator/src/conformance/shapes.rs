@@ -4,7 +4,7 @@
 
 use triggers_sdk::error::DecodeError;
 use triggers_sdk::flow::NodeType;
-use triggers_sdk::wire::header::{self, names};
+use triggers_sdk::wire::header::{self, Traceparent, names};
 use triggers_sdk::wire::manifest::is_hash_text;
 use triggers_sdk::wire::shapes::{dlq_kind, status};
 use triggers_sdk::wire::subject::{self, FallbackKind};
@@ -456,6 +456,11 @@ pub(super) fn dlq(ctx: &Context<'_>, report: &mut Report<'_>, service: &str, tai
             _ => {}
         }
     }
+    dlq_details(
+        report,
+        &entry,
+        fallback.is_none() && !explained.contains("envelope"),
+    );
     go_bytes(
         report,
         "DLQ entry",
@@ -464,6 +469,90 @@ pub(super) fn dlq(ctx: &Context<'_>, report: &mut Report<'_>, service: &str, tai
         &["envelope"],
     );
 }
+
+/// What a DLQ entry's values must be beyond their types: the instant in the `Nats-Msg-Id`, the
+/// nested envelope's fields, the body not encoded twice.
+fn dlq_details(report: &mut Report<'_>, entry: &DlqEntry, full_envelope: bool) {
+    if let Some((_, ns)) = report
+        .headers
+        .get(names::NATS_MSG_ID)
+        .and_then(header::parse_dlq_msg_id)
+    {
+        let occurred = entry.occurred_at.unix_nanos();
+        if !entry.occurred_at.is_zero() && (ns - occurred).abs() > DLQ_INSTANT_SLACK_NS {
+            report.push(
+                "dlq_msg_id_time",
+                format!(
+                    "the Nats-Msg-Id's instant is {ns}, but occurred_at is {} ({occurred} ns): it must be the entry's instant in nanoseconds since the Unix epoch (milliseconds or seconds make distinct failures within the same millisecond collapse)",
+                    entry.occurred_at
+                ),
+            );
+        }
+    }
+    // An action's entry carries the whole envelope its message arrived with; a fallback entry
+    // (a message without a readable envelope, among others) carries what could be read.
+    let env = &entry.envelope;
+    let mut problems = Vec::new();
+    if full_envelope {
+        for (field, value) in [
+            ("flow_run_id", &env.flow_run_id),
+            ("flow_id", &env.flow_id),
+            ("idempotency_key", &env.idempotency_key),
+            ("source_node_id", &env.source_node_id),
+        ] {
+            if value.is_empty() {
+                problems.push(format!("envelope.{field} is empty"));
+            }
+        }
+    }
+    for (field, value, width) in [
+        ("trace_id", &env.trace_id, 32),
+        ("span_id", &env.span_id, 16),
+    ] {
+        if !value.is_empty() && !is_lower_hex(value, width) {
+            problems.push(format!(
+                "envelope.{field} is {value:?}, not {width} lowercase hex digits"
+            ));
+        }
+    }
+    if !env.traceparent.is_empty() && Traceparent::parse(&env.traceparent).is_err() {
+        problems.push(format!(
+            "envelope.traceparent {:?} is not W3C Trace Context",
+            env.traceparent
+        ));
+    }
+    if env.retry_count < 0 || env.flow_version < 0 {
+        problems.push("envelope counts are negative".into());
+    }
+    if !problems.is_empty() {
+        report.push(
+            "dlq_envelope_invalid",
+            format!(
+                "the entry's envelope is the dead-lettered message's, as read: {}",
+                problems.join("; ")
+            ),
+        );
+    }
+    // The body is the message's bytes as raw JSON; a string holding JSON was encoded twice (a
+    // body that is not JSON is carried as a string, but then it does not parse).
+    if entry.kind != FallbackKind::InvalidJson.as_str()
+        && let Ok(serde_json::Value::String(text)) =
+            serde_json::from_str::<serde_json::Value>(entry.body.get())
+        && serde_json::from_str::<serde_json::Value>(&text)
+            .is_ok_and(|v| v.is_object() || v.is_array())
+    {
+        report.push(
+            "dlq_body_double_encoded",
+            format!(
+                "body is a JSON string holding JSON ({}…): the body is the message's bytes as raw JSON, not a string of them",
+                text.chars().take(40).collect::<String>()
+            ),
+        );
+    }
+}
+
+/// How far a DLQ `Nats-Msg-Id`'s instant may be from the entry's `occurred_at`.
+const DLQ_INSTANT_SLACK_NS: i128 = 24 * 3600 * 1_000_000_000;
 
 /// The `Nats-Msg-Id` of a DLQ publish: `<idempotency_key>:dlq:<unix_ns>`. A misspelt name is
 /// reported by the header checks; its value is judged here all the same.
@@ -517,4 +606,12 @@ fn check_dlq_msg_id(report: &mut Report<'_>, entry_key: Option<&str>) {
             ),
         );
     }
+}
+
+/// True when `value` is exactly `width` lowercase hexadecimal digits.
+fn is_lower_hex(value: &str, width: usize) -> bool {
+    value.len() == width
+        && value
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }

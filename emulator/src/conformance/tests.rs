@@ -488,7 +488,7 @@ fn time_messages_show_what_go_writes() {
     assert_eq!(found.len(), 1, "{found:#?}");
     assert_eq!(
         found[0].message.split(" (").next().unwrap(),
-        r#"`started_at` is "2026-05-26T14:30:45.100000000Z"; Go writes "2026-05-26T14:30:45.1Z""#
+        r#"`started_at` is "2026-05-26T14:30:45.100000000Z"; Go reads it, and writes "2026-05-26T14:30:45.1Z""#
     );
 }
 

@@ -85,7 +85,7 @@ rule_tests! {
             h.insert("nats-msg-id", "run-01:send");
         })),
         case("nats_msg_id_spelling", Error, dlq_msg().map_headers(|h| {
-            h.insert("NATS-MSG-ID", header::dlq_msg_id("run-01:send", 1));
+            h.insert("NATS-MSG-ID", header::dlq_msg_id("run-01:send", DLQ_NS));
         })),
     ];
     header_unknown => vec![
@@ -148,21 +148,26 @@ rule_tests! {
         case("null_field", Warning, completion_msg().map_payload(|p| set(p, "flow_version", "null")))
             .also(&[]),
     ];
-    time_not_go_text => vec![
-        case("time_not_go_text", Error, heartbeat_msg()
-            .map_payload(|p| set(p, "started_at", "\"2026-05-26T14:30:45.100000000Z\""))),
-        case("time_not_go_text", Error, heartbeat_msg()
-            .map_payload(|p| set(p, "now", "\"2026-05-26T14:31:00+00:00\""))),
-        case("time_not_go_text", Error, heartbeat_msg()
+    time_invalid => vec![
+        case("time_invalid", Error, heartbeat_msg()
             .map_payload(|p| set(p, "now", "\"2026-05-26 14:31:00\""))),
-        case("time_not_go_text", Error, completion_msg()
+        case("time_invalid", Error, completion_msg()
+            .map_payload(|p| set(p, "finished_at", "\"yesterday\""))),
+    ];
+    // Go reads these: the bytes differ from what it writes, no more (spec-style padding too).
+    time_not_go_text => vec![
+        case("time_not_go_text", Warning, heartbeat_msg()
+            .map_payload(|p| set(p, "started_at", "\"2026-05-26T14:30:45.100000000Z\""))),
+        case("time_not_go_text", Warning, heartbeat_msg()
+            .map_payload(|p| set(p, "now", "\"2026-05-26T14:31:00+00:00\""))),
+        case("time_not_go_text", Warning, completion_msg()
             .map_payload(|p| set(p, "finished_at", "\"2026-05-26T14:30:45.512345000Z\""))),
-        case("time_not_go_text", Error, dlq_msg()
+        case("time_not_go_text", Warning, dlq_msg()
             .map_payload(|p| set(p, "occurred_at", "\"2026-05-26T14:30:47.000000001+00:00\""))),
-        case("time_not_go_text", Error, dlq_msg().map_payload(|p| {
+        case("time_not_go_text", Warning, dlq_msg().map_payload(|p| {
             nested(p, "envelope", |e| set(e, "emitted_at", "\"2026-05-26T14:30:45.100Z\""))
         })),
-        case("time_not_go_text", Error, hop_msg().map_headers(|h| {
+        case("time_not_go_text", Warning, hop_msg().map_headers(|h| {
             h.insert(names::EMITTED_AT, "2026-05-26T14:30:45.100000Z");
         })),
     ];
@@ -296,6 +301,29 @@ rule_tests! {
     dlq_subject_unknown_tail => vec![
         case("dlq_subject_unknown_tail", Error, Msg { subject: "triggers.v2.dlq.svc.sned".into(), ..dlq_msg() }),
     ];
+    dlq_msg_id_time => vec![
+        // Milliseconds where nanoseconds belong.
+        case("dlq_msg_id_time", Error, dlq_msg().map_headers(|h| {
+            h.insert(names::NATS_MSG_ID, header::dlq_msg_id("run-01:send", DLQ_NS / 1_000_000));
+        })),
+    ];
+    dlq_envelope_invalid => vec![
+        case("dlq_envelope_invalid", Error, dlq_msg().map_payload(|p| {
+            nested(p, "envelope", |e| set(e, "trace_id", "\"XYZ\""))
+        })),
+        case("dlq_envelope_invalid", Error, dlq_msg().map_payload(|p| {
+            nested(p, "envelope", |e| set(e, "source_node_id", "\"\""))
+        })),
+        // An empty key: the Nats-Msg-Id cannot carry the entry's key either.
+        case("dlq_envelope_invalid", Error, dlq_msg()
+            .map_payload(|p| nested(p, "envelope", |e| set(e, "idempotency_key", "\"\"")))
+            .map_headers(|h| h.insert(names::NATS_MSG_ID, header::dlq_msg_id("", DLQ_NS)))),
+    ];
+    dlq_body_double_encoded => vec![
+        case("dlq_body_double_encoded", Error, dlq_msg().map_payload(|p| {
+            set(p, "body", r#""{\"amount\":2.5}""#)
+        })),
+    ];
     dlq_kind_mismatch => vec![
         case("dlq_kind_mismatch", Warning, dlq_fallback_msg().map_payload(|p| set(p, "kind", "\"unknown_flow\""))),
         case("dlq_kind_mismatch", Warning, dlq_fallback_msg().map_payload(|p| set(p, "kind", "\"action_failed\""))),
@@ -375,4 +403,14 @@ pub(super) const STATEFUL: &[&str] = &[
     "idempotency_key_reused",
     "completion_unexpected",
     "delivery_deduplicated",
+    "completion_node_unknown",
+    "completion_node_type_mismatch",
+    "completion_service_mismatch",
+    "completion_version_mismatch",
+    "completion_trace_mismatch",
+    "retries_exceed_policy",
+    "service_in_unreported",
+    "hop_flow_unknown",
+    "hop_node_unknown",
+    "heartbeat_version_mismatch",
 ];

@@ -1,0 +1,186 @@
+//! Run-level rules: a message judged against the flow, the run and the manifest it belongs to, not
+//! only against its shape. Pure functions of what the emulator knows; the emulator calls them as
+//! it follows each run and records what they find.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use triggers_sdk::flow::{Flow, NodeType};
+use triggers_sdk::wire::shapes::status;
+use triggers_sdk::wire::{CompletionEvent, Envelope, Heartbeat, Manifest};
+
+use crate::recorder::Run;
+
+/// A rule found broken, with what is wrong.
+pub(crate) type Finding = (&'static str, String);
+
+/// A completion event against its run's flow, before it is applied.
+pub(crate) fn completion(run: &Run, event: &CompletionEvent) -> Vec<Finding> {
+    let mut found = Vec::new();
+    if run.flow_version != event.flow_version {
+        found.push((
+            "completion_version_mismatch",
+            format!(
+                "the event says flow_version {}; run {} runs version {} (the version of the delivery's envelope)",
+                event.flow_version, run.id, run.flow_version
+            ),
+        ));
+    }
+    if !event.trace_id.is_empty() && !run.trace_id.is_empty() && event.trace_id != run.trace_id {
+        found.push((
+            "completion_trace_mismatch",
+            format!(
+                "the event's trace_id is {}; run {} is trace {} (the envelope's X-Triggers-Trace-Id)",
+                event.trace_id, run.id, run.trace_id
+            ),
+        ));
+    }
+    let Some(flow) = run.flow() else {
+        return found;
+    };
+    let Some(node) = flow.node(&event.node_id) else {
+        found.push((
+            "completion_node_unknown",
+            format!(
+                "flow {} v{} has no node {:?}: a completion event names the node of the flow that ran",
+                flow.id, flow.version, event.node_id
+            ),
+        ));
+        return found;
+    };
+    if node.node_type.as_str() != event.node_type {
+        found.push((
+            "completion_node_type_mismatch",
+            format!(
+                "node {:?} is a {} node; the event says node_type {:?}",
+                node.id, node.node_type, event.node_type
+            ),
+        ));
+    }
+    if node.node_type == NodeType::Timer {
+        found.push((
+            "completion_service_mismatch",
+            format!(
+                "node {:?} is a timer: the engine's, no service reports it",
+                node.id
+            ),
+        ));
+    } else if node.service != event.service {
+        found.push((
+            "completion_service_mismatch",
+            format!(
+                "node {:?} belongs to {}; the event says service {:?} (a service reports only its own nodes)",
+                node.id, node.service, event.service
+            ),
+        ));
+    }
+    found
+}
+
+/// A completion event after it was applied: retries beyond the action's policy, and a node run
+/// after a service-in of its service that nobody reported.
+pub(crate) fn after_completion(
+    run: &Run,
+    event: &CompletionEvent,
+    manifests: &BTreeMap<String, Manifest>,
+    unexpected: bool,
+) -> Vec<Finding> {
+    let mut found = Vec::new();
+    let Some(flow) = run.flow() else {
+        return found;
+    };
+    let Some(node) = flow.node(&event.node_id) else {
+        return found;
+    };
+    if event.status == status::RETRYING
+        && node.node_type == NodeType::Action
+        && let Some(action) = manifests
+            .get(&node.service)
+            .and_then(|m| m.action(&node.action))
+    {
+        let max = action.retry.max_attempts.max(1);
+        let retries = i64::from(run.retrying(&node.id));
+        // Attempts 1 to max-1 may be retried; reported once, when it goes past.
+        if retries == max {
+            found.push((
+                "retries_exceed_policy",
+                format!(
+                    "action {}.{} (node {:?}) reported {retries} retrying events for one execution; its retry policy allows {max} attempt(s) in all, so at most {} retrying event(s) before succeeded or failed",
+                    node.service,
+                    node.action,
+                    node.id,
+                    max - 1
+                ),
+            ));
+        }
+    }
+    if unexpected {
+        let unreported: Vec<&str> = flow
+            .predecessors(&node.id)
+            .map(|(_, p)| p)
+            .filter(|p| {
+                p.node_type == NodeType::ServiceIn
+                    && p.service == event.service
+                    && run.pending.contains_key(&p.id)
+            })
+            .map(|p| p.id.as_str())
+            .collect();
+        if let Some(p) = unreported.first() {
+            found.push((
+                "service_in_unreported",
+                format!(
+                    "{} ran {:?} after service-in {p:?}, which it never reported: a service-in reached by a hop is the receiving service's node, and it must publish its completion event before running what follows (run {} waits on it)",
+                    event.service, node.id, run.id
+                ),
+            ));
+        }
+    }
+    found
+}
+
+/// A peer's hop onto an inbound subject, against the deployed flows.
+pub(crate) fn hop(flows: &BTreeMap<String, Arc<Flow>>, envelope: &Envelope) -> Vec<Finding> {
+    let Some(flow) = flows.get(&envelope.flow_id) else {
+        return vec![(
+            "hop_flow_unknown",
+            format!(
+                "the hop names flow {:?}, which is not deployed (deployed: {:?})",
+                envelope.flow_id,
+                flows.keys().collect::<Vec<_>>()
+            ),
+        )];
+    };
+    if envelope.flow_version > flow.version {
+        return vec![(
+            "hop_flow_unknown",
+            format!(
+                "the hop names flow {} v{}; v{} is the latest deployed",
+                flow.id, envelope.flow_version, flow.version
+            ),
+        )];
+    }
+    if flow.node(&envelope.source_node_id).is_none() {
+        return vec![(
+            "hop_node_unknown",
+            format!(
+                "the hop's source_node_id {:?} is no node of flow {}: it must name the node whose output the hop carries",
+                envelope.source_node_id, flow.id
+            ),
+        )];
+    }
+    Vec::new()
+}
+
+/// A heartbeat against its service's registration.
+pub(crate) fn heartbeat(manifests: &BTreeMap<String, Manifest>, hb: &Heartbeat) -> Vec<Finding> {
+    match manifests.get(&hb.service) {
+        Some(m) if m.service_version != hb.service_version => vec![(
+            "heartbeat_version_mismatch",
+            format!(
+                "the heartbeat says service_version {:?}; {} registered {:?} (a new version registers again)",
+                hb.service_version, hb.service, m.service_version
+            ),
+        )],
+        _ => Vec::new(),
+    }
+}
