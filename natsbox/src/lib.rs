@@ -21,7 +21,7 @@
 //! handle stops it, and a handle dropped while a test panics prints the server's log.
 //!
 //! ```no_run
-//! use triggers_emulator::nats::{Backend, NatsConfig, NatsServer};
+//! use natsbox::{Backend, NatsConfig, NatsServer};
 //!
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! // Whatever this machine offers:
@@ -41,12 +41,14 @@
 //! # }
 //! ```
 
-pub(crate) mod accounts;
+mod accounts;
 mod binary;
 mod choice;
 mod config;
 mod docker;
+mod error;
 mod probe;
+pub mod watchdog;
 
 use std::time::Duration;
 
@@ -57,10 +59,10 @@ pub use config::{
     NatsConfig, OFFICIAL_IMAGE,
 };
 
-use crate::error::NatsError;
 use binary::BinaryServer;
 use config::Resolved;
 use docker::DockerServer;
+pub use error::NatsError;
 
 /// A running nats-server with JetStream. Dropping it stops the server if the emulator started it
 /// (kills the process, or removes the container) and deletes its store.

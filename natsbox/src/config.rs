@@ -26,6 +26,11 @@ pub const LOCAL_IMAGE: &str = "triggers-lab/nats-server:local";
 /// The official image, used when a tag of it is present locally or can be pulled.
 pub const OFFICIAL_IMAGE: &str = "nats";
 
+/// The longest duration a setting accepts: 100 years, as the triggers SDK bounds its own.
+const MAX_DURATION: Duration = Duration::from_secs(36_500 * 86_400);
+/// The largest per-subscription capacity async-nats is asked for (2^24 messages).
+const MAX_SUBSCRIPTION_CAPACITY: usize = 1 << 24;
+
 const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_PULL_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -102,7 +107,7 @@ pub struct NatsConfig {
     /// `None`: 15 seconds (a machine without a registry fails fast, one with it rarely needs more).
     pub pull_timeout: Option<Duration>,
     /// Messages each subscription of the clients the harness and `triggers-lab up` connect holds
-    /// before NATS drops what comes next (counted: see [`crate::drops`]). `None`: async-nats'
+    /// before NATS drops what comes next (the triggers emulator counts them). `None`: async-nats'
     /// 65 536. From 1 to 16 777 216.
     pub subscription_capacity: Option<usize>,
     /// Start the server (Docker or binary backend) with the control API in a NATS account of its
@@ -152,7 +157,7 @@ impl NatsConfig {
             ("NatsConfig::pull_timeout", self.pull_timeout),
         ] {
             if let Some(d) = value
-                && d > triggers_sdk::runtime::MAX_DURATION
+                && d > MAX_DURATION
             {
                 return Err(NatsError::InvalidConfig {
                     setting,
@@ -162,7 +167,7 @@ impl NatsConfig {
             }
         }
         if let Some(n) = self.subscription_capacity
-            && (n == 0 || n > triggers_sdk::runtime::MAX_SUBSCRIPTION_CAPACITY)
+            && (n == 0 || n > MAX_SUBSCRIPTION_CAPACITY)
         {
             return Err(NatsError::InvalidConfig {
                 setting: "NatsConfig::subscription_capacity",

@@ -11,8 +11,8 @@ use tempfile::TempDir;
 use super::config::{ENV_SERVER_BIN, Resolved};
 use super::probe;
 use super::{ChosenBackend, SkippedBackend};
+use crate::Backend;
 use crate::error::NatsError;
-use crate::nats::Backend;
 use crate::watchdog::Watchdog;
 
 /// Port races (another process binding the port we picked) are rare; three tries are plenty.
