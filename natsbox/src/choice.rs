@@ -22,10 +22,17 @@ pub enum ChosenBackend {
         /// The image it runs, `name:tag`.
         image: String,
     },
-    /// A process the emulator spawned.
+    /// A process the emulator spawned from a binary found on this machine.
     Binary {
         /// The binary it runs.
         path: PathBuf,
+    },
+    /// A process spawned from the pinned binary, fetched once and cached ([`crate::pinned`]).
+    Pinned {
+        /// The cached binary, checked against its pinned SHA-256 before every start.
+        path: PathBuf,
+        /// Its version.
+        version: String,
     },
 }
 
@@ -35,7 +42,7 @@ impl ChosenBackend {
         match self {
             ChosenBackend::External { .. } => Backend::External,
             ChosenBackend::Docker { .. } => Backend::Docker,
-            ChosenBackend::Binary { .. } => Backend::Binary,
+            ChosenBackend::Binary { .. } | ChosenBackend::Pinned { .. } => Backend::Binary,
         }
     }
 }
@@ -46,6 +53,9 @@ impl fmt::Display for ChosenBackend {
             ChosenBackend::External { url } => write!(f, "external ({url})"),
             ChosenBackend::Docker { image } => write!(f, "docker ({image})"),
             ChosenBackend::Binary { path } => write!(f, "binary ({})", path.display()),
+            ChosenBackend::Pinned { path, version } => {
+                write!(f, "pinned binary {version} ({})", path.display())
+            }
         }
     }
 }

