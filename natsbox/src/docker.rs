@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
 use super::config::{ENV_IMAGE, LOCAL_IMAGE, OFFICIAL_IMAGE, Resolved};
-use super::{Backend, ChosenBackend, SkippedBackend, probe};
+use super::{Backend, ChosenBackend, SkippedBackend, image, probe};
 use crate::error::NatsError;
 
 /// Ports inside the container; the image's EXPOSE and our command line agree on them.
@@ -48,7 +48,8 @@ const SWEEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// engine needs this bound.
 const PING_TIMEOUT: Duration = Duration::from_secs(3);
 const PORT_ATTEMPTS: usize = 3;
-const BUILD_HINT: &str = "build it with emulator/docker/build-nats-image.sh";
+const BUILD_HINT: &str = "build it with emulator/docker/build-nats-image.sh, or let it be built \
+     from the pinned binary (`triggers-lab doctor --prepare`)";
 
 fn skip(reason: impl Into<String>) -> SkippedBackend {
     SkippedBackend::new(Backend::Docker, reason)
@@ -88,6 +89,14 @@ pub(crate) async fn choose_image(
         if docker.inspect_image(image).await.is_ok() {
             return Ok(image.clone());
         }
+        if image::is_ours(image) {
+            return match image::build_local(docker, &resolved.pinned, image).await {
+                Ok(()) => Ok(image.clone()),
+                Err(e) => Err(skip(format!(
+                    "the image {image} is not present and could not be built: {e}"
+                ))),
+            };
+        }
         return match pull(image, resolved.pull_timeout).await {
             Ok(()) => Ok(image.clone()),
             Err(e) => Err(skip(format!(
@@ -102,12 +111,19 @@ pub(crate) async fn choose_image(
     if docker.inspect_image(LOCAL_IMAGE).await.is_ok() {
         return Ok(LOCAL_IMAGE.to_string());
     }
+    // No registry is needed to build the local image from the pinned binary; a pull is the last
+    // resort, and tried once per process.
+    let built = image::build_local(docker, &resolved.pinned, LOCAL_IMAGE).await;
+    let build_error = match built {
+        Ok(()) => return Ok(LOCAL_IMAGE.to_string()),
+        Err(e) => e,
+    };
     let official = format!("{OFFICIAL_IMAGE}:latest");
     match pull(&official, resolved.pull_timeout).await {
         Ok(()) => Ok(official),
         Err(e) => Err(skip(format!(
-            "neither the official {OFFICIAL_IMAGE} image nor {LOCAL_IMAGE} is present locally, \
-             and pulling {official} failed: {e}; {BUILD_HINT}"
+            "no nats image is present; {LOCAL_IMAGE} could not be built ({build_error}), and \
+             pulling {official} failed: {e}; {BUILD_HINT}"
         ))),
     }
 }
@@ -130,13 +146,23 @@ async fn local_official_tag(docker: &Docker) -> Option<String> {
         .cloned()
 }
 
+/// Pulls `image` within `bound`, unless a pull of it already failed in this process.
 async fn pull(image: &str, bound: Duration) -> Result<(), String> {
+    if let Some(reason) = image::failed_pull(image) {
+        return Err(format!(
+            "{reason} (earlier in this process; not tried again)"
+        ));
+    }
     let (name, tag) = split_image(image);
-    match timeout(bound, GenericImage::new(name, tag).pull_image()).await {
+    let outcome = match timeout(bound, GenericImage::new(name, tag).pull_image()).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("no answer within {bound:?}")),
+    };
+    if let Err(reason) = &outcome {
+        image::remember_failed_pull(image, reason);
     }
+    outcome
 }
 
 /// `name:tag`, where a colon before the last `/` belongs to a registry host, not a tag.

@@ -47,6 +47,7 @@ mod choice;
 mod config;
 mod docker;
 mod error;
+mod image;
 pub mod pinned;
 mod probe;
 pub mod watchdog;
