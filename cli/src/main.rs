@@ -1,6 +1,7 @@
 //! `triggers-lab`: the one binary of triggers-lab. Thin: each subcommand delegates to a crate.
 
 mod discovery;
+mod doctor;
 mod files;
 mod lab_cmd;
 mod manifest_cmd;
@@ -54,6 +55,9 @@ enum Command {
     },
     /// Run scenario files (or folders of them), each on its own nats-server and emulator.
     Run(run_cmd::RunArgs),
+    /// What this machine offers for a nats-server, what will be chosen and why; exit 3 when
+    /// nothing works. `--prepare` fetches the pinned binary and builds the Docker image first.
+    Doctor(doctor::DoctorArgs),
     /// Run the shipped flow-lab scenarios, step by step: the first thing to try.
     Demo(run_cmd::DemoArgs),
     /// Move a running `up`'s virtual clock forward (e.g. 30s, 5m, 1h30m, 1d); due timers fire.
@@ -78,6 +82,7 @@ fn main() -> ExitCode {
         Command::Manifest(cmd) => manifest_cmd::run(cmd),
         Command::Run(args) => run_cmd::run(args),
         Command::Demo(args) => run_cmd::demo(args),
+        Command::Doctor(args) => doctor::run(args),
         other => {
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -107,7 +112,10 @@ fn main() -> ExitCode {
                         lab_cmd::advance(control, duration).await
                     }
                     Command::Watch { control } => lab_cmd::watch(control, signals.clone()).await,
-                    Command::Manifest(_) | Command::Run(_) | Command::Demo(_) => {
+                    Command::Manifest(_)
+                    | Command::Run(_)
+                    | Command::Demo(_)
+                    | Command::Doctor(_) => {
                         unreachable!("handled above")
                     }
                 };

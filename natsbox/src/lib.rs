@@ -50,6 +50,7 @@ mod error;
 mod image;
 pub mod pinned;
 mod probe;
+pub mod survey;
 pub mod watchdog;
 
 use std::time::Duration;
