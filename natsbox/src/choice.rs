@@ -54,7 +54,7 @@ impl fmt::Display for ChosenBackend {
             ChosenBackend::Docker { image } => write!(f, "docker ({image})"),
             ChosenBackend::Binary { path } => write!(f, "binary ({})", path.display()),
             ChosenBackend::Pinned { path, version } => {
-                write!(f, "pinned binary {version} ({})", path.display())
+                write!(f, "binary ({}, pinned {version})", path.display())
             }
         }
     }
@@ -101,6 +101,12 @@ mod tests {
             path: "/usr/bin/nats-server".into(),
         };
         assert_eq!(binary.to_string(), "binary (/usr/bin/nats-server)");
+        let pinned = ChosenBackend::Pinned {
+            path: "/c/nats-server".into(),
+            version: "2.15.1".into(),
+        };
+        assert_eq!(pinned.to_string(), "binary (/c/nats-server, pinned 2.15.1)");
+        assert_eq!(pinned.kind(), Backend::Binary);
         let external = ChosenBackend::External {
             url: "nats://127.0.0.1:4222".into(),
         };
