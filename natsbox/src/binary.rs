@@ -81,6 +81,8 @@ pub(crate) struct BinaryServer {
     config_file: Option<PathBuf>,
     client_port: u16,
     monitor_port: u16,
+    /// More flags after the usual ones (a cluster node's name, cluster port and routes).
+    extra_args: Vec<String>,
     // Declared before `dir` so that, whatever Drop does, the process is gone before its store.
     child: Option<Child>,
     /// Kills the server and removes `dir` if this process dies without stopping it.
@@ -116,6 +118,7 @@ impl BinaryServer {
             config_file,
             client_port: 0,
             monitor_port: 0,
+            extra_args: Vec::new(),
             child: None,
             watchdog: None,
             dir,
@@ -139,6 +142,47 @@ impl BinaryServer {
             }
         }
         unreachable!("the last attempt returns")
+    }
+
+    /// A server that is not started yet, on the given ports with `extra_args` after the usual
+    /// flags: a cluster node, whose ports must all be known before any node starts. Start it
+    /// with [`spawn`](Self::spawn) and [`wait_ready`](Self::wait_ready).
+    pub(crate) fn node(
+        path: PathBuf,
+        chosen: ChosenBackend,
+        sha256: Option<String>,
+        config: Option<&str>,
+        (client_port, monitor_port): (u16, u16),
+        extra_args: Vec<String>,
+    ) -> Result<Self, NatsError> {
+        let dir = tempfile::Builder::new()
+            .prefix("triggers-nats-node-")
+            .tempdir()
+            .map_err(|source| NatsError::Io {
+                action: "create a temporary directory for a nats-server node".into(),
+                source,
+            })?;
+        let config_file = match config {
+            Some(text) => Some(write_private(&dir.path().join("server.conf"), text)?),
+            None => None,
+        };
+        Ok(BinaryServer {
+            path,
+            chosen,
+            sha256,
+            config_file,
+            client_port,
+            monitor_port,
+            extra_args,
+            child: None,
+            watchdog: None,
+            dir,
+        })
+    }
+
+    /// Whether the process runs (was spawned and not stopped or killed by us).
+    pub(crate) fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     pub(crate) fn client_url(&self) -> String {
@@ -173,7 +217,7 @@ impl BinaryServer {
         self.log().contains("address already in use")
     }
 
-    fn spawn(&mut self) -> Result<(), NatsError> {
+    pub(crate) fn spawn(&mut self) -> Result<(), NatsError> {
         // Checked before every start, restarts included: a binary is never run unverified.
         if let Some(expected) = &self.sha256 {
             let actual =
@@ -213,6 +257,7 @@ impl BinaryServer {
             .arg("-js")
             .arg("--store_dir")
             .arg(self.store_dir())
+            .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(stderr);
@@ -234,7 +279,7 @@ impl BinaryServer {
         Ok(())
     }
 
-    async fn wait_ready(&mut self, budget: Duration) -> Result<(), NatsError> {
+    pub(crate) async fn wait_ready(&mut self, budget: Duration) -> Result<(), NatsError> {
         let client_url = self.client_url();
         let monitor_url = self.monitor_url();
         let child = &mut self.child;
@@ -293,7 +338,7 @@ impl BinaryServer {
     }
 
     /// SIGKILL and reap: synchronous, so the ports are free when it returns.
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();

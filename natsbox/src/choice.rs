@@ -34,6 +34,13 @@ pub enum ChosenBackend {
         /// Its version.
         version: String,
     },
+    /// A JetStream cluster of `nodes` servers, each started as `node` says.
+    Cluster {
+        /// How many servers.
+        nodes: usize,
+        /// Where each came from (all the same).
+        node: Box<ChosenBackend>,
+    },
 }
 
 impl ChosenBackend {
@@ -43,6 +50,7 @@ impl ChosenBackend {
             ChosenBackend::External { .. } => Backend::External,
             ChosenBackend::Docker { .. } => Backend::Docker,
             ChosenBackend::Binary { .. } | ChosenBackend::Pinned { .. } => Backend::Binary,
+            ChosenBackend::Cluster { node, .. } => node.kind(),
         }
     }
 }
@@ -56,6 +64,7 @@ impl fmt::Display for ChosenBackend {
             ChosenBackend::Pinned { path, version } => {
                 write!(f, "binary ({}, pinned {version})", path.display())
             }
+            ChosenBackend::Cluster { nodes, node } => write!(f, "cluster of {nodes}: {node}"),
         }
     }
 }

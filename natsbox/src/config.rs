@@ -31,6 +31,8 @@ const MAX_DURATION: Duration = Duration::from_secs(36_500 * 86_400);
 /// The largest per-subscription capacity async-nats is asked for (2^24 messages).
 const MAX_SUBSCRIPTION_CAPACITY: usize = 1 << 24;
 
+/// More nodes than this only slow a test machine down.
+const MAX_CLUSTER_NODES: usize = 9;
 const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_PULL_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -118,6 +120,23 @@ pub struct NatsConfig {
     /// a password generated for each start. No effect on an external server. Default `false`:
     /// one open account, as a bare `nats-server -js` has (what tests in one process want).
     pub private_control: bool,
+    /// Start a JetStream cluster of this many nodes (routed to one another, each with its own
+    /// store) instead of one server: from the binary backend (local or pinned) or Docker (a
+    /// network of its own). `None` or `Some(1)`: one server. From 1 to 9; 3 is what failover
+    /// tests want (a quorum survives the loss of one node). Ignored for an external server.
+    pub cluster: Option<usize>,
+}
+
+impl NatsConfig {
+    /// A JetStream cluster of `nodes` servers (see [`NatsConfig::cluster`](#structfield.cluster)),
+    /// the rest as the environment says.
+    #[must_use]
+    pub fn cluster(nodes: usize) -> Self {
+        NatsConfig {
+            cluster: Some(nodes),
+            ..Default::default()
+        }
+    }
 }
 
 /// A [`NatsConfig`] with the environment and defaults applied: what the backends work from.
@@ -133,6 +152,8 @@ pub(crate) struct Resolved {
     pub(crate) ready_timeout: Duration,
     pub(crate) pull_timeout: Duration,
     pub(crate) private_control: bool,
+    /// `Some(n)` for a cluster of `n >= 2` nodes.
+    pub(crate) cluster: Option<usize>,
     /// Where the pinned binary is cached and whether it may be fetched.
     pub(crate) pinned: crate::pinned::PinnedSettings,
 }
@@ -177,6 +198,15 @@ impl NatsConfig {
                 expected: "a whole number from 1 to 16777216",
             });
         }
+        if let Some(n) = self.cluster
+            && !(1..=MAX_CLUSTER_NODES).contains(&n)
+        {
+            return Err(NatsError::InvalidConfig {
+                setting: "NatsConfig::cluster",
+                value: n.to_string(),
+                expected: "a number of nodes from 1 to 9",
+            });
+        }
         let server_bin = match &self.server_bin {
             Some(path) => Some((path.clone(), "NatsConfig::server_bin")),
             None => env(ENV_SERVER_BIN).map(|p| (PathBuf::from(p), ENV_SERVER_BIN)),
@@ -190,6 +220,7 @@ impl NatsConfig {
             ready_timeout: self.ready_timeout.unwrap_or(DEFAULT_READY_TIMEOUT),
             pull_timeout: self.pull_timeout.unwrap_or(DEFAULT_PULL_TIMEOUT),
             private_control: self.private_control,
+            cluster: self.cluster.filter(|&n| n > 1),
             pinned: crate::pinned::PinnedSettings::from_env(env),
         })
     }

@@ -51,6 +51,9 @@ const PORT_ATTEMPTS: usize = 3;
 const BUILD_HINT: &str = "build it with emulator/docker/build-nats-image.sh, or let it be built \
      from the pinned binary (`triggers-lab doctor --prepare`)";
 
+/// Whether this backend can start clusters.
+pub(crate) const CLUSTERS: bool = false;
+
 fn skip(reason: impl Into<String>) -> SkippedBackend {
     SkippedBackend::new(Backend::Docker, reason)
 }

@@ -79,6 +79,25 @@ pub enum NatsError {
         log: String,
     },
 
+    /// A node operation named a node the cluster does not have.
+    #[error("there is no nats-server node {number}: the cluster has nodes 1 to {count}")]
+    NoSuchNode {
+        /// The node asked for, 1-based.
+        number: usize,
+        /// How many nodes there are.
+        count: usize,
+    },
+
+    /// A node operation was asked of a single server (or an external one).
+    #[error(
+        "cannot {operation}: the nats-server is not a cluster started here (start one with \
+         NatsConfig::cluster(3), or `nats: {{cluster: 3}}` in a scenario)"
+    )]
+    NotACluster {
+        /// What was asked, e.g. "stop node 2".
+        operation: String,
+    },
+
     /// The pinned binary was needed (nothing else was allowed or found) and could not be had.
     #[error(transparent)]
     Pinned(#[from] PinnedError),

@@ -44,6 +44,7 @@
 mod accounts;
 mod binary;
 mod choice;
+mod cluster;
 mod config;
 mod docker;
 mod error;
@@ -63,6 +64,7 @@ pub use config::{
 };
 
 use binary::BinaryServer;
+use cluster::BinaryCluster;
 use config::Resolved;
 use docker::DockerServer;
 pub use error::{NatsError, PinnedError};
@@ -83,6 +85,7 @@ enum Running {
     External,
     Docker(Box<DockerServer>),
     Binary(BinaryServer),
+    BinaryCluster(BinaryCluster),
 }
 
 impl NatsServer {
@@ -146,6 +149,7 @@ impl NatsServer {
             Running::External => String::new(),
             Running::Docker(server) => server.log(),
             Running::Binary(server) => server.log(),
+            Running::BinaryCluster(cluster) => cluster.log(),
         }
     }
 
@@ -162,6 +166,66 @@ impl NatsServer {
             }),
             Running::Docker(server) => server.restart(self.ready_timeout).await,
             Running::Binary(server) => server.restart(self.ready_timeout).await,
+            Running::BinaryCluster(cluster) => cluster.restart(self.ready_timeout).await,
+        }
+    }
+
+    /// How many servers: the nodes of a cluster ([`NatsConfig::cluster`]), else 1.
+    pub fn node_count(&self) -> usize {
+        match &self.running {
+            Running::BinaryCluster(cluster) => cluster.len(),
+            _ => 1,
+        }
+    }
+
+    /// Each node's client URL, node 1 first (one URL for a single server).
+    pub fn node_urls(&self) -> Vec<String> {
+        match &self.running {
+            Running::BinaryCluster(cluster) => cluster.node_urls(),
+            _ => vec![self.url.clone()],
+        }
+    }
+
+    /// Stops node `number` (1-based) of a cluster gracefully (SIGTERM, or `docker stop`): it hands
+    /// over what it leads. Its store is kept for [`restart_node`](Self::restart_node).
+    pub async fn stop_node(&mut self, number: usize) -> Result<(), NatsError> {
+        tracing::info!(number, "stopping a nats-server node");
+        match &mut self.running {
+            Running::BinaryCluster(cluster) => {
+                cluster.stop_node(index(number, cluster.len())?).await
+            }
+            _ => Err(NatsError::NotACluster {
+                operation: format!("stop node {number}"),
+            }),
+        }
+    }
+
+    /// Kills node `number` (1-based) of a cluster (SIGKILL): a crash, with no hand-over. Its store
+    /// is kept for [`restart_node`](Self::restart_node).
+    pub async fn kill_node(&mut self, number: usize) -> Result<(), NatsError> {
+        tracing::info!(number, "killing a nats-server node");
+        match &mut self.running {
+            Running::BinaryCluster(cluster) => cluster.kill_node(index(number, cluster.len())?),
+            _ => Err(NatsError::NotACluster {
+                operation: format!("kill node {number}"),
+            }),
+        }
+    }
+
+    /// Starts node `number` (1-based) again on its ports with its store (stopping it first if it
+    /// runs), and returns once it is ready; it catches up from the other nodes.
+    pub async fn restart_node(&mut self, number: usize) -> Result<(), NatsError> {
+        tracing::info!(number, "restarting a nats-server node");
+        let ready_timeout = self.ready_timeout;
+        match &mut self.running {
+            Running::BinaryCluster(cluster) => {
+                cluster
+                    .restart_node(index(number, cluster.len())?, ready_timeout)
+                    .await
+            }
+            _ => Err(NatsError::NotACluster {
+                operation: format!("restart node {number}"),
+            }),
         }
     }
 
@@ -173,6 +237,10 @@ impl NatsServer {
             Running::Docker(server) => server.stop().await,
             Running::Binary(server) => {
                 server.stop().await;
+                Ok(())
+            }
+            Running::BinaryCluster(cluster) => {
+                cluster.stop().await;
                 Ok(())
             }
         }
@@ -217,6 +285,15 @@ impl Drop for NatsServer {
 /// removes its store) when the process that started it ends, however it ends.
 pub async fn remove_own_containers(within: Duration) -> usize {
     docker::remove_own(within).await
+}
+
+/// The 0-based index of node `number` (1-based), if the cluster has it.
+fn index(number: usize, count: usize) -> Result<usize, NatsError> {
+    if (1..=count).contains(&number) {
+        Ok(number - 1)
+    } else {
+        Err(NatsError::NoSuchNode { number, count })
+    }
 }
 
 /// Goes through the backends `resolved` allows, recording each one passed over in `skipped`.
@@ -265,6 +342,29 @@ async fn provision(
         };
         if let Some((path, chosen, sha256)) = found {
             let (config, control) = accounts_config(resolved);
+            if let Some(n) = resolved.cluster {
+                let cluster = BinaryCluster::start(
+                    n,
+                    path,
+                    chosen.clone(),
+                    sha256,
+                    config,
+                    resolved.ready_timeout,
+                )
+                .await?;
+                return Ok(NatsServer {
+                    control,
+                    url: cluster.client_url(),
+                    monitor_url: cluster.monitor_url(),
+                    backend: ChosenBackend::Cluster {
+                        nodes: n,
+                        node: Box::new(chosen),
+                    },
+                    skipped: std::mem::take(skipped),
+                    ready_timeout: resolved.ready_timeout,
+                    running: Running::BinaryCluster(cluster),
+                });
+            }
             let server =
                 BinaryServer::start(path, chosen, sha256, config, resolved.ready_timeout).await?;
             return Ok(NatsServer {
@@ -279,7 +379,12 @@ async fn provision(
         }
     }
 
-    if wants(Backend::Docker) {
+    if wants(Backend::Docker) && resolved.cluster.is_some() && !docker::CLUSTERS {
+        skipped.push(SkippedBackend::new(
+            Backend::Docker,
+            "a cluster is asked for, and the Docker backend runs single servers only",
+        ));
+    } else if wants(Backend::Docker) {
         let found = match docker::engine().await {
             Ok(engine) => docker::choose_image(&engine, resolved)
                 .await
