@@ -84,7 +84,7 @@ pub struct NatsServer {
 enum Running {
     External,
     Docker(Box<DockerServer>),
-    Binary(BinaryServer),
+    Binary(Box<BinaryServer>),
     BinaryCluster(BinaryCluster),
 }
 
@@ -374,7 +374,7 @@ async fn provision(
                 backend: server.backend(),
                 skipped: std::mem::take(skipped),
                 ready_timeout: resolved.ready_timeout,
-                running: Running::Binary(server),
+                running: Running::Binary(Box::new(server)),
             });
         }
     }
