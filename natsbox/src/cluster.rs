@@ -8,9 +8,13 @@
 //! same server, which catches up from the others.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use testcontainers::bollard::Docker;
+
 use crate::binary::BinaryServer;
+use crate::docker::{DockerNode, DockerServer, NETWORK_PREFIX};
 use crate::error::NatsError;
 use crate::{ChosenBackend, probe};
 
@@ -159,5 +163,158 @@ impl BinaryCluster {
         for node in &mut self.nodes {
             node.stop().await;
         }
+    }
+}
+
+/// The nodes of a Docker cluster, on a network of their own (testcontainers creates it with the
+/// first container and removes it with the last). Dropping it removes the containers.
+pub(crate) struct DockerCluster {
+    nodes: Vec<DockerServer>,
+    halted: Vec<bool>,
+}
+
+/// Networks this process made, for unique names.
+static NETWORKS: AtomicU64 = AtomicU64::new(0);
+
+impl DockerCluster {
+    /// Starts `n` containers from `image`, routed to one another by container name, and waits
+    /// until every one is ready.
+    pub(crate) async fn start(
+        docker: &Docker,
+        n: usize,
+        image: String,
+        config: Option<String>,
+        ready_timeout: Duration,
+    ) -> Result<Self, NatsError> {
+        let network = format!(
+            "{NETWORK_PREFIX}{}-{}",
+            std::process::id(),
+            NETWORKS.fetch_add(1, Ordering::Relaxed)
+        );
+        let ports = probe::free_ports(2 * n).map_err(|source| NatsError::Io {
+            action: "find free ports on 127.0.0.1".into(),
+            source,
+        })?;
+        let names: Vec<String> = (1..=n).map(|i| format!("{network}-n{i}")).collect();
+        let routes: Vec<String> = names
+            .iter()
+            .map(|name| format!("nats://{name}:6222"))
+            .collect();
+        let routes = routes.join(",");
+        let mut nodes = Vec::with_capacity(n);
+        for (i, name) in names.iter().enumerate() {
+            let node = DockerNode {
+                network: network.clone(),
+                name: name.clone(),
+                ports: (ports[2 * i], ports[2 * i + 1]),
+                args: vec![
+                    "--name".into(),
+                    format!("n{}", i + 1),
+                    "--cluster_name".into(),
+                    CLUSTER_NAME.into(),
+                    "--cluster".into(),
+                    "nats://0.0.0.0:6222".into(),
+                    "--routes".into(),
+                    routes.clone(),
+                ],
+            };
+            // On failure the nodes started so far are dropped, which removes them.
+            nodes.push(
+                DockerServer::launch(
+                    docker,
+                    image.clone(),
+                    config.clone(),
+                    ready_timeout,
+                    Some(&node),
+                )
+                .await?,
+            );
+        }
+        for node in &mut nodes {
+            node.wait_ready(ready_timeout).await?;
+        }
+        Ok(DockerCluster {
+            halted: vec![false; nodes.len()],
+            nodes,
+        })
+    }
+
+    pub(crate) fn client_url(&self) -> String {
+        self.nodes
+            .first()
+            .map(DockerServer::client_url)
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn monitor_url(&self) -> Option<String> {
+        self.nodes.first().map(DockerServer::monitor_url)
+    }
+
+    pub(crate) fn node_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(DockerServer::client_url).collect()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub(crate) fn image_backend(&self) -> Option<ChosenBackend> {
+        self.nodes.first().map(DockerServer::backend)
+    }
+
+    pub(crate) fn log(&self) -> String {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!("=== node {} ===\n{}", i + 1, n.log()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// `docker stop` of node `index` (0-based); `kill`: SIGKILL at once.
+    pub(crate) async fn halt_node(&mut self, index: usize, kill: bool) -> Result<(), NatsError> {
+        let count = self.nodes.len();
+        let node = self.nodes.get_mut(index).ok_or(NatsError::NoSuchNode {
+            number: index + 1,
+            count,
+        })?;
+        node.halt(kill).await?;
+        self.halted[index] = true;
+        Ok(())
+    }
+
+    /// `docker start` of node `index` (after a stop of it if it runs); waits until it is ready.
+    pub(crate) async fn restart_node(
+        &mut self,
+        index: usize,
+        ready_timeout: Duration,
+    ) -> Result<(), NatsError> {
+        let count = self.nodes.len();
+        let node = self.nodes.get_mut(index).ok_or(NatsError::NoSuchNode {
+            number: index + 1,
+            count,
+        })?;
+        node.start_again(ready_timeout).await?;
+        self.halted[index] = false;
+        Ok(())
+    }
+
+    /// Restarts every node in turn.
+    pub(crate) async fn restart(&mut self, ready_timeout: Duration) -> Result<(), NatsError> {
+        for index in 0..self.nodes.len() {
+            self.restart_node(index, ready_timeout).await?;
+        }
+        Ok(())
+    }
+
+    /// Stops and removes every container.
+    pub(crate) async fn stop(&mut self) -> Result<(), NatsError> {
+        let mut first_error = None;
+        for node in &mut self.nodes {
+            if let Err(e) = node.stop().await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 }

@@ -64,7 +64,7 @@ pub use config::{
 };
 
 use binary::BinaryServer;
-use cluster::BinaryCluster;
+use cluster::{BinaryCluster, DockerCluster};
 use config::Resolved;
 use docker::DockerServer;
 pub use error::{NatsError, PinnedError};
@@ -86,6 +86,7 @@ enum Running {
     Docker(Box<DockerServer>),
     Binary(Box<BinaryServer>),
     BinaryCluster(BinaryCluster),
+    DockerCluster(DockerCluster),
 }
 
 impl NatsServer {
@@ -150,6 +151,7 @@ impl NatsServer {
             Running::Docker(server) => server.log(),
             Running::Binary(server) => server.log(),
             Running::BinaryCluster(cluster) => cluster.log(),
+            Running::DockerCluster(cluster) => cluster.log(),
         }
     }
 
@@ -167,6 +169,7 @@ impl NatsServer {
             Running::Docker(server) => server.restart(self.ready_timeout).await,
             Running::Binary(server) => server.restart(self.ready_timeout).await,
             Running::BinaryCluster(cluster) => cluster.restart(self.ready_timeout).await,
+            Running::DockerCluster(cluster) => cluster.restart(self.ready_timeout).await,
         }
     }
 
@@ -174,6 +177,7 @@ impl NatsServer {
     pub fn node_count(&self) -> usize {
         match &self.running {
             Running::BinaryCluster(cluster) => cluster.len(),
+            Running::DockerCluster(cluster) => cluster.len(),
             _ => 1,
         }
     }
@@ -182,6 +186,7 @@ impl NatsServer {
     pub fn node_urls(&self) -> Vec<String> {
         match &self.running {
             Running::BinaryCluster(cluster) => cluster.node_urls(),
+            Running::DockerCluster(cluster) => cluster.node_urls(),
             _ => vec![self.url.clone()],
         }
     }
@@ -193,6 +198,11 @@ impl NatsServer {
         match &mut self.running {
             Running::BinaryCluster(cluster) => {
                 cluster.stop_node(index(number, cluster.len())?).await
+            }
+            Running::DockerCluster(cluster) => {
+                cluster
+                    .halt_node(index(number, cluster.len())?, false)
+                    .await
             }
             _ => Err(NatsError::NotACluster {
                 operation: format!("stop node {number}"),
@@ -206,6 +216,9 @@ impl NatsServer {
         tracing::info!(number, "killing a nats-server node");
         match &mut self.running {
             Running::BinaryCluster(cluster) => cluster.kill_node(index(number, cluster.len())?),
+            Running::DockerCluster(cluster) => {
+                cluster.halt_node(index(number, cluster.len())?, true).await
+            }
             _ => Err(NatsError::NotACluster {
                 operation: format!("kill node {number}"),
             }),
@@ -219,6 +232,11 @@ impl NatsServer {
         let ready_timeout = self.ready_timeout;
         match &mut self.running {
             Running::BinaryCluster(cluster) => {
+                cluster
+                    .restart_node(index(number, cluster.len())?, ready_timeout)
+                    .await
+            }
+            Running::DockerCluster(cluster) => {
                 cluster
                     .restart_node(index(number, cluster.len())?, ready_timeout)
                     .await
@@ -243,6 +261,7 @@ impl NatsServer {
                 cluster.stop().await;
                 Ok(())
             }
+            Running::DockerCluster(cluster) => cluster.stop().await,
         }
     }
 }
@@ -379,12 +398,7 @@ async fn provision(
         }
     }
 
-    if wants(Backend::Docker) && resolved.cluster.is_some() && !docker::CLUSTERS {
-        skipped.push(SkippedBackend::new(
-            Backend::Docker,
-            "a cluster is asked for, and the Docker backend runs single servers only",
-        ));
-    } else if wants(Backend::Docker) {
+    if wants(Backend::Docker) {
         let found = match docker::engine().await {
             Ok(engine) => docker::choose_image(&engine, resolved)
                 .await
@@ -394,6 +408,26 @@ async fn provision(
         match found {
             Ok((engine, image)) => {
                 let (config, control) = accounts_config(resolved);
+                if let Some(n) = resolved.cluster {
+                    let cluster =
+                        DockerCluster::start(&engine, n, image, config, resolved.ready_timeout)
+                            .await?;
+                    let node = cluster.image_backend().unwrap_or(ChosenBackend::Docker {
+                        image: String::new(),
+                    });
+                    return Ok(NatsServer {
+                        control,
+                        url: cluster.client_url(),
+                        monitor_url: cluster.monitor_url(),
+                        backend: ChosenBackend::Cluster {
+                            nodes: n,
+                            node: Box::new(node),
+                        },
+                        skipped: std::mem::take(skipped),
+                        ready_timeout: resolved.ready_timeout,
+                        running: Running::DockerCluster(cluster),
+                    });
+                }
                 let server =
                     DockerServer::start(&engine, image, config, resolved.ready_timeout).await?;
                 return Ok(NatsServer {

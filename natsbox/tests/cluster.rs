@@ -64,6 +64,11 @@ async fn r3_survives_losing_a_node(mut server: NatsServer) {
     for n in 10..20 {
         publish(n).await;
     }
+    let after = stream.info().await.unwrap().cluster.clone().unwrap().leader;
+    assert!(
+        after.is_some() && after.as_deref() != Some(leader.as_str()),
+        "the leader changed from {leader}: {after:?}"
+    );
     server.restart_node(number).await.unwrap();
     server.stop_node(1).await.unwrap();
     for n in 20..30 {
@@ -74,8 +79,6 @@ async fn r3_survives_losing_a_node(mut server: NatsServer) {
     loop {
         if let Ok(info) = stream.info().await {
             assert_eq!(info.state.messages, 30, "no message lost, none twice");
-            let new_leader = info.cluster.clone().unwrap().leader.unwrap_or_default();
-            assert_ne!(new_leader, leader, "the leader changed");
             break;
         }
         assert!(tokio::time::Instant::now() < deadline);
@@ -116,4 +119,24 @@ async fn node_operations_on_a_single_server_say_it_is_not_a_cluster() {
     .unwrap();
     let err = server.kill_node(1).await.unwrap_err();
     assert!(matches!(err, NatsError::NotACluster { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn docker_cluster_keeps_an_r3_stream_through_node_loss() {
+    if std::env::var("TRIGGERS_SKIP_DOCKER_TESTS").as_deref() == Ok("1") {
+        eprintln!("TRIGGERS_SKIP_DOCKER_TESTS=1: skipping a Docker backend test");
+        return;
+    }
+    let server = NatsServer::start(NatsConfig {
+        backend: Backend::Docker,
+        ..NatsConfig::cluster(3)
+    })
+    .await
+    .unwrap();
+    assert!(
+        server.backend().to_string().contains("docker ("),
+        "{}",
+        server.backend()
+    );
+    r3_survives_losing_a_node(server).await;
 }

@@ -47,7 +47,6 @@ async fn cluster_scenarios_pass_on_binary_nodes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the Docker cluster backend comes in the next commit"]
 async fn cluster_scenarios_pass_on_docker_nodes() {
     if std::env::var("TRIGGERS_SKIP_DOCKER_TESTS").as_deref() == Ok("1") {
         eprintln!("TRIGGERS_SKIP_DOCKER_TESTS=1: skipping a Docker backend test");
