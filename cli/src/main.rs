@@ -1,9 +1,12 @@
 //! `triggers-lab`: the one binary of triggers-lab. Thin: each subcommand delegates to a crate.
 
 mod discovery;
+mod exit;
 mod files;
 mod lab_cmd;
 mod manifest_cmd;
+mod nats_choice;
+mod out;
 mod run_cmd;
 mod signals;
 
@@ -14,7 +17,7 @@ use clap::{Parser, Subcommand};
 
 /// Build, test and watch services of the triggers platform without the real orchestrator.
 #[derive(Debug, Parser)]
-#[command(name = "triggers-lab", version, about, long_about = None)]
+#[command(name = "triggers-lab", version, about, long_about = None, after_help = exit::HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -23,11 +26,13 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Hash, canonicalise and check service manifests (the wire contract's manifest hash).
-    #[command(subcommand)]
+    #[command(subcommand, after_help = exit::HELP)]
     Manifest(manifest_cmd::ManifestCommand),
     /// Start a nats-server and the orchestrator emulator; run until Ctrl-C.
+    #[command(after_help = exit::HELP)]
     Up(lab_cmd::UpArgs),
     /// Deploy a flow (JSON or YAML) to a running `up`.
+    #[command(after_help = exit::HELP)]
     Deploy {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
@@ -35,6 +40,7 @@ enum Command {
         file: PathBuf,
     },
     /// Start a run of a deployed flow on a running `up`; prints the run id.
+    #[command(after_help = exit::HELP)]
     Trigger {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
@@ -42,21 +48,29 @@ enum Command {
         flow: String,
         /// The payload: JSON text, or @FILE (JSON or YAML). Default `{}`.
         payload: Option<String>,
-        /// Wait for the run to settle and print its timeline.
+        /// Wait for the run to settle and print its timeline; exit 1 if it failed.
         #[arg(long)]
         wait: bool,
+        /// With --wait: how long to wait for the run to settle before giving up (exit 1, naming
+        /// the nodes still pending).
+        #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+        wait_timeout: std::time::Duration,
     },
     /// Watch live flows in the terminal: a running `up` (and drive it), or any NATS server
     /// (read-only).
+    #[command(after_help = exit::HELP)]
     Watch {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
     },
     /// Run scenario files (or folders of them), each on its own nats-server and emulator.
+    #[command(after_help = exit::HELP)]
     Run(run_cmd::RunArgs),
     /// Run the shipped flow-lab scenarios, step by step: the first thing to try.
+    #[command(after_help = exit::HELP)]
     Demo(run_cmd::DemoArgs),
     /// Move a running `up`'s virtual clock forward (e.g. 30s, 5m, 1h30m, 1d); due timers fire.
+    #[command(after_help = exit::HELP)]
     Advance {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
@@ -66,8 +80,9 @@ enum Command {
     },
 }
 
-/// A duration on the command line, as scenario files write them (a malformed or out-of-range
-/// one is a usage error: clap says which argument and exits with code 2).
+/// A duration on the command line, read as scenario files read them (`250ms`, `30s`, `5m`,
+/// `5 mins`, `1h30m`, `1d`, or a number of seconds); a malformed or out-of-range one is a usage
+/// error: clap says which argument and exits with code 2.
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     triggers_scenarios::model::Dur::parse(text).map(|d| d.0)
 }
@@ -86,7 +101,7 @@ fn main() -> ExitCode {
                 Ok(rt) => rt,
                 Err(e) => {
                     eprintln!("error: cannot start the async runtime: {e}");
-                    return ExitCode::FAILURE;
+                    return ExitCode::from(exit::ENVIRONMENT);
                 }
             };
             let (result, signal) = runtime.block_on(async move {
@@ -102,7 +117,10 @@ fn main() -> ExitCode {
                         flow,
                         payload,
                         wait,
-                    } => lab_cmd::trigger(control, flow, payload, wait).await,
+                        wait_timeout,
+                    } => {
+                        lab_cmd::trigger(control, flow, payload, wait.then_some(wait_timeout)).await
+                    }
                     Command::Advance { control, duration } => {
                         lab_cmd::advance(control, duration).await
                     }
@@ -117,13 +135,11 @@ fn main() -> ExitCode {
                 (Ok(()), None) => ExitCode::SUCCESS,
                 (Ok(()), Some(sig)) => sig.exit_code(),
                 (Err(e), sig) => {
-                    eprintln!("error: {e:#}");
-                    // A signal's code wins; a file that cannot be read or is out of range is
-                    // bad input, as for `run`.
+                    // A signal's code wins; otherwise the error's kind chooses (exit.rs).
+                    let code = exit::report(&e);
                     match sig {
                         Some(sig) => sig.exit_code(),
-                        None if e.downcast_ref::<files::FileError>().is_some() => ExitCode::from(2),
-                        None => ExitCode::FAILURE,
+                        None => code,
                     }
                 }
             }

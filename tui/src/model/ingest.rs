@@ -125,7 +125,9 @@ impl Model {
                     run_changed = true;
                 }
             }
-            Some(RecordKind::TimerUndelivered { .. }) | Some(RecordKind::FlowsWithheld { .. }) => {
+            Some(RecordKind::TimerUndelivered { .. })
+            | Some(RecordKind::FlowsWithheld { .. })
+            | Some(RecordKind::DeployRefused { .. }) => {
                 // Logged; the emulator's state summary carries their effect on runs.
             }
             Some(RecordKind::ClockAdvanced { to }) => {

@@ -1,0 +1,395 @@
+//! The rough edges of issue 16, each tried as a new user would: from the outside, on the built
+//! binary, with the paths, pipes and environments people have.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_triggers-lab"));
+    c.env_remove("TRIGGERS_NATS_URL")
+        .env_remove("TRIGGERS_NATS_BACKEND")
+        .env("NO_COLOR", "1");
+    c
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const PASSING: &str = r#"name: registers
+steps:
+  - register:
+      manifest:
+        protocol_version: 1.0.0
+        service: shop
+        service_version: 1.0.0
+        actions: []
+        service_sources: [{name: nats, transport: nats, default: shop.inbound}]
+        supports_nodes: []
+  - expect_registration: {service: shop}
+"#;
+
+/// A scripted service whose flow calls `charge` once per run.
+const ONE_CALL: &str = r#"name: one call
+services:
+  - name: shop
+    actions:
+      - name: charge
+        behavior: {return: {ok: true}}
+flows:
+  - id: order
+    nodes:
+      - {id: in, type: service-in, service: shop}
+      - {id: charge, type: action, service: shop, action: charge}
+    edges:
+      - {id: e1, from: in, to: charge}
+steps:
+  - deploy: order
+  - trigger: {flow: order, payload: {n: 1}, as: r1}
+  - wait_settled: r1
+  - expect_calls: {service: shop, action: charge, run: r1, count: 2, timeout: 30s}
+"#;
+
+#[test]
+fn run_does_not_use_an_exported_nats_url_and_says_so() {
+    // What `up` tells people to export; here nothing listens there at all.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a.scenario.yaml");
+    std::fs::write(&file, PASSING).unwrap();
+    let out = bin()
+        .env("TRIGGERS_NATS_URL", "nats://127.0.0.1:1")
+        .arg("run")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("TRIGGERS_NATS_URL is set (nats://127.0.0.1:1)")
+            && stderr.contains("--nats nats://127.0.0.1:1"),
+        "{stderr}"
+    );
+    // --backend auto says what it chose.
+    assert!(stderr.contains("nats-server: "), "{stderr}");
+}
+
+#[test]
+fn a_bare_file_name_runs_its_external_service_in_the_current_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("svc.sh"),
+        "#!/bin/sh\necho started in $(pwd)\nsleep 30\n",
+    )
+    .unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            dir.path().join("svc.sh"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        dir.path().join("longext.yaml"),
+        "name: bare\nservices:\n  - {name: svc, command: [./svc.sh], ready: started}\nsteps:\n  - sleep: 100ms\n",
+    )
+    .unwrap();
+    let out = bin()
+        .current_dir(dir.path())
+        .args(["run", "longext.yaml"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+
+    // A missing program is named as such, not blamed on the folder.
+    std::fs::write(
+        dir.path().join("missing.yaml"),
+        "name: missing\nservices:\n  - {name: svc, command: [./nope.sh], ready: started}\nsteps:\n  - sleep: 100ms\n",
+    )
+    .unwrap();
+    let out = bin()
+        .current_dir(dir.path())
+        .args(["run", "missing.yaml"])
+        .output()
+        .unwrap();
+    let (stdout, _) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("the program \"./nope.sh\" was not found"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_closed_pipe_is_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["a", "b"] {
+        std::fs::write(dir.path().join(format!("{name}.scenario.yaml")), PASSING).unwrap();
+    }
+    // As `run ... | head -0`: the reader is gone before anything is written.
+    let mut child = bin()
+        .arg("run")
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(status.code(), Some(0), "{stderr}");
+}
+
+#[test]
+fn folders_give_scenario_files_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("flows")).unwrap();
+    std::fs::create_dir_all(root.join(".hidden")).unwrap();
+    std::fs::write(root.join("a.scenario.yaml"), PASSING).unwrap();
+    // None of these is a scenario: each would abort the run if it were read as one.
+    std::fs::write(
+        root.join("flows/order.yaml"),
+        "id: order\nnodes: []\nedges: []\n",
+    )
+    .unwrap();
+    std::fs::write(root.join(".hidden/b.scenario.yaml"), "not: [a scenario").unwrap();
+    std::fs::write(root.join(".c.scenario.yaml"), "not: [a scenario").unwrap();
+    std::fs::write(root.join("ci.yml"), "jobs: {}\n").unwrap();
+    let out = bin().arg("run").arg(root).output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("scenarios: 1 passed, 0 failed"), "{stdout}");
+    // --list shows what would run, and runs nothing.
+    let out = bin().args(["run", "--list"]).arg(root).output().unwrap();
+    let (stdout, _) = text(&out);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(stdout.starts_with("registers  ("), "{stdout}");
+}
+
+#[test]
+fn verbose_parallel_output_keeps_each_scenario_together() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["a", "b", "c"] {
+        std::fs::write(
+            dir.path().join(format!("{name}.scenario.yaml")),
+            PASSING.replace("name: registers", &format!("name: scenario {name}")),
+        )
+        .unwrap();
+    }
+    let out = bin()
+        .args(["run", "-v", "-j", "3"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    // Each block: the header, its 2 steps, its verdict, with no other scenario's line between.
+    for name in ["a", "b", "c"] {
+        let lines: Vec<&str> = stdout.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.ends_with(&format!("] scenario {name}")))
+            .unwrap_or_else(|| panic!("{stdout}"));
+        assert!(lines[at + 1].contains("ok   1/2"), "{stdout}");
+        assert!(lines[at + 2].contains("ok   2/2"), "{stdout}");
+        assert!(
+            lines[at + 3].starts_with(&format!("PASS scenario {name}")),
+            "{stdout}"
+        );
+    }
+}
+
+#[test]
+fn timeout_flag_is_the_limit_reported_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("slow.scenario.yaml");
+    std::fs::write(
+        &file,
+        "name: slow\ntimeout: 1m\nsteps:\n  - expect_registration: {service: nobody, timeout: 30s}\n",
+    )
+    .unwrap();
+    let started = Instant::now();
+    let out = bin()
+        .args(["run", "--timeout", "1s"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("the scenario's timeout, 1s, ran out"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("(1m)"), "{stdout}");
+    // The server's start and stop around it, but not the file's minute nor the step's 30 s.
+    assert!(started.elapsed() < Duration::from_secs(15), "{stdout}");
+}
+
+#[test]
+fn expect_calls_with_a_wrong_count_fails_once_the_run_has_settled() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("calls.scenario.yaml");
+    std::fs::write(&file, ONE_CALL).unwrap();
+    let started = Instant::now();
+    let out = bin().arg("run").arg(&file).output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("exactly 2 call(s) of shop.charge")
+            && stdout.contains("found 1: the run settled"),
+        "{stdout}"
+    );
+    // Not the step's 30 s.
+    assert!(started.elapsed() < Duration::from_secs(15), "{stdout}");
+}
+
+#[test]
+fn deploy_refuses_a_misspelt_key_at_its_line_with_a_suggestion_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let flow = dir.path().join("flow.yaml");
+    std::fs::write(
+        &flow,
+        "id: order\nnodes:\n  - {id: in, type: service-in, service: shop}\nedgs: []\nversoin: 2\n",
+    )
+    .unwrap();
+    // Read before anything is asked of an `up`: none needs to run.
+    let xdg = tempfile::tempdir().unwrap();
+    let out = bin()
+        .env("XDG_RUNTIME_DIR", xdg.path())
+        .arg("deploy")
+        .arg(&flow)
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let shown = flow.display();
+    assert!(
+        stderr.contains(&format!(
+            "{shown}:4:1: flow: unknown key `edgs` (did you mean `edges`?)"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("{shown}:5:1: flow: unknown key `versoin`")),
+        "every problem, not only the first: {stderr}"
+    );
+    assert!(stderr.contains("2 problem(s)"), "{stderr}");
+}
+
+#[test]
+fn exit_codes_are_the_same_across_commands_and_in_every_help() {
+    let xdg = tempfile::tempdir().unwrap();
+    // No `up` running: the environment, 3.
+    for args in [
+        &["trigger", "order", "--wait"][..],
+        &["advance", "5 mins"][..],
+    ] {
+        let out = bin()
+            .env("XDG_RUNTIME_DIR", xdg.path())
+            .args(args)
+            .output()
+            .unwrap();
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {stderr}");
+        assert!(stderr.contains("no running `triggers-lab up`"), "{stderr}");
+        assert!(!stderr.contains("no responders"), "{stderr}");
+    }
+    // Usage: 2.
+    let out = bin().args(["run", "-j", "0", "x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = bin()
+        .args(["trigger", "order", "{not json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out).1);
+    for command in [
+        "run", "demo", "up", "deploy", "trigger", "advance", "watch", "manifest",
+    ] {
+        let out = bin().args([command, "--help"]).output().unwrap();
+        let (stdout, _) = text(&out);
+        assert!(
+            stdout.contains("Exit codes") && stdout.contains("3    environment"),
+            "{command}: {stdout}"
+        );
+    }
+    // The help of `run --backend` names no flag `run` lacks.
+    let (stdout, _) = text(&bin().args(["run", "--help"]).output().unwrap());
+    assert!(!stdout.contains("--nats/"), "{stdout}");
+}
+
+#[test]
+fn reports_go_to_standard_output_with_a_dash_and_hold_totals() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a.scenario.yaml");
+    std::fs::write(&file, PASSING).unwrap();
+    let out = bin()
+        .args(["run", "--json", "-"])
+        .arg(&file)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!dir.path().join("-").exists());
+    // Standard output holds the report and nothing else.
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!("{e}: {stdout}");
+    });
+    assert_eq!(report["totals"]["passed"], 1);
+    assert_eq!(report["totals"]["failed"], 0);
+}
+
+#[test]
+fn the_readme_manifest_example_passes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let command = readme
+        .lines()
+        .find_map(|l| {
+            l.split('`')
+                .find(|part| part.starts_with("cargo run -p triggers-lab -- manifest check "))
+        })
+        .expect("the README shows a manifest check");
+    let file = command.rsplit(' ').next().unwrap();
+    let out = bin()
+        .current_dir(&root)
+        .args(["manifest", "check", file])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).0);
+}
+
+#[test]
+fn demo_runs_from_any_folder_with_the_binary_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin()
+        .current_dir(dir.path())
+        // No cargo, no source tree: only the binary and a nats-server.
+        .env("CARGO", "/nonexistent")
+        .args(["demo", "-j", "2"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(
+        stdout.contains("PASS flow-lab, scripted"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("ran 15 scenario(s)"), "{stdout}");
+    assert!(!stderr.contains("No such file"), "{stderr}");
+}
