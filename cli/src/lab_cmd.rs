@@ -48,6 +48,14 @@ pub(crate) struct UpArgs {
     /// How to get a nats-server when --nats is not given.
     #[arg(long, value_enum, default_value = "auto")]
     backend: BackendArg,
+    /// The nats-server's client port on 127.0.0.1 (0: any free port). Fixed by default, so
+    /// services keep their URL when `up` is restarted.
+    #[arg(long, default_value_t = 4222)]
+    port: u16,
+    /// Run in the background (output in a log file); `triggers-lab down` stops it, `status`
+    /// shows it.
+    #[arg(long)]
+    pub(crate) detach: bool,
     /// Write every recorded event to FILE as JSON lines.
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
@@ -66,10 +74,10 @@ pub(crate) struct UpArgs {
     /// Open the terminal UI on the emulator (Ctrl-C or q stops everything).
     #[arg(long)]
     tui: bool,
-    /// Name this instance (default: its pid), for `--instance` of the other commands when
-    /// several `up`s run.
+    /// Name this instance (default: its pid; `default` with --detach), for `--instance` of the
+    /// other commands when several `up`s run.
     #[arg(long, value_name = "NAME")]
-    instance: Option<String>,
+    pub(crate) instance: Option<String>,
 }
 
 pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
@@ -81,9 +89,13 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     // Before anything starts: a refused discovery file costs nothing yet.
     let mut slot = Slot::prepare(&name)?;
     let choice = nats_choice::choose(args.backend, args.nats.as_deref(), "up");
+    if args.nats.is_none() && args.port != 0 {
+        check_port_free(args.port)?;
+    }
     let nats_config = triggers_emulator::NatsConfig {
         // Services connect without credentials and cannot reach the control API.
         private_control: true,
+        client_port: args.nats.is_none().then_some(args.port),
         ..choice.config
     };
     if !args.quiet {
@@ -255,6 +267,30 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a taken port before anything starts, saying what probably holds it.
+fn check_port_free(port: u16) -> Result<()> {
+    if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        return Ok(());
+    }
+    let url = format!("nats://127.0.0.1:{port}");
+    let holder = discovery::running()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|i| i.url == url)
+        .map(|i| {
+            format!(
+                " by `triggers-lab up` {} (pid {}; `triggers-lab down --instance {}` stops it)",
+                i.instance, i.pid, i.instance
+            )
+        })
+        .unwrap_or_default();
+    Err(EnvironmentError(format!(
+        "port {port} on 127.0.0.1 is taken{holder}: pass --port N for another one, or --port 0 \
+         for any free port"
+    ))
+    .into())
+}
+
 /// One line of `up`'s log for a record worth a line.
 fn log_line(r: &Record) -> Option<String> {
     let t = r.at.to_string();
@@ -326,7 +362,7 @@ fn log_line(r: &Record) -> Option<String> {
 }
 
 /// A run's status in a word, as the TUI writes it.
-fn status_word(status: RunStatus) -> &'static str {
+pub(crate) fn status_word(status: RunStatus) -> &'static str {
     match status {
         RunStatus::Running => "running",
         RunStatus::Waiting => "waiting",

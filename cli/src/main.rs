@@ -1,5 +1,7 @@
 //! `triggers-lab`: the one binary of triggers-lab. Thin: each subcommand delegates to a crate.
 
+mod control_cmd;
+mod detach;
 mod discovery;
 mod exit;
 mod files;
@@ -69,6 +71,46 @@ enum Command {
     /// Run the shipped flow-lab scenarios, step by step: the first thing to try.
     #[command(after_help = exit::HELP)]
     Demo(run_cmd::DemoArgs),
+    /// Running `up`s, and what each holds.
+    #[command(after_help = exit::HELP)]
+    Status {
+        #[command(flatten)]
+        json: control_cmd::JsonArg,
+    },
+    /// Stop a running `up` (one started with --detach, or in another terminal).
+    #[command(after_help = exit::HELP)]
+    Down {
+        /// Which one, by name (`up --instance NAME`; `default` for `up --detach`).
+        #[arg(long, value_name = "NAME")]
+        instance: Option<String>,
+        /// Every running `up`.
+        #[arg(long)]
+        all: bool,
+    },
+    /// The runs of a running `up`: `runs list`, `runs show ID`.
+    #[command(after_help = exit::HELP)]
+    Runs {
+        #[command(flatten)]
+        control: lab_cmd::ControlArgs,
+        #[command(subcommand)]
+        command: control_cmd::RunsCommand,
+    },
+    /// The flows deployed on a running `up`.
+    #[command(after_help = exit::HELP)]
+    Flows {
+        #[command(flatten)]
+        control: lab_cmd::ControlArgs,
+        #[command(flatten)]
+        json: control_cmd::JsonArg,
+    },
+    /// The services registered with a running `up`.
+    #[command(after_help = exit::HELP)]
+    Services {
+        #[command(flatten)]
+        control: lab_cmd::ControlArgs,
+        #[command(flatten)]
+        json: control_cmd::JsonArg,
+    },
     /// Move a running `up`'s virtual clock forward (e.g. 30s, 5m, 1h30m, 1d); due timers fire.
     #[command(after_help = exit::HELP)]
     Advance {
@@ -93,6 +135,10 @@ fn main() -> ExitCode {
         Command::Manifest(cmd) => manifest_cmd::run(cmd),
         Command::Run(args) => run_cmd::run(args),
         Command::Demo(args) => run_cmd::demo(args),
+        Command::Up(args) if args.detach => match detach::detach(args.instance.as_deref()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => exit::report(&e),
+        },
         other => {
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -125,6 +171,13 @@ fn main() -> ExitCode {
                         lab_cmd::advance(control, duration).await
                     }
                     Command::Watch { control } => lab_cmd::watch(control, signals.clone()).await,
+                    Command::Status { json } => control_cmd::status(json).await,
+                    Command::Down { instance, all } => control_cmd::down(instance, all).await,
+                    Command::Runs { control, command } => control_cmd::runs(control, command).await,
+                    Command::Flows { control, json } => control_cmd::flows(control, json).await,
+                    Command::Services { control, json } => {
+                        control_cmd::services(control, json).await
+                    }
                     Command::Manifest(_) | Command::Run(_) | Command::Demo(_) => {
                         unreachable!("handled above")
                     }

@@ -393,3 +393,98 @@ fn demo_runs_from_any_folder_with_the_binary_alone() {
     assert!(stdout.contains("ran 15 scenario(s)"), "{stdout}");
     assert!(!stderr.contains("No such file"), "{stderr}");
 }
+
+#[test]
+fn up_detaches_on_a_fixed_port_and_status_runs_flows_down_find_it() {
+    let xdg = tempfile::tempdir().unwrap();
+    let lab = |args: &[&str]| {
+        bin()
+            .env("XDG_RUNTIME_DIR", xdg.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // A port of our own: 4222 may be in use on a shared machine.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let out = lab(&["up", "--detach", "--backend", "binary", "--port", &port]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!("nats://127.0.0.1:{port}")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("instance: default"), "{stdout}");
+    // Stopped whatever happens below.
+    struct Down<'a>(&'a dyn Fn(&[&str]) -> Output);
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            (self.0)(&["down", "--all"]);
+        }
+    }
+    let _down = Down(&lab);
+
+    // The port is taken now: a second `up` on it says by whom, exit 3.
+    let out = lab(&[
+        "up",
+        "--backend",
+        "binary",
+        "--port",
+        &port,
+        "--instance",
+        "two",
+    ]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "port {port} on 127.0.0.1 is taken by `triggers-lab up` default"
+        )),
+        "{stderr}"
+    );
+
+    let out = lab(&["status", "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status[0]["instance"], "default");
+    assert_eq!(status[0]["answers"], true);
+
+    // A refused deploy: exit 1, and the reason in `up`'s log.
+    let flow = xdg.path().join("flow.yaml");
+    std::fs::write(
+        &flow,
+        "id: order\nnodes:\n  - {id: in, type: service-in, service: shop}\nedges: []\n",
+    )
+    .unwrap();
+    let out = lab(&["deploy", flow.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out).1);
+    let log = std::fs::read_to_string(xdg.path().join("triggers-lab/default.log")).unwrap();
+    assert!(
+        log.contains("REFUSED      deploy of order: unknown_service"),
+        "{log}"
+    );
+    assert!(log.contains("clock:    virtual"), "no Debug text: {log}");
+
+    for args in [
+        &["flows", "--json"][..],
+        &["runs", "list", "--json"],
+        &["services", "--json"],
+    ] {
+        let out = lab(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v, serde_json::json!([]), "{args:?}");
+    }
+
+    let out = lab(&["down"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stdout.starts_with("stopped default"), "{stdout}");
+    let out = lab(&["status", "--json"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
+    // Nothing left to stop: the environment, 3.
+    assert_eq!(lab(&["down"]).status.code(), Some(3));
+}

@@ -113,6 +113,10 @@ pub struct NatsConfig {
     /// a password generated for each start. No effect on an external server. Default `false`:
     /// one open account, as a bare `nats-server -js` has (what tests in one process want).
     pub private_control: bool,
+    /// The client port on 127.0.0.1 for a server the emulator starts (Docker or binary backend);
+    /// `None`: a free port (what tests want). `triggers-lab up` asks for 4222, so that services
+    /// keep their URL across restarts of `up`. A port already taken is an error, not a retry.
+    pub client_port: Option<u16>,
 }
 
 /// A [`NatsConfig`] with the environment and defaults applied: what the backends work from.
@@ -128,6 +132,7 @@ pub(crate) struct Resolved {
     pub(crate) ready_timeout: Duration,
     pub(crate) pull_timeout: Duration,
     pub(crate) private_control: bool,
+    pub(crate) client_port: Option<u16>,
 }
 
 impl NatsConfig {
@@ -183,6 +188,7 @@ impl NatsConfig {
             ready_timeout: self.ready_timeout.unwrap_or(DEFAULT_READY_TIMEOUT),
             pull_timeout: self.pull_timeout.unwrap_or(DEFAULT_PULL_TIMEOUT),
             private_control: self.private_control,
+            client_port: self.client_port.filter(|p| *p != 0),
         })
     }
 }

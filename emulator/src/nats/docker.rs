@@ -350,17 +350,14 @@ impl DockerServer {
         image: String,
         config: Option<String>,
         ready_timeout: Duration,
+        fixed_port: Option<u16>,
     ) -> Result<Self, NatsError> {
         let (name, tag) = split_image(&image);
         remove_stale(docker).await;
         let owner_pid = std::process::id().to_string();
         let owner_host = host_name();
         for attempt in 1..=PORT_ATTEMPTS {
-            let (client_port, monitor_port) =
-                probe::free_port_pair().map_err(|source| NatsError::Io {
-                    action: "find free ports on 127.0.0.1".into(),
-                    source,
-                })?;
+            let (client_port, monitor_port) = probe::ports(fixed_port)?;
             let attempt_id = attempt_label();
             let mut cmd = vec!["-js", "-m", "8222", "--store_dir", STORE_DIR];
             if config.is_some() {
@@ -389,7 +386,7 @@ impl DockerServer {
                 Ok(container) => container,
                 Err(e) => {
                     remove_attempt(docker, &attempt_id).await;
-                    if attempt < PORT_ATTEMPTS && is_port_conflict(&e) {
+                    if attempt < PORT_ATTEMPTS && fixed_port.is_none() && is_port_conflict(&e) {
                         tracing::debug!(%e, "nats container lost a port race; retrying");
                         continue;
                     }

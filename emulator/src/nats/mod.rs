@@ -241,8 +241,14 @@ async fn provision(
         match found {
             Ok((engine, image)) => {
                 let (config, control) = accounts_config(resolved);
-                let server =
-                    DockerServer::start(&engine, image, config, resolved.ready_timeout).await?;
+                let server = DockerServer::start(
+                    &engine,
+                    image,
+                    config,
+                    resolved.ready_timeout,
+                    resolved.client_port,
+                )
+                .await?;
                 return Ok(NatsServer {
                     control,
                     url: server.client_url(),
@@ -261,7 +267,9 @@ async fn provision(
         match binary::find(resolved) {
             Ok(path) => {
                 let (config, control) = accounts_config(resolved);
-                let server = BinaryServer::start(path, config, resolved.ready_timeout).await?;
+                let server =
+                    BinaryServer::start(path, config, resolved.ready_timeout, resolved.client_port)
+                        .await?;
                 return Ok(NatsServer {
                     control,
                     url: server.client_url(),
