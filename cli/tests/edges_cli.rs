@@ -488,3 +488,79 @@ fn up_detaches_on_a_fixed_port_and_status_runs_flows_down_find_it() {
     // Nothing left to stop: the environment, 3.
     assert_eq!(lab(&["down"]).status.code(), Some(3));
 }
+
+#[test]
+fn retries_fail_fast_vars_and_json_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let failing = dir.path().join("a-fails.scenario.yaml");
+    std::fs::write(
+        &failing,
+        "name: fails\nsteps:\n  - expect_registration: {service: nobody, timeout: 200ms}\n",
+    )
+    .unwrap();
+    let with_var = dir.path().join("b-var.scenario.yaml");
+    std::fs::write(
+        &with_var,
+        // In the manifest (a value the runner substitutes); the expectation names the result.
+        PASSING.replace("service: shop\n", "service: \"${vars.svc}\"\n"),
+    )
+    .unwrap();
+
+    // --retries: the failure is tried again, and reported as such.
+    let out = bin()
+        .args(["run", "--retries", "1", "--json", "-", "--var", "svc=shop"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("RETRY fails (attempt 2 of 2)"), "{stderr}");
+    assert!(
+        stderr.contains("FAIL fails") && stderr.contains("after 2 attempts"),
+        "{stderr}"
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["totals"]["passed"], 1, "--var reached the scenario");
+    assert_eq!(
+        report["scenarios"][0]["failed_attempts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // Without the var: said plainly.
+    let out = bin().arg("run").arg(&with_var).output().unwrap();
+    let (stdout, _) = text(&out);
+    assert!(stdout.contains("--var svc=VALUE"), "{stdout}");
+
+    // --fail-fast: the second is not run.
+    let out = bin()
+        .args(["run", "--fail-fast", "--var", "svc=shop"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let (stdout, _) = text(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout.contains("stopped by --fail-fast"), "{stdout}");
+    assert!(!stdout.contains("PASS registers"), "{stdout}");
+
+    // --message-format json: one JSON object a line, nothing else, on stdout.
+    let out = bin()
+        .args(["run", "--message-format", "json", "--var", "svc=shop"])
+        .arg(&with_var)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let types: Vec<String> = stdout
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            v["type"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(types.first().map(String::as_str), Some("scenario_started"));
+    assert_eq!(types.last().map(String::as_str), Some("scenario_finished"));
+}

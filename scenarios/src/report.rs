@@ -401,3 +401,67 @@ impl SuiteReport {
             .map_err(|e| ReportError::Junit(e.to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario(outcome: Outcome, failed_attempts: usize) -> ScenarioReport {
+        let failure = Failure {
+            step: Some(1),
+            at: "s.scenario.yaml:3:5".into(),
+            what: "expect_calls shop.charge".into(),
+            message: "expected exactly 2 call(s), found 1\nmore".into(),
+        };
+        ScenarioReport {
+            name: "s".into(),
+            file: "s.scenario.yaml".into(),
+            description: String::new(),
+            outcome,
+            duration: Duration::from_millis(10),
+            nats: String::new(),
+            steps: Vec::new(),
+            failure: (outcome == Outcome::Failed).then(|| failure.clone()),
+            dropped_messages: 0,
+            services: Vec::new(),
+            failed_attempts: vec![failure; failed_attempts],
+        }
+    }
+
+    #[test]
+    fn a_pass_after_a_failure_is_flaky_in_every_report() {
+        let report = SuiteReport {
+            scenarios: vec![scenario(Outcome::Passed, 1), scenario(Outcome::Failed, 2)],
+            duration: Duration::from_millis(20),
+            jobs: 1,
+            interrupted: None,
+        };
+        assert!(report.scenarios[0].flaky());
+        assert!(!report.scenarios[1].flaky());
+        assert!(
+            report.scenarios[0]
+                .summary_line()
+                .ends_with("FLAKY: passed on attempt 2 of 2"),
+            "{}",
+            report.scenarios[0].summary_line()
+        );
+        assert!(
+            report.scenarios[1]
+                .summary_line()
+                .ends_with("after 3 attempts")
+        );
+        assert_eq!(report.counts(), "1 passed, 1 failed, 1 flaky");
+        let json: serde_json::Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
+        assert_eq!(json["totals"]["flaky"], 1);
+        assert_eq!(json["totals"]["scenarios"], 2);
+        let xml = report.to_junit().unwrap();
+        assert!(xml.contains("<flakyFailure"), "{xml}");
+        // The failure's message says why, not only where.
+        assert!(
+            xml.contains(
+                "message=\"expect_calls shop.charge at s.scenario.yaml:3:5: expected exactly 2 call(s), found 1\""
+            ),
+            "{xml}"
+        );
+    }
+}
