@@ -5,6 +5,7 @@ mod detach;
 mod discovery;
 mod exit;
 mod files;
+mod init_cmd;
 mod lab_cmd;
 mod manifest_cmd;
 mod nats_choice;
@@ -71,6 +72,15 @@ enum Command {
     /// Run the shipped flow-lab scenarios, step by step: the first thing to try.
     #[command(after_help = exit::HELP)]
     Demo(run_cmd::DemoArgs),
+    /// Write a first scenario and flow (that pass as written) into a folder beside a service.
+    #[command(after_help = exit::HELP)]
+    Init(init_cmd::InitArgs),
+    /// Print a shell completion script: `triggers-lab completions bash > ~/.local/share/bash-completion/completions/triggers-lab`.
+    #[command(after_help = exit::HELP)]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Running `up`s, and what each holds.
     #[command(after_help = exit::HELP)]
     Status {
@@ -135,6 +145,21 @@ fn main() -> ExitCode {
         Command::Manifest(cmd) => manifest_cmd::run(cmd),
         Command::Run(args) => run_cmd::run(args),
         Command::Demo(args) => run_cmd::demo(args),
+        Command::Init(args) => match init_cmd::init(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => exit::report(&e),
+        },
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(
+                shell,
+                &mut <Cli as clap::CommandFactory>::command(),
+                "triggers-lab",
+                &mut script,
+            );
+            out::write_stdout(&String::from_utf8_lossy(&script));
+            ExitCode::SUCCESS
+        }
         Command::Up(args) if args.detach => match detach::detach(args.instance.as_deref()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => exit::report(&e),
@@ -178,7 +203,11 @@ fn main() -> ExitCode {
                     Command::Services { control, json } => {
                         control_cmd::services(control, json).await
                     }
-                    Command::Manifest(_) | Command::Run(_) | Command::Demo(_) => {
+                    Command::Manifest(_)
+                    | Command::Run(_)
+                    | Command::Demo(_)
+                    | Command::Init(_)
+                    | Command::Completions { .. } => {
                         unreachable!("handled above")
                     }
                 };

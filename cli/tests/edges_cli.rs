@@ -564,3 +564,37 @@ fn retries_fail_fast_vars_and_json_messages() {
     assert_eq!(types.first().map(String::as_str), Some("scenario_started"));
     assert_eq!(types.last().map(String::as_str), Some("scenario_finished"));
 }
+
+#[test]
+fn init_scaffolds_a_scenario_and_a_flow_that_run_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin()
+        .current_dir(dir.path())
+        .args(["init", "checks", "--service", "billing"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    assert!(dir.path().join("checks/flows/order.yaml").is_file());
+    // The folder holds a flow and a scenario: `run` takes the scenario only, and it passes.
+    let out = bin()
+        .current_dir(dir.path())
+        .args(["run", "checks"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("scenarios: 1 passed, 0 failed"), "{stdout}");
+    // The flow file deploys as written: it reads without a problem.
+    let again = bin()
+        .current_dir(dir.path())
+        .args(["init", "checks"])
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2), "nothing is overwritten");
+
+    for shell in ["bash", "zsh", "fish"] {
+        let out = bin().args(["completions", shell]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("triggers-lab"));
+    }
+}
