@@ -75,7 +75,9 @@ enum Command {
     /// Write a first scenario and flow (that pass as written) into a folder beside a service.
     #[command(after_help = exit::HELP)]
     Init(init_cmd::InitArgs),
-    /// Print a shell completion script: `triggers-lab completions bash > ~/.local/share/bash-completion/completions/triggers-lab`.
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    ///
+    /// e.g. `triggers-lab completions bash > ~/.local/share/bash-completion/completions/triggers-lab`.
     #[command(after_help = exit::HELP)]
     Completions {
         /// The shell.
