@@ -392,6 +392,21 @@ fn demo_runs_from_any_folder_with_the_binary_alone() {
     );
     assert!(stdout.contains("ran 15 scenario(s)"), "{stdout}");
     assert!(!stderr.contains("No such file"), "{stderr}");
+    // Step by step; what each step did only with -v.
+    assert!(stdout.contains("  ok   1/"), "{stdout}");
+    assert!(!stdout.contains("(0.00s): "), "{stdout}");
+}
+
+#[test]
+fn demo_v_adds_what_each_step_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin()
+        .current_dir(dir.path())
+        .args(["demo", "-v", "-j", "2"])
+        .output()
+        .unwrap();
+    let (stdout, _) = text(&out);
+    assert!(stdout.contains("): v1, broadcast on"), "{stdout}");
 }
 
 #[test]

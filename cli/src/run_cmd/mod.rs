@@ -135,6 +135,8 @@ struct Outputs<'a> {
     format: Option<MessageFormat>,
     tui: bool,
     verbose: bool,
+    /// Steps without what they did (the demo, unless -v).
+    brief: bool,
 }
 
 pub(crate) fn run(args: RunArgs) -> ExitCode {
@@ -165,6 +167,7 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
         format: Some(args.message_format),
         tui: args.tui,
         verbose: false,
+        brief: false,
     };
     if !args.watch {
         return execute(&args.paths, &args.common, filter.as_ref(), &outputs);
@@ -263,9 +266,10 @@ pub(crate) fn demo(args: DemoArgs) -> ExitCode {
          declares (in-process on the Rust SDK, or as commands), then deploys, triggers and checks\n\
          flows step by step. The same files run in CI with `triggers-lab run scenarios/flow-lab`.\n"
     );
-    // Step by step unless told otherwise: with -v as well, every step's detail is printed.
+    // Step by step; -v adds what each step did.
     let outputs = Outputs {
         verbose: true,
+        brief: !args.common.verbose,
         ..Default::default()
     };
     let code = execute(&[scenarios], &args.common, None, &outputs);
@@ -342,6 +346,7 @@ fn execute(
         format,
     );
     progress.to_stderr = machine_stdout;
+    progress.details = !outputs.brief;
     if machine_stdout {
         progress.colour = false;
     }
@@ -454,7 +459,7 @@ fn execute(
     }
     // The summary goes where the results went.
     let colour = !machine_stdout && out::colour_stdout();
-    let summary = summary(&report, outputs.tui, colour);
+    let summary = summary(&report, colour);
     if machine_stdout {
         eprint!("{summary}");
     } else {
@@ -525,14 +530,8 @@ async fn retry_failed(
     }
 }
 
-fn summary(report: &SuiteReport, tui: bool, colour: bool) -> String {
+fn summary(report: &SuiteReport, colour: bool) -> String {
     let mut text = String::new();
-    if tui {
-        // The UI had the terminal: the results were not printed as they came.
-        for s in &report.scenarios {
-            text.push_str(&format!("{}\n{}", s.summary_line(), s.failure_text()));
-        }
-    }
     text.push('\n');
     let names = |keep: &dyn Fn(&triggers_scenarios::ScenarioReport) -> bool| {
         report

@@ -28,9 +28,12 @@ pub(crate) struct Progress {
     running: BTreeMap<usize, (String, String)>,
     /// Standard error is a terminal: the progress line is shown.
     pub(crate) tty: bool,
-    /// Every step, with what it did.
+    /// Every step.
     pub(crate) verbose: bool,
-    /// Nothing as it comes (the terminal UI has the screen).
+    /// With what each step did (a run id, "1 DLQ entry"...).
+    pub(crate) details: bool,
+    /// The terminal UI has the screen while each scenario runs: no progress line and no step
+    /// lines; a line before each scenario (its UI opens next) and its verdict once it is closed.
     pub(crate) quiet: bool,
     /// Several scenarios at once: what a scenario prints is kept until it ends, then printed
     /// whole, so that its lines are never mixed with another's.
@@ -53,6 +56,7 @@ impl Progress {
             running: BTreeMap::new(),
             tty,
             verbose,
+            details: true,
             quiet,
             buffered: jobs > 1,
             colour: out::colour_stdout(),
@@ -142,7 +146,15 @@ impl Progress {
             } => {
                 self.total = total;
                 self.running.insert(index, (name.clone(), String::new()));
-                if self.format == Format::Human && !self.quiet {
+                if self.format == Format::Human && self.quiet {
+                    self.say(
+                        index,
+                        format!(
+                            "[{}/{total}] {name}: the terminal UI opens; quit it (q) to go on\n",
+                            index + 1
+                        ),
+                    );
+                } else if self.format == Format::Human {
                     if self.verbose {
                         let mut text = format!("\n[{}/{total}] {name}\n", index + 1);
                         for line in wrap(description.trim(), 96) {
@@ -182,7 +194,7 @@ impl Progress {
                         step.index,
                         step.label,
                         seconds(step.duration),
-                        if detail.is_empty() || step.outcome == Outcome::Failed {
+                        if !self.details || detail.is_empty() || step.outcome == Outcome::Failed {
                             String::new()
                         } else {
                             format!(": {detail}")
@@ -196,7 +208,9 @@ impl Progress {
                 self.done += 1;
                 self.clear();
                 let mut text = self.pending.remove(&index).unwrap_or_default();
-                if self.format == Format::Human && !self.quiet {
+                // The scenario's UI (with --tui) was closed before it could end: the screen is
+                // ours again.
+                if self.format == Format::Human {
                     text.push_str(&self.summary_line(&report));
                     text.push('\n');
                     text.push_str(&report.failure_text());
