@@ -35,7 +35,16 @@ pub(crate) const KEYS: &[(&str, &str)] = &[
     ("/", "filter the list (type, Enter keeps, Esc clears)"),
     ("f", "only DLQ entries and failures"),
     ("F", "follow: stick to the newest row"),
-    ("t", "trigger a flow (emulator modes)"),
+    (
+        "t",
+        "trigger a flow; its last payload is offered again (emulator modes)",
+    ),
+    (
+        "r",
+        "re-trigger the selected run with its payload (emulator modes)",
+    ),
+    ("y", "copy the selected id (run, DLQ entry, flow, service)"),
+    ("H", "hide / show heartbeats in Traffic"),
     (
         "a",
         "advance the virtual clock, e.g. 30s 5m 1h (emulator modes)",
