@@ -39,7 +39,7 @@ macro_rules! out {
 
 pub(crate) use {out, outln};
 
-/// Whether standard output gets colour: a terminal, `NO_COLOR` unset (https://no-color.org),
+/// Whether standard output gets colour: a terminal, `NO_COLOR` unset (<https://no-color.org>),
 /// `TERM` not `dumb`.
 pub(crate) fn colour_stdout() -> bool {
     std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
