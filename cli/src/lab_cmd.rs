@@ -56,6 +56,10 @@ pub(crate) struct UpArgs {
     /// shows it.
     #[arg(long)]
     pub(crate) detach: bool,
+    /// Run the scripted services of this scenario file beside the emulator (repeatable);
+    /// services given as commands are left out.
+    #[arg(long = "services", value_name = "SCENARIO")]
+    services: Vec<PathBuf>,
     /// Write every recorded event to FILE as JSON lines.
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
@@ -86,8 +90,15 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
         .instance
         .clone()
         .unwrap_or_else(|| std::process::id().to_string());
-    // Before anything starts: a refused discovery file costs nothing yet.
+    // Before anything starts: a refused discovery file, or a malformed scenario, costs nothing
+    // yet.
     let mut slot = Slot::prepare(&name)?;
+    let mut service_scenarios = Vec::new();
+    for path in &args.services {
+        service_scenarios.push(
+            triggers_scenarios::load_file(path).map_err(|e| files::FileError(e.to_string()))?,
+        );
+    }
     let choice = nats_choice::choose(args.backend, args.nats.as_deref(), "up");
     if args.nats.is_none() && args.port != 0 {
         check_port_free(args.port)?;
@@ -146,6 +157,29 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     )
     .await?;
 
+    let mut scripted = Vec::new();
+    for scenario in &service_scenarios {
+        let started = triggers_scenarios::ScriptedServices::start(scenario, nats.url())
+            .await
+            .map_err(|e| anyhow::anyhow!("{}: {e}", scenario.file))?;
+        if !args.quiet {
+            eprintln!(
+                "started the scripted services of {}: {}{}",
+                scenario.file,
+                started.names().join(", "),
+                if started.skipped.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " (not {}: commands, start them yourself)",
+                        started.skipped.join(", ")
+                    )
+                }
+            );
+        }
+        scripted.push(started);
+    }
+
     let credentials = nats.control_credentials();
     slot.write(&Instance {
         instance: name.clone(),
@@ -163,6 +197,9 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
             r = triggers_tui::run_in_process(emulator.clone()) => r,
             _ = signals.recv() => Ok(()),
         };
+        for services in scripted {
+            services.stop().await;
+        }
         drop(slot);
         drop(emulator);
         nats.stop().await?;
@@ -254,6 +291,9 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     }
     if !quiet {
         eprintln!("stopping…");
+    }
+    for services in scripted {
+        services.stop().await;
     }
     if let Some(mut f) = record_file {
         f.flush()?;

@@ -426,7 +426,19 @@ fn up_detaches_on_a_fixed_port_and_status_runs_flows_down_find_it() {
         .unwrap()
         .port()
         .to_string();
-    let out = lab(&["up", "--detach", "--backend", "binary", "--port", &port]);
+    // With a scenario's scripted services beside it.
+    let scenario = xdg.path().join("shop.scenario.yaml");
+    std::fs::write(&scenario, ONE_CALL).unwrap();
+    let out = lab(&[
+        "up",
+        "--detach",
+        "--backend",
+        "binary",
+        "--port",
+        &port,
+        "--services",
+        scenario.to_str().unwrap(),
+    ]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(
@@ -467,11 +479,15 @@ fn up_detaches_on_a_fixed_port_and_status_runs_flows_down_find_it() {
     assert_eq!(status[0]["instance"], "default");
     assert_eq!(status[0]["answers"], true);
 
+    let out = lab(&["services", "--json"]);
+    let services: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(services[0]["name"], "shop", "{services}");
+
     // A refused deploy: exit 1, and the reason in `up`'s log.
     let flow = xdg.path().join("flow.yaml");
     std::fs::write(
         &flow,
-        "id: order\nnodes:\n  - {id: in, type: service-in, service: shop}\nedges: []\n",
+        "id: order\nnodes:\n  - {id: in, type: service-in, service: nobody}\nedges: []\n",
     )
     .unwrap();
     let out = lab(&["deploy", flow.to_str().unwrap()]);
@@ -483,16 +499,27 @@ fn up_detaches_on_a_fixed_port_and_status_runs_flows_down_find_it() {
     );
     assert!(log.contains("clock:    virtual"), "no Debug text: {log}");
 
-    for args in [
-        &["flows", "--json"][..],
-        &["runs", "list", "--json"],
-        &["services", "--json"],
-    ] {
+    for args in [&["flows", "--json"][..], &["runs", "list", "--json"]] {
         let out = lab(args);
         assert_eq!(out.status.code(), Some(0), "{args:?}");
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v, serde_json::json!([]), "{args:?}");
     }
+    // A flow on the scripted service: deployed, triggered, settled, listed.
+    std::fs::write(
+        &flow,
+        "id: order\nnodes:\n  - {id: in, type: service-in, service: shop}\n  - {id: charge, type: action, service: shop, action: charge}\nedges:\n  - {id: e1, from: in, to: charge}\n",
+    )
+    .unwrap();
+    let out = lab(&["deploy", flow.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    let out = lab(&["trigger", "order", "{\"n\": 1}", "--wait"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains(": succeeded"), "no Debug text: {stdout}");
+    let out = lab(&["runs", "list", "--json"]);
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(runs[0]["status"], "succeeded", "{runs}");
 
     let out = lab(&["down"]);
     let (stdout, stderr) = text(&out);

@@ -48,7 +48,7 @@ pub use load::{
 };
 pub use report::{Outcome, ScenarioReport, StepReport, SuiteReport, Totals};
 pub use runner::{Event, EventFn, RunOptions, WatchFn, run_scenario};
-pub use scripted::Call;
+pub use scripted::{Call, ScriptedServices};
 pub use suite::{Filter, load_all, run_suite};
 
 /// The user guide, `docs/scenarios.md`, so that its Rust examples are compiled.
