@@ -265,48 +265,6 @@ async fn perform(b: &Behavior, input: Value, ctx: &ActionContext) -> Result<Valu
     Ok(input)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn inferred_schemas_are_what_a_typed_handler_declares() {
-        assert_eq!(
-            infer_schema(&json!({"ok": true, "n": 3, "x": 1.5, "id": "a"})),
-            json!({"type": "object", "properties": {
-                "id": {"type": "string"}, "n": {"type": "integer"},
-                "ok": {"type": "boolean"}, "x": {"type": "number"}},
-                "required": ["id", "n", "ok", "x"]})
-        );
-    }
-
-    #[test]
-    fn a_scripted_action_declares_the_schemas_and_result_event_it_is_given() {
-        let a: ActionSpec = serde_json::from_value(json!({
-            "name": "charge",
-            "behavior": {"return": {"charged": true, "id": "c-1"}}
-        }))
-        .unwrap();
-        let service = Service::builder("shop", "1.0.0")
-            .action(action("shop", &a, 0, Calls::default()))
-            .nats_source("nats", "shop.inbound")
-            .build()
-            .unwrap();
-        let declared = &service.manifest().actions[0];
-        assert_eq!(
-            Value::Object(declared.result_schema.clone().unwrap()),
-            json!({"type": "object", "properties": {"charged": {"type": "boolean"}, "id": {"type": "string"}}, "required": ["charged", "id"]})
-        );
-        let ev = declared.result_event.as_ref().unwrap();
-        assert_eq!(ev["event_type"], "shop.charge.result");
-        assert_eq!(
-            Value::Object(declared.input_schema.clone().unwrap()),
-            json!({})
-        );
-    }
-}
-
 /// A scenario's scripted services, running against a NATS server the caller chose: what
 /// `triggers-lab up --services FILE` runs beside its emulator, so that flows can be deployed and
 /// triggered by hand against services that behave as the scenario says.
@@ -357,5 +315,47 @@ impl ScriptedServices {
         for (_, s) in self.running {
             s.stop().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn inferred_schemas_are_what_a_typed_handler_declares() {
+        assert_eq!(
+            infer_schema(&json!({"ok": true, "n": 3, "x": 1.5, "id": "a"})),
+            json!({"type": "object", "properties": {
+                "id": {"type": "string"}, "n": {"type": "integer"},
+                "ok": {"type": "boolean"}, "x": {"type": "number"}},
+                "required": ["id", "n", "ok", "x"]})
+        );
+    }
+
+    #[test]
+    fn a_scripted_action_declares_the_schemas_and_result_event_it_is_given() {
+        let a: ActionSpec = serde_json::from_value(json!({
+            "name": "charge",
+            "behavior": {"return": {"charged": true, "id": "c-1"}}
+        }))
+        .unwrap();
+        let service = Service::builder("shop", "1.0.0")
+            .action(action("shop", &a, 0, Calls::default()))
+            .nats_source("nats", "shop.inbound")
+            .build()
+            .unwrap();
+        let declared = &service.manifest().actions[0];
+        assert_eq!(
+            Value::Object(declared.result_schema.clone().unwrap()),
+            json!({"type": "object", "properties": {"charged": {"type": "boolean"}, "id": {"type": "string"}}, "required": ["charged", "id"]})
+        );
+        let ev = declared.result_event.as_ref().unwrap();
+        assert_eq!(ev["event_type"], "shop.charge.result");
+        assert_eq!(
+            Value::Object(declared.input_schema.clone().unwrap()),
+            json!({})
+        );
     }
 }
