@@ -159,7 +159,7 @@ fn read(path: &Path) -> Result<Instance> {
 }
 
 /// Whether process `pid` still runs.
-fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     #[cfg(unix)]
     {
         let Some(pid) = i32::try_from(pid)
@@ -290,4 +290,26 @@ pub(crate) fn running() -> Result<Vec<Instance>> {
     }
     found.sort_by(|a, b| a.instance.cmp(&b.instance));
     Ok(found)
+}
+
+/// Asks process `pid` to stop, as Ctrl-C would (SIGTERM).
+pub(crate) fn terminate(pid: u32) -> Result<()> {
+    #[cfg(unix)]
+    {
+        let raw = i32::try_from(pid).map_err(|_| anyhow!("pid {pid} is out of range"))?;
+        let pid = rustix::process::Pid::from_raw(raw).ok_or_else(|| anyhow!("pid {raw} is 0"))?;
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM)
+            .with_context(|| format!("cannot signal pid {}", pid.as_raw_nonzero()))?;
+        Ok(())
+    }
+    #[cfg(not(unix))]
+    {
+        bail!("stopping pid {pid} needs a Unix system: stop it with Ctrl-C where it runs")
+    }
+}
+
+/// Where a detached `up` named `name` writes its log (created private by the caller).
+pub(crate) fn log_path(name: &str) -> Result<PathBuf> {
+    check_name(name)?;
+    Ok(ensure_dir()?.join(format!("{name}.log")))
 }

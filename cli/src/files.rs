@@ -43,7 +43,7 @@ pub(crate) fn parse_text<T: DeserializeOwned>(name: &str, text: &str) -> Result<
                     "{name}:{}:{}: {}{at}",
                     inner.line(),
                     inner.column().max(1),
-                    strip_position(&inner.to_string())
+                    triggers_scenarios::suggest_in_message(&strip_position(&inner.to_string()))
                 ))
             })
             .and_then(|v| {
@@ -60,14 +60,22 @@ pub(crate) fn parse_text<T: DeserializeOwned>(name: &str, text: &str) -> Result<
             .unwrap_or_else(|| name.to_owned());
         FileError(format!(
             "{at}: {}",
-            strip_position(&e.without_snippet().to_string())
+            triggers_scenarios::suggest_in_message(&strip_position(
+                &e.without_snippet().to_string()
+            ))
         ))
     })
 }
 
 /// Reads and parses a file (`-` is standard input).
 pub(crate) fn read<T: DeserializeOwned>(path: &Path) -> Result<T, FileError> {
-    let (name, text) = if path.as_os_str() == "-" {
+    let (name, text) = read_text(path)?;
+    parse_text(&name, &text)
+}
+
+/// A file's name (as errors should show it) and text (`-` is standard input).
+pub(crate) fn read_text(path: &Path) -> Result<(String, String), FileError> {
+    Ok(if path.as_os_str() == "-" {
         let mut text = String::new();
         std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
             .map_err(|e| FileError(format!("<stdin>: cannot read: {e}")))?;
@@ -76,8 +84,7 @@ pub(crate) fn read<T: DeserializeOwned>(path: &Path) -> Result<T, FileError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| FileError(format!("{}: cannot read: {e}", path.display())))?;
         (path.display().to_string(), text)
-    };
-    parse_text(&name, &text)
+    })
 }
 
 fn strip_position(message: &str) -> String {

@@ -5,31 +5,22 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use futures::StreamExt;
 use serde_json::Value;
 use triggers_emulator::control::{ControlAccess, ControlClient, ControlToken};
+use triggers_emulator::recorder::RunStatus;
 use triggers_emulator::recorder::{Record, RecordKind};
-use triggers_emulator::{
-    Backend, ClockMode, Emulator, EmulatorConfig, HashMismatchPolicy, NatsConfig, NatsServer,
-};
-use triggers_sdk::flow::Flow;
+use triggers_emulator::{ClockMode, Emulator, EmulatorConfig, HashMismatchPolicy, NatsServer};
 use triggers_sdk::transport::DropCounter;
 
 use crate::discovery::{self, Instance, Slot};
+use crate::exit::{EnvironmentError, UsageError, VerdictFailed};
 use crate::files;
+use crate::nats_choice::{self, BackendArg};
+use crate::out::outln;
 use crate::signals::Signals;
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub(crate) enum BackendArg {
-    /// The first that works: --nats/TRIGGERS_NATS_URL, Docker, a nats-server binary.
-    Auto,
-    /// Docker (testcontainers), the official image or triggers-lab/nats-server:local.
-    Docker,
-    /// A nats-server binary on PATH (or TRIGGERS_NATS_SERVER_BIN).
-    Binary,
-}
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum ClockArg {
@@ -50,12 +41,25 @@ pub(crate) enum HashArg {
 /// Options of `triggers-lab up`.
 #[derive(Debug, Args)]
 pub(crate) struct UpArgs {
-    /// Use this nats-server (with JetStream) instead of starting one.
+    /// Use this nats-server (with JetStream) instead of starting one. TRIGGERS_NATS_URL is not
+    /// used unless given here.
     #[arg(long, value_name = "URL")]
     nats: Option<String>,
     /// How to get a nats-server when --nats is not given.
     #[arg(long, value_enum, default_value = "auto")]
     backend: BackendArg,
+    /// The nats-server's client port on 127.0.0.1 (0: any free port). Fixed by default, so
+    /// services keep their URL when `up` is restarted.
+    #[arg(long, default_value_t = 4222)]
+    port: u16,
+    /// Run in the background (output in a log file); `triggers-lab down` stops it, `status`
+    /// shows it.
+    #[arg(long)]
+    pub(crate) detach: bool,
+    /// Run the scripted services of this scenario file beside the emulator (repeatable);
+    /// services given as commands are left out.
+    #[arg(long = "services", value_name = "SCENARIO")]
+    services: Vec<PathBuf>,
     /// Write every recorded event to FILE as JSON lines.
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
@@ -74,10 +78,10 @@ pub(crate) struct UpArgs {
     /// Open the terminal UI on the emulator (Ctrl-C or q stops everything).
     #[arg(long)]
     tui: bool,
-    /// Name this instance (default: its pid), for `--instance` of the other commands when
-    /// several `up`s run.
+    /// Name this instance (default: its pid; `default` with --detach), for `--instance` of the
+    /// other commands when several `up`s run.
     #[arg(long, value_name = "NAME")]
-    instance: Option<String>,
+    pub(crate) instance: Option<String>,
 }
 
 pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
@@ -86,24 +90,34 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
         .instance
         .clone()
         .unwrap_or_else(|| std::process::id().to_string());
-    // Before anything starts: a refused discovery file costs nothing yet.
+    // Before anything starts: a refused discovery file, or a malformed scenario, costs nothing
+    // yet.
     let mut slot = Slot::prepare(&name)?;
-    let nats_config = NatsConfig {
-        url: args.nats.clone(),
-        backend: match (&args.nats, args.backend) {
-            (Some(_), _) => Backend::External,
-            (None, BackendArg::Auto) => Backend::Auto,
-            (None, BackendArg::Docker) => Backend::Docker,
-            (None, BackendArg::Binary) => Backend::Binary,
-        },
+    let mut service_scenarios = Vec::new();
+    for path in &args.services {
+        service_scenarios.push(
+            triggers_scenarios::load_file(path).map_err(|e| files::FileError(e.to_string()))?,
+        );
+    }
+    let choice = nats_choice::choose(args.backend, args.nats.as_deref(), "up");
+    if args.nats.is_none() && args.port != 0 {
+        check_port_free(args.port)?;
+    }
+    let nats_config = triggers_emulator::NatsConfig {
         // Services connect without credentials and cannot reach the control API.
         private_control: true,
-        ..Default::default()
+        client_port: args.nats.is_none().then_some(args.port),
+        ..choice.config
     };
     if !args.quiet {
-        eprintln!("starting a nats-server with JetStream…");
+        if let Some(note) = &choice.note {
+            eprintln!("note: {note}");
+        }
+        eprintln!("starting a nats-server with JetStream; {}", choice.said);
     }
-    let nats = NatsServer::start(nats_config).await?;
+    let nats = NatsServer::start(nats_config)
+        .await
+        .map_err(|e| EnvironmentError(e.to_string()))?;
     // The emulator's connection counts what NATS drops for its slow subscriptions; the log
     // below says so as it happens, and `state` shows the count.
     let slow_consumers = DropCounter::new();
@@ -143,6 +157,29 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     )
     .await?;
 
+    let mut scripted = Vec::new();
+    for scenario in &service_scenarios {
+        let started = triggers_scenarios::ScriptedServices::start(scenario, nats.url())
+            .await
+            .map_err(|e| anyhow::anyhow!("{}: {e}", scenario.file))?;
+        if !args.quiet {
+            eprintln!(
+                "started the scripted services of {}: {}{}",
+                scenario.file,
+                started.names().join(", "),
+                if started.skipped.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " (not {}: commands, start them yourself)",
+                        started.skipped.join(", ")
+                    )
+                }
+            );
+        }
+        scripted.push(started);
+    }
+
     let credentials = nats.control_credentials();
     slot.write(&Instance {
         instance: name.clone(),
@@ -160,27 +197,33 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
             r = triggers_tui::run_in_process(emulator.clone()) => r,
             _ = signals.recv() => Ok(()),
         };
+        for services in scripted {
+            services.stop().await;
+        }
         drop(slot);
         drop(emulator);
         nats.stop().await?;
         return result.map_err(Into::into);
     }
     if args.quiet {
-        println!("{}", nats.url());
+        outln!("{}", nats.url());
     } else {
-        println!("triggers-lab emulator is up");
-        println!("  nats:     {}", nats.url());
-        println!("  backend:  {}", nats.summary());
-        println!(
-            "  clock:    {:?}{}",
-            emulator.config().clock,
+        outln!("triggers-lab emulator is up");
+        outln!("  nats:     {}", nats.url());
+        outln!("  backend:  {}", nats.summary());
+        outln!(
+            "  clock:    {}{}",
+            match emulator.config().clock {
+                ClockMode::Virtual => "virtual (timers fire on `triggers-lab advance`)",
+                ClockMode::Real => "real",
+            },
             if args.auto_advance {
                 " (auto-advance)"
             } else {
                 ""
             }
         );
-        println!(
+        outln!(
             "  control:  {}.* ({}; docs/emulator.md)",
             triggers_emulator::control::PREFIX,
             if credentials.is_some() {
@@ -189,22 +232,24 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
                 "needs the token: on a shared server, others who can see triggerslab.> can see it"
             }
         );
-        println!("  instance: {name} ({})", slot.path().display());
-        println!();
-        println!(
+        outln!("  instance: {name} ({})", slot.path().display());
+        outln!();
+        outln!(
             "Point a service at it:   export TRIGGERS_NATS_URL={}",
             nats.url()
         );
-        println!(
+        outln!(
             "Then: triggers-lab deploy FLOW.yaml | trigger FLOW_ID '{{...}}' | advance 1h | watch"
         );
-        println!("Ctrl-C stops it.");
-        println!();
+        outln!("Ctrl-C stops it.");
+        outln!();
     }
     let _ = std::io::stdout().flush();
 
+    // Line-buffered: each record is written whole as it comes, so `tail -f` never shows half a
+    // line.
     let mut record_file = match &args.record {
-        Some(path) => Some(std::io::BufWriter::new(
+        Some(path) => Some(std::io::LineWriter::new(
             std::fs::File::create(path)
                 .with_context(|| format!("cannot create {}", path.display()))?,
         )),
@@ -234,7 +279,7 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
                         f.write_all(b"\n")?;
                     }
                     if !quiet && let Some(line) = log_line(&record) {
-                        println!("{line}");
+                        outln!("{line}");
                     }
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
@@ -247,6 +292,9 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     if !quiet {
         eprintln!("stopping…");
     }
+    for services in scripted {
+        services.stop().await;
+    }
     if let Some(mut f) = record_file {
         f.flush()?;
         if !quiet && let Some(path) = &args.record {
@@ -257,6 +305,30 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     drop(emulator);
     nats.stop().await?;
     Ok(())
+}
+
+/// Refuses a taken port before anything starts, saying what probably holds it.
+fn check_port_free(port: u16) -> Result<()> {
+    if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        return Ok(());
+    }
+    let url = format!("nats://127.0.0.1:{port}");
+    let holder = discovery::running()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|i| i.url == url)
+        .map(|i| {
+            format!(
+                " by `triggers-lab up` {} (pid {}; `triggers-lab down --instance {}` stops it)",
+                i.instance, i.pid, i.instance
+            )
+        })
+        .unwrap_or_default();
+    Err(EnvironmentError(format!(
+        "port {port} on 127.0.0.1 is taken{holder}: pass --port N for another one, or --port 0 \
+         for any free port"
+    ))
+    .into())
 }
 
 /// One line of `up`'s log for a record worth a line.
@@ -273,11 +345,18 @@ fn log_line(r: &Record) -> Option<String> {
             format!("registered   {service} ({})", short_hash(manifest_hash))
         }
         RecordKind::Registration { service, error, .. } => format!(
-            "REFUSED      registration of {:?}: {}",
-            service,
+            "REFUSED      registration of {}: {}",
+            if service.is_empty() {
+                "an unreadable manifest"
+            } else {
+                service
+            },
             error.clone().unwrap_or_default()
         ),
         RecordKind::Deploy { flow_id, version } => format!("deployed     {flow_id} v{version}"),
+        RecordKind::DeployRefused { flow_id, problems } => {
+            format!("REFUSED      deploy of {flow_id}: {}", problems.join("; "))
+        }
         RecordKind::Trigger { run_id, flow_id } => format!("triggered    {flow_id} run {run_id}"),
         RecordKind::Completion { event } => format!(
             "  {:<10} {} {} on {}{}",
@@ -295,7 +374,7 @@ fn log_line(r: &Record) -> Option<String> {
             run_id,
             flow_id,
             status,
-        } => format!("run {status:?}   {flow_id} run {run_id}").to_lowercase(),
+        } => format!("run {:<9} {flow_id} run {run_id}", status_word(*status)),
         RecordKind::Dlq { entry, .. } => format!(
             "DLQ          {} {}",
             r.subject,
@@ -320,6 +399,16 @@ fn log_line(r: &Record) -> Option<String> {
         _ => return None,
     };
     Some(format!("{time} {line}"))
+}
+
+/// A run's status in a word, as the TUI writes it.
+pub(crate) fn status_word(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Running => "running",
+        RunStatus::Waiting => "waiting",
+        RunStatus::Succeeded => "succeeded",
+        RunStatus::Failed => "failed",
+    }
 }
 
 fn short_hash(h: &str) -> &str {
@@ -377,22 +466,22 @@ fn describe(instances: &[Instance]) -> String {
 /// The `up` to talk to: `--instance`, else `--nats` / `TRIGGERS_NATS_URL` (with the credentials
 /// of the `up` at that URL, if one wrote them down), else the only one running.
 pub(crate) fn resolve(args: &ControlArgs) -> Result<Target> {
-    let running = discovery::running()?;
+    let running = discovery::running().map_err(|e| EnvironmentError(format!("{e:#}")))?;
     if let Some(name) = &args.instance {
-        discovery::check_name(name)?;
+        discovery::check_name(name).map_err(|e| UsageError(e.to_string()))?;
         return running
             .iter()
             .find(|i| &i.instance == name)
             .map(Target::from)
             .ok_or_else(|| {
-                anyhow::anyhow!(
+                anyhow::Error::from(EnvironmentError(format!(
                     "no running `triggers-lab up` is named {name}{}",
                     if running.is_empty() {
                         String::new()
                     } else {
                         format!("; running: {}", describe(&running))
                     }
-                )
+                )))
             });
     }
     let url = args.nats.clone().or_else(|| {
@@ -408,7 +497,7 @@ pub(crate) fn resolve(args: &ControlArgs) -> Result<Target> {
                 url,
                 access: ControlAccess::default(),
             }),
-            several => bail!(
+            several => Err(UsageError(format!(
                 "{} `triggers-lab up`s run on {url}: pick one with --instance ({})",
                 several.len(),
                 several
@@ -416,21 +505,24 @@ pub(crate) fn resolve(args: &ControlArgs) -> Result<Target> {
                     .map(|i| i.instance.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
-            ),
+            ))
+            .into()),
         };
     }
     match running.as_slice() {
-        [] => bail!(
-            "no running `triggers-lab up` found (looked in {}): start one in another terminal, \
+        [] => Err(EnvironmentError(format!(
+            "no running `triggers-lab up` found (looked in {}): start one (`triggers-lab up`), \
              or pass --nats URL / set TRIGGERS_NATS_URL",
             discovery::dir()?.display()
-        ),
+        ))
+        .into()),
         [one] => Ok(Target::from(one)),
-        several => bail!(
+        several => Err(UsageError(format!(
             "{} `triggers-lab up`s are running: {}; say which with --instance NAME (or --nats URL)",
             several.len(),
             describe(several)
-        ),
+        ))
+        .into()),
     }
 }
 
@@ -440,18 +532,28 @@ async fn control(args: &ControlArgs) -> Result<ControlClient> {
 }
 
 pub(crate) async fn deploy(args: ControlArgs, file: PathBuf) -> Result<()> {
-    let flow: Flow = files::read(&file)?;
-    if flow.version < 1 {
-        return Err(files::FileError(format!(
-            "{}: flow {:?}: version: is {}, must be 1 or more (leave it out for 1; a redeploy gets the next)",
-            file.display(),
-            flow.id,
-            flow.version
-        ))
-        .into());
-    }
+    // Read as a scenario's `flows: [{file: ...}]` is: the same keys refused, every problem at
+    // its line.
+    let (name, text) = files::read_text(&file)?;
+    let flow = match triggers_scenarios::read_flow(&name, &text) {
+        Ok((flow, _)) => flow,
+        Err(errors) => {
+            let n = errors.len();
+            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            return Err(files::FileError(format!(
+                "{}\n{n} problem(s) in {name}; nothing was deployed",
+                text.join("\n")
+            ))
+            .into());
+        }
+    };
     let client = control(&args).await?;
-    let released = client.deploy(&flow).await?;
+    let released = client.deploy(&flow).await.map_err(|e| match e {
+        triggers_emulator::ControlError::Refused(why) => {
+            anyhow::Error::from(VerdictFailed(format!("{name}: {why}")))
+        }
+        other => other.into(),
+    })?;
     let version = released
         .pointer("/flow/version")
         .and_then(Value::as_i64)
@@ -460,7 +562,7 @@ pub(crate) async fn deploy(args: ControlArgs, file: PathBuf) -> Result<()> {
         .get("broadcast_subject")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    println!("deployed {} v{version}, broadcast on {subject}", flow.id);
+    outln!("deployed {} v{version}, broadcast on {subject}", flow.id);
     Ok(())
 }
 
@@ -468,54 +570,76 @@ pub(crate) async fn trigger(
     args: ControlArgs,
     flow: String,
     payload: Option<String>,
-    wait: bool,
+    wait: Option<Duration>,
 ) -> Result<()> {
     let payload: Value = match payload.as_deref() {
         None => Value::Object(Default::default()),
         Some(p) if p.starts_with('@') => files::read(std::path::Path::new(&p[1..]))?,
-        Some(p) => serde_json::from_str(p)
-            .with_context(|| format!("the payload {p:?} is not JSON (use @file to read one)"))?,
+        Some(p) => serde_json::from_str(p).map_err(|e| {
+            UsageError(format!(
+                "the payload {p:?} is not JSON ({e}); write JSON, or @FILE to read one"
+            ))
+        })?,
     };
     let client = control(&args).await?;
     let run_id = client.trigger(&flow, &payload).await?;
-    println!("{run_id}");
-    if wait {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        let mut follow = client.follow().await?;
-        loop {
-            let run = client.run(&run_id).await?;
-            if run.status.is_settled() {
-                for step in &run.timeline {
-                    println!(
-                        "  {:<12} {:<10} {}{}",
-                        step.node_id,
-                        step.status,
-                        step.service,
-                        if step.error.is_empty() {
-                            String::new()
-                        } else {
-                            format!(": {}", step.error)
-                        }
-                    );
-                }
-                println!("run {run_id}: {:?}", run.status);
-                if run.status == triggers_emulator::recorder::RunStatus::Failed {
-                    bail!("run {run_id} failed");
-                }
-                return Ok(());
-            }
-            if tokio::time::timeout_at(deadline, follow.next())
-                .await
-                .is_err()
-            {
-                bail!(
-                    "run {run_id} did not settle within 60 s; it is {:?} (`triggers-lab watch` shows why)",
-                    run.status
+    outln!("{run_id}");
+    let Some(limit) = wait else {
+        return Ok(());
+    };
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut follow = client.follow().await?;
+    loop {
+        let run = client.run(&run_id).await?;
+        if run.status.is_settled() {
+            for step in &run.timeline {
+                outln!(
+                    "  {:<12} {:<10} {}{}",
+                    step.node_id,
+                    step.status,
+                    step.service,
+                    if step.error.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", step.error)
+                    }
                 );
             }
+            outln!("run {run_id}: {}", status_word(run.status));
+            if run.status == RunStatus::Failed {
+                return Err(VerdictFailed(format!("run {run_id} failed")).into());
+            }
+            return Ok(());
+        }
+        if tokio::time::timeout_at(deadline, follow.next())
+            .await
+            .is_err()
+        {
+            let pending: Vec<&str> = run.pending.keys().map(String::as_str).collect();
+            let timers: Vec<&str> = run.timers.iter().map(|t| t.node_id.as_str()).collect();
+            let mut waiting_on = Vec::new();
+            if !pending.is_empty() {
+                waiting_on.push(format!("pending: {}", pending.join(", ")));
+            }
+            if !timers.is_empty() {
+                waiting_on.push(format!(
+                    "timers armed: {} (`triggers-lab advance` fires them)",
+                    timers.join(", ")
+                ));
+            }
+            return Err(VerdictFailed(format!(
+                "run {run_id} did not settle within {} (--wait-timeout); it is {}{}",
+                triggers_scenarios::model::Dur(limit),
+                status_word(run.status),
+                if waiting_on.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {}", waiting_on.join("; "))
+                }
+            ))
+            .into());
         }
     }
-    Ok(())
 }
 
 pub(crate) async fn advance(args: ControlArgs, by: Duration) -> Result<()> {
@@ -530,7 +654,7 @@ pub(crate) async fn advance(args: ControlArgs, by: Duration) -> Result<()> {
         .get("clock")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    println!("clock is now {clock}; {fired} timer(s) fired");
+    outln!("clock is now {clock}; {fired} timer(s) fired");
     Ok(())
 }
 

@@ -1,11 +1,17 @@
 //! `triggers-lab`: the one binary of triggers-lab. Thin: each subcommand delegates to a crate.
 
 mod conform_cmd;
+mod control_cmd;
+mod detach;
 mod discovery;
 mod doctor;
+mod exit;
 mod files;
+mod init_cmd;
 mod lab_cmd;
 mod manifest_cmd;
+mod nats_choice;
+mod out;
 mod run_cmd;
 mod signals;
 
@@ -16,7 +22,7 @@ use clap::{Parser, Subcommand};
 
 /// Build, test and watch services of the triggers platform without the real orchestrator.
 #[derive(Debug, Parser)]
-#[command(name = "triggers-lab", version, about, long_about = None)]
+#[command(name = "triggers-lab", version, about, long_about = None, after_help = exit::HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -25,11 +31,13 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Hash, canonicalise and check service manifests (the wire contract's manifest hash).
-    #[command(subcommand)]
+    #[command(subcommand, after_help = exit::HELP)]
     Manifest(manifest_cmd::ManifestCommand),
     /// Start a nats-server and the orchestrator emulator; run until Ctrl-C.
+    #[command(after_help = exit::HELP)]
     Up(lab_cmd::UpArgs),
     /// Deploy a flow (JSON or YAML) to a running `up`.
+    #[command(after_help = exit::HELP)]
     Deploy {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
@@ -37,6 +45,7 @@ enum Command {
         file: PathBuf,
     },
     /// Start a run of a deployed flow on a running `up`; prints the run id.
+    #[command(after_help = exit::HELP)]
     Trigger {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
@@ -44,17 +53,23 @@ enum Command {
         flow: String,
         /// The payload: JSON text, or @FILE (JSON or YAML). Default `{}`.
         payload: Option<String>,
-        /// Wait for the run to settle and print its timeline.
+        /// Wait for the run to settle and print its timeline; exit 1 if it failed.
         #[arg(long)]
         wait: bool,
+        /// With --wait: how long to wait for the run to settle before giving up (exit 1, naming
+        /// the nodes still pending).
+        #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+        wait_timeout: std::time::Duration,
     },
     /// Watch live flows in the terminal: a running `up` (and drive it), or any NATS server
     /// (read-only).
+    #[command(after_help = exit::HELP)]
     Watch {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
     },
     /// Run scenario files (or folders of them), each on its own nats-server and emulator.
+    #[command(after_help = exit::HELP)]
     Run(run_cmd::RunArgs),
     /// Judge a service (any language) against the flow protocol: `conform -- COMMAND...`.
     Conform(conform_cmd::ConformArgs),
@@ -62,8 +77,61 @@ enum Command {
     /// nothing works. `--prepare` fetches the pinned binary and builds the Docker image first.
     Doctor(doctor::DoctorArgs),
     /// Run the shipped flow-lab scenarios, step by step: the first thing to try.
+    #[command(after_help = exit::HELP)]
     Demo(run_cmd::DemoArgs),
+    /// Write a first scenario and flow (that pass as written) into a folder beside a service.
+    #[command(after_help = exit::HELP)]
+    Init(init_cmd::InitArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    ///
+    /// e.g. `triggers-lab completions bash > ~/.local/share/bash-completion/completions/triggers-lab`.
+    #[command(after_help = exit::HELP)]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Running `up`s, and what each holds.
+    #[command(after_help = exit::HELP)]
+    Status {
+        #[command(flatten)]
+        json: control_cmd::JsonArg,
+    },
+    /// Stop a running `up` (one started with --detach, or in another terminal).
+    #[command(after_help = exit::HELP)]
+    Down {
+        /// Which one, by name (`up --instance NAME`; `default` for `up --detach`).
+        #[arg(long, value_name = "NAME")]
+        instance: Option<String>,
+        /// Every running `up`.
+        #[arg(long)]
+        all: bool,
+    },
+    /// The runs of a running `up`: `runs list`, `runs show ID`.
+    #[command(after_help = exit::HELP)]
+    Runs {
+        #[command(flatten)]
+        control: lab_cmd::ControlArgs,
+        #[command(subcommand)]
+        command: control_cmd::RunsCommand,
+    },
+    /// The flows deployed on a running `up`.
+    #[command(after_help = exit::HELP)]
+    Flows {
+        #[command(flatten)]
+        control: lab_cmd::ControlArgs,
+        #[command(flatten)]
+        json: control_cmd::JsonArg,
+    },
+    /// The services registered with a running `up`.
+    #[command(after_help = exit::HELP)]
+    Services {
+        #[command(flatten)]
+        control: lab_cmd::ControlArgs,
+        #[command(flatten)]
+        json: control_cmd::JsonArg,
+    },
     /// Move a running `up`'s virtual clock forward (e.g. 30s, 5m, 1h30m, 1d); due timers fire.
+    #[command(after_help = exit::HELP)]
     Advance {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
@@ -73,8 +141,9 @@ enum Command {
     },
 }
 
-/// A duration on the command line, as scenario files write them (a malformed or out-of-range
-/// one is a usage error: clap says which argument and exits with code 2).
+/// A duration on the command line, read as scenario files read them (`250ms`, `30s`, `5m`,
+/// `5 mins`, `1h30m`, `1d`, or a number of seconds); a malformed or out-of-range one is a usage
+/// error: clap says which argument and exits with code 2.
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     triggers_scenarios::model::Dur::parse(text).map(|d| d.0)
 }
@@ -87,6 +156,25 @@ fn main() -> ExitCode {
         Command::Demo(args) => run_cmd::demo(args),
         Command::Conform(args) => conform_cmd::run(args),
         Command::Doctor(args) => doctor::run(args),
+        Command::Init(args) => match init_cmd::init(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => exit::report(&e),
+        },
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(
+                shell,
+                &mut <Cli as clap::CommandFactory>::command(),
+                "triggers-lab",
+                &mut script,
+            );
+            out::write_stdout(&String::from_utf8_lossy(&script));
+            ExitCode::SUCCESS
+        }
+        Command::Up(args) if args.detach => match detach::detach(args.instance.as_deref()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => exit::report(&e),
+        },
         other => {
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -95,7 +183,7 @@ fn main() -> ExitCode {
                 Ok(rt) => rt,
                 Err(e) => {
                     eprintln!("error: cannot start the async runtime: {e}");
-                    return ExitCode::FAILURE;
+                    return ExitCode::from(exit::ENVIRONMENT);
                 }
             };
             let (result, signal) = runtime.block_on(async move {
@@ -111,14 +199,26 @@ fn main() -> ExitCode {
                         flow,
                         payload,
                         wait,
-                    } => lab_cmd::trigger(control, flow, payload, wait).await,
+                        wait_timeout,
+                    } => {
+                        lab_cmd::trigger(control, flow, payload, wait.then_some(wait_timeout)).await
+                    }
                     Command::Advance { control, duration } => {
                         lab_cmd::advance(control, duration).await
                     }
                     Command::Watch { control } => lab_cmd::watch(control, signals.clone()).await,
+                    Command::Status { json } => control_cmd::status(json).await,
+                    Command::Down { instance, all } => control_cmd::down(instance, all).await,
+                    Command::Runs { control, command } => control_cmd::runs(control, command).await,
+                    Command::Flows { control, json } => control_cmd::flows(control, json).await,
+                    Command::Services { control, json } => {
+                        control_cmd::services(control, json).await
+                    }
                     Command::Manifest(_)
                     | Command::Run(_)
                     | Command::Demo(_)
+                    | Command::Init(_)
+                    | Command::Completions { .. }
                     | Command::Conform(_)
                     | Command::Doctor(_) => {
                         unreachable!("handled above")
@@ -130,13 +230,11 @@ fn main() -> ExitCode {
                 (Ok(()), None) => ExitCode::SUCCESS,
                 (Ok(()), Some(sig)) => sig.exit_code(),
                 (Err(e), sig) => {
-                    eprintln!("error: {e:#}");
-                    // A signal's code wins; a file that cannot be read or is out of range is
-                    // bad input, as for `run`.
+                    // A signal's code wins; otherwise the error's kind chooses (exit.rs).
+                    let code = exit::report(&e);
                     match sig {
                         Some(sig) => sig.exit_code(),
-                        None if e.downcast_ref::<files::FileError>().is_some() => ExitCode::from(2),
-                        None => ExitCode::FAILURE,
+                        None => code,
                     }
                 }
             }

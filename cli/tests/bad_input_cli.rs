@@ -125,7 +125,7 @@ fn deploy_refuses_a_flow_version_below_1() {
         refused(
             &out,
             &[&format!(
-                "{}: flow \"order\": version: is {version}, must be 1 or more",
+                "{}:2:1: flow \"order\": version: is {version}, must be 1 or more",
                 file.display()
             )],
         );

@@ -31,9 +31,9 @@ steps:
 #[test]
 fn a_malformed_file_gives_file_line_column_and_exit_code_2() {
     let dir = tempfile::tempdir().unwrap();
-    let good = dir.path().join("a-good.yaml");
+    let good = dir.path().join("a-good.scenario.yaml");
     std::fs::write(&good, PASSING).unwrap();
-    let bad = dir.path().join("b-bad.yaml");
+    let bad = dir.path().join("b-bad.scenario.yaml");
     std::fs::write(
         &bad,
         "name: broken\nsteps:\n  - trigger: {flow: f, payload: {a: 1}, az: r1}\n",
@@ -56,8 +56,8 @@ fn a_malformed_file_gives_file_line_column_and_exit_code_2() {
 #[test]
 fn exit_codes_and_reports() {
     let dir = tempfile::tempdir().unwrap();
-    let pass = dir.path().join("pass.yaml");
-    let fail = dir.path().join("fail.yaml");
+    let pass = dir.path().join("pass.scenario.yaml");
+    let fail = dir.path().join("fail.scenario.yaml");
     std::fs::write(&pass, PASSING).unwrap();
     std::fs::write(&fail, FAILING).unwrap();
     let junit = dir.path().join("out/junit.xml");

@@ -255,7 +255,7 @@ fn a_second_ctrl_c_forces_the_exit_and_still_kills_what_was_started() {
 fn a_sigkilled_up_takes_its_nats_server_and_store_with_it() {
     let dir = tempfile::tempdir().unwrap();
     let mut up = bin()
-        .args(["up", "--backend", "binary", "--quiet"])
+        .args(["up", "--backend", "binary", "--port", "0", "--quiet"])
         .env("TMPDIR", dir.path())
         .env("XDG_RUNTIME_DIR", dir.path())
         .stdout(Stdio::piped())

@@ -56,7 +56,7 @@ impl Drop for Up {
 /// Starts `up` with `args`; returns it and the URL it printed.
 fn up(xdg: &Path, args: &[&str]) -> (Up, String) {
     let mut up = bin(xdg)
-        .args(["up", "--backend", "binary", "--quiet"])
+        .args(["up", "--backend", "binary", "--port", "0", "--quiet"])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -198,7 +198,18 @@ fn up_answers_registrations_and_control_commands_then_stops_on_sigint() {
     let out = run(xdg, &["advance", "--instance", "two", "1m"]);
     assert!(out.status.success(), "{}", text(&out));
     // A third with a name in use is refused before it starts anything.
-    let out = run(xdg, &["up", "--backend", "binary", "--instance", "two"]);
+    let out = run(
+        xdg,
+        &[
+            "up",
+            "--backend",
+            "binary",
+            "--port",
+            "0",
+            "--instance",
+            "two",
+        ],
+    );
     assert!(!out.status.success());
     assert!(text(&out).contains("already running"), "{}", text(&out));
     assert_eq!(interrupt(&mut two).code(), Some(130));
@@ -237,7 +248,15 @@ fn symlinks_at_the_discovery_paths_are_refused() {
     std::os::unix::fs::symlink(&target, dir.join("evil.json")).unwrap();
     let out = run(
         a.path(),
-        &["up", "--backend", "binary", "--instance", "evil"],
+        &[
+            "up",
+            "--backend",
+            "binary",
+            "--port",
+            "0",
+            "--instance",
+            "evil",
+        ],
     );
     assert!(!out.status.success());
     assert!(text(&out).contains("symbolic link"), "{}", text(&out));
@@ -253,7 +272,7 @@ fn symlinks_at_the_discovery_paths_are_refused() {
     // The directory itself a symlink.
     let b = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(outside.path(), b.path().join("triggers-lab")).unwrap();
-    let out = run(b.path(), &["up", "--backend", "binary"]);
+    let out = run(b.path(), &["up", "--backend", "binary", "--port", "0"]);
     assert!(!out.status.success());
     assert!(text(&out).contains("symbolic link"), "{}", text(&out));
     assert_eq!(

@@ -542,7 +542,15 @@ impl ControlClient {
         })?
         .map_err(|e| ControlError::NoEmulator {
             url: self.url.clone(),
-            reason: e.to_string(),
+            // async-nats' text repeats its kind ("no responders: no responders"): say it once,
+            // in words.
+            reason: match e.kind() {
+                async_nats::RequestErrorKind::NoResponders => {
+                    format!("nothing answers {PREFIX}.{op}")
+                }
+                async_nats::RequestErrorKind::TimedOut => format!("no reply to {op} in time"),
+                _ => e.to_string(),
+            },
         })?;
         let value: Value = serde_json::from_slice(&reply.payload)
             .map_err(|e| ControlError::BadReply(e.to_string()))?;

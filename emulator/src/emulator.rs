@@ -589,7 +589,21 @@ impl Emulator {
     /// # Errors
     /// [`EmulatorError::Release`] with every problem, or a NATS error from the broadcast.
     pub async fn deploy(&self, flow: Flow) -> Result<Deployment, EmulatorError> {
-        let mut resolved = self.check_release(&flow).map_err(EmulatorError::Release)?;
+        let mut resolved = match self.check_release(&flow) {
+            Ok(resolved) => resolved,
+            Err(problems) => {
+                self.shared.push(
+                    "",
+                    &Headers::new(),
+                    Body::default(),
+                    RecordKind::DeployRefused {
+                        flow_id: flow.id.clone(),
+                        problems: problems.iter().map(ToString::to_string).collect(),
+                    },
+                );
+                return Err(EmulatorError::Release(problems));
+            }
+        };
         let (subject, envelope) = {
             let mut state = self.lock();
             if let Some(previous) = state.flows.get(&resolved.id) {

@@ -251,6 +251,14 @@ pub enum RecordKind {
         /// Its version.
         version: i64,
     },
+    /// A flow whose release was refused (by `deploy`, the control API's or the harness's), with
+    /// every problem, so that a log shows why nothing was deployed.
+    DeployRefused {
+        /// The flow.
+        flow_id: String,
+        /// Each problem, with its stable code.
+        problems: Vec<String>,
+    },
     /// A broadcast sent.
     Broadcast {
         /// The flow.
@@ -352,6 +360,7 @@ impl RecordKind {
             RecordKind::Completion { .. } => "completion",
             RecordKind::Dlq { .. } => "dlq",
             RecordKind::Deploy { .. } => "deploy",
+            RecordKind::DeployRefused { .. } => "deploy_refused",
             RecordKind::Broadcast { .. } => "broadcast",
             RecordKind::Trigger { .. } => "trigger",
             RecordKind::Hop { .. } => "hop",

@@ -99,6 +99,7 @@ impl BinaryServer {
         sha256: Option<String>,
         config: Option<String>,
         ready_timeout: Duration,
+        fixed_port: Option<u16>,
     ) -> Result<Self, NatsError> {
         let dir = tempfile::Builder::new()
             .prefix("triggers-nats-")
@@ -124,17 +125,17 @@ impl BinaryServer {
             dir,
         };
         for attempt in 1..=PORT_ATTEMPTS {
-            let (client_port, monitor_port) =
-                probe::free_port_pair().map_err(|source| NatsError::Io {
-                    action: "find free ports on 127.0.0.1".into(),
-                    source,
-                })?;
+            let (client_port, monitor_port) = probe::ports(fixed_port)?;
             server.client_port = client_port;
             server.monitor_port = monitor_port;
             server.spawn()?;
             match server.wait_ready(ready_timeout).await {
                 Ok(()) => return Ok(server),
-                Err(e) if attempt < PORT_ATTEMPTS && server.lost_port_race() => {
+                Err(e)
+                    if attempt < PORT_ATTEMPTS
+                        && fixed_port.is_none()
+                        && server.lost_port_race() =>
+                {
                     tracing::debug!(%e, "nats-server lost a port race; retrying on other ports");
                     server.kill();
                 }

@@ -226,6 +226,7 @@ impl DockerCluster {
                     config.clone(),
                     ready_timeout,
                     Some(&node),
+                    None,
                 )
                 .await?,
             );

@@ -120,11 +120,18 @@ pub struct NatsConfig {
     /// a password generated for each start. No effect on an external server. Default `false`:
     /// one open account, as a bare `nats-server -js` has (what tests in one process want).
     pub private_control: bool,
+    /// The client port on 127.0.0.1 for a server the emulator starts (Docker or binary backend);
+    /// `None`: a free port (what tests want). `triggers-lab up` asks for 4222, so that services
+    /// keep their URL across restarts of `up`. A port already taken is an error, not a retry.
+    pub client_port: Option<u16>,
     /// Start a JetStream cluster of this many nodes (routed to one another, each with its own
     /// store) instead of one server: from the binary backend (local or pinned) or Docker (a
     /// network of its own). `None` or `Some(1)`: one server. From 1 to 9; 3 is what failover
     /// tests want (a quorum survives the loss of one node). Ignored for an external server.
     pub cluster: Option<usize>,
+    /// Never take the server `TRIGGERS_NATS_URL` names (only [`NatsConfig::url`]): for a tool
+    /// that starts a server of its own even where that variable is exported for other programs.
+    pub ignore_env_url: bool,
 }
 
 impl NatsConfig {
@@ -152,6 +159,7 @@ pub(crate) struct Resolved {
     pub(crate) ready_timeout: Duration,
     pub(crate) pull_timeout: Duration,
     pub(crate) private_control: bool,
+    pub(crate) client_port: Option<u16>,
     /// `Some(n)` for a cluster of `n >= 2` nodes.
     pub(crate) cluster: Option<usize>,
     /// Where the pinned binary is cached and whether it may be fetched.
@@ -213,13 +221,17 @@ impl NatsConfig {
         };
         Ok(Resolved {
             backend,
-            url: self.url.clone().or_else(|| env(ENV_URL)),
+            url: self
+                .url
+                .clone()
+                .or_else(|| (!self.ignore_env_url).then(|| env(ENV_URL)).flatten()),
             monitor_url: self.monitor_url.clone().or_else(|| env(ENV_MONITOR_URL)),
             image: self.image.clone().or_else(|| env(ENV_IMAGE)),
             server_bin,
             ready_timeout: self.ready_timeout.unwrap_or(DEFAULT_READY_TIMEOUT),
             pull_timeout: self.pull_timeout.unwrap_or(DEFAULT_PULL_TIMEOUT),
             private_control: self.private_control,
+            client_port: self.client_port.filter(|p| *p != 0),
             cluster: self.cluster.filter(|&n| n > 1),
             pinned: crate::pinned::PinnedSettings::from_env(env),
         })

@@ -422,8 +422,10 @@ impl DockerServer {
         image: String,
         config: Option<String>,
         ready_timeout: Duration,
+        fixed_port: Option<u16>,
     ) -> Result<Self, NatsError> {
-        let mut server = Self::launch(docker, image, config, ready_timeout, None).await?;
+        let mut server =
+            Self::launch(docker, image, config, ready_timeout, None, fixed_port).await?;
         // On failure `server` is dropped here, which removes the container.
         server.wait_ready(ready_timeout).await?;
         Ok(server)
@@ -438,19 +440,22 @@ impl DockerServer {
         config: Option<String>,
         ready_timeout: Duration,
         node: Option<&DockerNode>,
+        fixed_port: Option<u16>,
     ) -> Result<Self, NatsError> {
         let (name, tag) = split_image(&image);
         remove_stale(docker).await;
         let owner_pid = std::process::id().to_string();
         let owner_host = host_name();
-        let attempts = if node.is_some() { 1 } else { PORT_ATTEMPTS };
+        // A fixed port or a cluster node's ports are not retried on others: taken is an error.
+        let attempts = if node.is_some() || fixed_port.is_some() {
+            1
+        } else {
+            PORT_ATTEMPTS
+        };
         for attempt in 1..=attempts {
             let (client_port, monitor_port) = match node {
                 Some(node) => node.ports,
-                None => probe::free_port_pair().map_err(|source| NatsError::Io {
-                    action: "find free ports on 127.0.0.1".into(),
-                    source,
-                })?,
+                None => probe::ports(fixed_port)?,
             };
             let attempt_id = attempt_label();
             let mut cmd: Vec<String> = ["-js", "-m", "8222", "--store_dir", STORE_DIR]
@@ -496,7 +501,7 @@ impl DockerServer {
                 Ok(container) => container,
                 Err(e) => {
                     remove_attempt(docker, &attempt_id).await;
-                    if attempt < PORT_ATTEMPTS && is_port_conflict(&e) {
+                    if attempt < PORT_ATTEMPTS && fixed_port.is_none() && is_port_conflict(&e) {
                         tracing::debug!(%e, "nats container lost a port race; retrying");
                         continue;
                     }

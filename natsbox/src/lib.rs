@@ -402,8 +402,15 @@ async fn provision(
                     running: Running::BinaryCluster(cluster),
                 });
             }
-            let server =
-                BinaryServer::start(path, chosen, sha256, config, resolved.ready_timeout).await?;
+            let server = BinaryServer::start(
+                path,
+                chosen,
+                sha256,
+                config,
+                resolved.ready_timeout,
+                resolved.client_port,
+            )
+            .await?;
             return Ok(NatsServer {
                 control,
                 url: server.client_url(),
@@ -446,8 +453,14 @@ async fn provision(
                         running: Running::DockerCluster(cluster),
                     });
                 }
-                let server =
-                    DockerServer::start(&engine, image, config, resolved.ready_timeout).await?;
+                let server = DockerServer::start(
+                    &engine,
+                    image,
+                    config,
+                    resolved.ready_timeout,
+                    resolved.client_port,
+                )
+                .await?;
                 return Ok(NatsServer {
                     control,
                     url: server.client_url(),

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use crate::error::NatsError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep, timeout};
@@ -45,6 +46,28 @@ pub(crate) fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
         .iter()
         .map(|l| l.local_addr().map(|a| a.port()))
         .collect()
+}
+
+/// The client and monitoring ports for a server: `fixed` (if free) and a free one, else two
+/// free ones.
+pub(crate) fn ports(fixed: Option<u16>) -> Result<(u16, u16), NatsError> {
+    let io = |source| NatsError::Io {
+        action: "find free ports on 127.0.0.1".into(),
+        source,
+    };
+    let Some(port) = fixed else {
+        return free_port_pair().map_err(io);
+    };
+    // Held while the monitoring port is picked, so that it cannot be the same one.
+    let _held =
+        std::net::TcpListener::bind(("127.0.0.1", port)).map_err(|source| NatsError::Io {
+            action: format!(
+                "listen on 127.0.0.1:{port} (is another nats-server, or `triggers-lab up`, on it?)"
+            ),
+            source,
+        })?;
+    let monitor = std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(io)?;
+    Ok((port, monitor.local_addr().map_err(io)?.port()))
 }
 
 /// `GET /healthz` over plain HTTP/1.0; `Ok` on status 200.

@@ -147,11 +147,43 @@ async fn counted<T>(
     matching: impl Fn() -> Vec<T>,
     saw: impl Fn() -> String,
 ) -> Result<usize, String> {
+    counted_until(lab, timeout, count, settle, what, matching, saw, &|| false).await
+}
+
+/// [`counted`], ending early when `finished` says nothing more can come (the runs it concerns
+/// have settled): an exact count that is short then fails after `settle`, rather than at the
+/// end of the step's timeout.
+#[allow(clippy::too_many_arguments)]
+async fn counted_until<T>(
+    lab: &Lab<'_>,
+    timeout: Option<crate::model::Dur>,
+    count: Option<usize>,
+    settle: Option<crate::model::Dur>,
+    what: &str,
+    matching: impl Fn() -> Vec<T>,
+    saw: impl Fn() -> String,
+    finished: &dyn Fn() -> bool,
+) -> Result<usize, String> {
     let settle = settle.map_or(DEFAULT_SETTLE, |d| d.0);
     let want = count.unwrap_or(1);
     if want > 0 {
         let mut w = lab.waiter(timeout);
+        let mut finished_at: Option<tokio::time::Instant> = None;
         while matching().len() < want {
+            if count.is_some() && finished() {
+                let at = *finished_at.get_or_insert_with(tokio::time::Instant::now);
+                if at.elapsed() >= settle {
+                    let n = matching().len();
+                    return Err(format!(
+                        "expected {what}, found {n}: the run settled, so no more can come \
+                         (watched {} after it did); {}",
+                        crate::model::Dur(settle),
+                        saw()
+                    ));
+                }
+            } else {
+                finished_at = None;
+            }
             if !w.next().await {
                 return Err(w.timeout(what.to_owned(), saw()));
             }
@@ -675,7 +707,18 @@ pub(crate) async fn expect_calls(lab: &Lab<'_>, c: &ExpectCallsStep) -> StepResu
         let all = calls.lock().unwrap_or_else(|e| e.into_inner()).clone();
         describe::calls(&all, &lab.run_names())
     };
-    let n = counted(lab, c.timeout, c.count, c.settle, &what, matching, saw).await?;
+    // Calls come from runs: once the runs concerned have all settled, none can follow.
+    let settled = || match &run {
+        Some(id) => lab.em().run(id).is_some_and(|r| r.status.is_settled()),
+        None => {
+            let runs = lab.em().runs();
+            !runs.is_empty() && runs.iter().all(|r| r.status.is_settled())
+        }
+    };
+    let n = counted_until(
+        lab, c.timeout, c.count, c.settle, &what, matching, saw, &settled,
+    )
+    .await?;
     Ok(format!("{n} call(s)"))
 }
 

@@ -102,9 +102,27 @@ impl External {
             .kill_on_drop(true);
         #[cfg(unix)]
         cmd.process_group(0);
+        if !cwd.is_dir() {
+            return Err(format!(
+                "cannot start service {name:?}: its working folder {} does not exist (`cwd` is \
+                 relative to the scenario file's folder)",
+                cwd.display()
+            ));
+        }
         let mut child = cmd.spawn().map_err(|e| {
+            // ENOENT from spawn is about the program once the folder is known to exist: say so,
+            // rather than leave the reader to guess which of the two was missing.
+            let what = if e.kind() == std::io::ErrorKind::NotFound {
+                format!(
+                    "the program {program:?} was not found (a relative path starts in {}; a \
+                     bare name is looked up on PATH)",
+                    cwd.display()
+                )
+            } else {
+                e.to_string()
+            };
             format!(
-                "cannot start service {name:?} ({} in {}): {e}",
+                "cannot start service {name:?} (`{}` in {}): {what}",
                 command.join(" "),
                 cwd.display()
             )

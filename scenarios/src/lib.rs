@@ -28,6 +28,7 @@ mod describe;
 mod error;
 mod expect;
 mod external;
+mod flowfile;
 pub mod fuzz;
 mod interrupt;
 mod load;
@@ -41,13 +42,15 @@ mod vars;
 
 pub use describe::label;
 pub use error::{LoadError, ReportError};
+pub use flowfile::{did_you_mean, read_flow, suggest_in_message};
 pub use interrupt::Interrupt;
 pub use load::{
-    DEFAULT_STEP_TIMEOUT, DEFAULT_TIMEOUT, FlowDef, Scenario, StepAt, discover, load_file, load_str,
+    DEFAULT_STEP_TIMEOUT, DEFAULT_TIMEOUT, FlowDef, SCENARIO_SUFFIXES, Scenario, StepAt, discover,
+    is_scenario_file, load_file, load_str,
 };
-pub use report::{Outcome, ScenarioReport, StepReport, SuiteReport};
+pub use report::{Outcome, ScenarioReport, StepReport, SuiteReport, Totals};
 pub use runner::{Event, EventFn, RunOptions, WatchFn, run_scenario};
-pub use scripted::Call;
+pub use scripted::{Call, ScriptedServices};
 pub use suite::{Filter, load_all, run_suite};
 
 /// The user guide, `docs/scenarios.md`, so that its Rust examples are compiled.

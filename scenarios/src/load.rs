@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use serde_saphyr::Spanned;
 use triggers_emulator::ReleaseCode;
 use triggers_emulator::conformance::RULES;
@@ -103,7 +103,8 @@ pub(crate) fn parse_yaml<T: serde::de::DeserializeOwned>(
         })
     })
     .map_err(|e| {
-        let mut message = strip_position(&e.without_snippet().to_string());
+        let mut message =
+            crate::flowfile::suggest_in_message(&strip_position(&e.without_snippet().to_string()));
         if message.starts_with("non-finite float") {
             message.push_str(": write a finite number (or a duration such as 10s)");
         }
@@ -136,8 +137,23 @@ fn strip_position(message: &str) -> String {
     }
 }
 
-/// The scenario files under `paths`: files as given, folders searched recursively for `*.yaml`
-/// and `*.yml`, each folder's files in name order.
+/// What a scenario file's name ends with: folders are searched for these only, so flows, CI
+/// files and any other YAML beside the scenarios are never mistaken for them.
+pub const SCENARIO_SUFFIXES: [&str; 2] = [".scenario.yaml", ".scenario.yml"];
+
+/// Whether `path`'s file name ends with a scenario suffix.
+#[must_use]
+pub fn is_scenario_file(path: &Path) -> bool {
+    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        SCENARIO_SUFFIXES
+            .iter()
+            .any(|s| n.ends_with(s) && n.len() > s.len())
+    })
+}
+
+/// The scenario files under `paths`: files named on their own are taken whatever their name,
+/// folders are searched recursively for `*.scenario.yaml` (and `*.scenario.yml`), hidden files
+/// and folders (`.name`) skipped, each folder's files in name order.
 ///
 /// # Errors
 /// A path that does not exist, or a folder that cannot be read.
@@ -163,12 +179,17 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| LoadError::file(&name, format!("cannot read the folder: {e}")))?
         .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            !p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with('.'))
+        })
         .collect();
     entries.sort();
     for path in entries {
         if path.is_dir() {
             walk(&path, out)?;
-        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+        } else if is_scenario_file(&path) {
             out.push(path);
         }
     }
@@ -183,8 +204,11 @@ pub fn load_file(path: &Path) -> Result<Scenario, LoadError> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|e| LoadError::file(&name, format!("cannot read: {e}")))?;
+    // A bare file name's parent is the empty path: as a service's working folder that is no
+    // folder at all ("cannot start service ... in ''"), so it is the current one, `.`.
     let base = path
         .parent()
+        .filter(|p| !p.as_os_str().is_empty())
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
     load_str(&name, &text, &base)
@@ -216,10 +240,15 @@ impl Checker<'_> {
 
     fn check(&self, raw: ScenarioFile) -> Result<Scenario, LoadError> {
         let name = raw.name.clone().unwrap_or_else(|| {
-            Path::new(self.file)
-                .file_stem()
+            let file_name = Path::new(self.file)
+                .file_name()
                 .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| self.file.to_owned())
+                .unwrap_or_else(|| self.file.to_owned());
+            SCENARIO_SUFFIXES
+                .iter()
+                .chain(&[".yaml", ".yml"])
+                .find_map(|s| file_name.strip_suffix(s).filter(|n| !n.is_empty()))
+                .map_or_else(|| file_name.clone(), str::to_owned)
         });
         let mut stubs = Vec::new();
         let mut stub_names = BTreeSet::new();
@@ -453,7 +482,9 @@ impl Checker<'_> {
                 let shown = path.display().to_string();
                 let text = std::fs::read_to_string(&path)
                     .map_err(|e| self.err(at, format!("cannot read the flow file {shown}: {e}")))?;
-                let value: Value = parse_yaml(&shown, &text)?;
+                // As `triggers-lab deploy` reads it: every key checked, at its own line.
+                let value = crate::flowfile::read_flow_value(&shown, &text)
+                    .map_err(|errors| errors.into_iter().next().expect("at least one error"))?;
                 (value, shown.clone(), Some(shown))
             }
             Value::Object(_) => (
@@ -472,8 +503,14 @@ impl Checker<'_> {
             Some(name) => LoadError::file(name, message),
             None => self.err(at, message),
         };
-        check_flow_keys(&value).map_err(fail)?;
+        if let Some((_, message)) = crate::flowfile::key_problems(&value).into_iter().next() {
+            return Err(fail(message));
+        }
         let probe = vars::substitute(&value, &|name| {
+            // `--var` values are known only when the scenario runs.
+            if name.strip_prefix("vars.").is_some_and(|v| !v.is_empty()) {
+                return Some("var".to_owned());
+            }
             let stub = name.strip_prefix("stubs.")?.strip_suffix(".url")?;
             stubs
                 .contains(stub)
@@ -810,50 +847,6 @@ pub(crate) fn outcomes(b: &Behavior) -> Vec<&'static str> {
     .filter(|(_, set)| *set)
     .map(|(k, _)| k)
     .collect()
-}
-
-/// Flows are not strict about keys on their own (the SDK reads what it knows); a scenario is.
-fn check_flow_keys(flow: &Value) -> Result<(), String> {
-    fn only(at: &str, map: &Map<String, Value>, keys: &[&str]) -> Result<(), String> {
-        match map.keys().find(|k| !keys.contains(&k.as_str())) {
-            Some(k) => Err(format!(
-                "{at}: unknown key `{k}`, expected one of {}",
-                keys.join(", ")
-            )),
-            None => Ok(()),
-        }
-    }
-    let Some(map) = flow.as_object() else {
-        return Err("a flow must be a map".into());
-    };
-    only("flow", map, &["id", "version", "nodes", "edges"])?;
-    let list = |key: &str| {
-        map.get(key)
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-    };
-    for (i, n) in list("nodes").iter().enumerate() {
-        if let Some(n) = n.as_object() {
-            let id = n.get("id").and_then(Value::as_str).unwrap_or("?");
-            only(
-                &format!("nodes[{i}] ({id})"),
-                n,
-                &["id", "type", "service", "action", "config", "inbound"],
-            )?;
-        }
-    }
-    for (i, e) in list("edges").iter().enumerate() {
-        if let Some(e) = e.as_object() {
-            let id = e.get("id").and_then(Value::as_str).unwrap_or("?");
-            only(
-                &format!("edges[{i}] ({id})"),
-                e,
-                &["id", "from", "to", "mapping"],
-            )?;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

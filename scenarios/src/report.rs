@@ -112,6 +112,10 @@ pub struct ScenarioReport {
     /// External services' output (the last lines).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<ServiceOutput>,
+    /// Earlier attempts that failed, oldest first (`triggers-lab run --retries N`): a scenario
+    /// that passed after one is flaky.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed_attempts: Vec<Failure>,
 }
 
 impl ScenarioReport {
@@ -121,14 +125,25 @@ impl ScenarioReport {
         self.outcome == Outcome::Passed
     }
 
+    /// Whether it passed only after failing (on a retry).
+    #[must_use]
+    pub fn flaky(&self) -> bool {
+        self.passed() && !self.failed_attempts.is_empty()
+    }
+
     /// `PASS name (1.23s)`.
     #[must_use]
     pub fn summary_line(&self) -> String {
         format!(
-            "{} {} ({})",
+            "{} {} ({}){}",
             self.outcome.word(),
             self.name,
-            seconds(self.duration)
+            seconds(self.duration),
+            match self.failed_attempts.len() {
+                0 => String::new(),
+                n if self.passed() => format!(" FLAKY: passed on attempt {} of {}", n + 1, n + 1),
+                n => format!(" after {} attempts", n + 1),
+            }
         )
     }
 
@@ -169,6 +184,16 @@ impl ScenarioReport {
     }
 }
 
+/// A JUnit failure's one-line message: what failed, where, and the first line of why.
+fn junit_message(f: &Failure) -> String {
+    let why = f.message.lines().next().unwrap_or_default().trim();
+    if why.is_empty() {
+        format!("{} at {}", f.what, f.at)
+    } else {
+        format!("{} at {}: {why}", f.what, f.at)
+    }
+}
+
 /// `0.42s`, `12.3s`.
 #[must_use]
 pub fn seconds(d: Duration) -> String {
@@ -178,6 +203,23 @@ pub fn seconds(d: Duration) -> String {
     } else {
         format!("{s:.1}s")
     }
+}
+
+/// How many scenarios of a run ended each way (the JSON report's `totals`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Totals {
+    /// Every scenario of the run.
+    pub scenarios: usize,
+    /// Passed.
+    pub passed: usize,
+    /// Failed.
+    pub failed: usize,
+    /// Stopped by a signal while running.
+    pub interrupted: usize,
+    /// Passed on a retry, after failing (counted in `passed` too).
+    pub flaky: usize,
+    /// Not run: the run was interrupted first.
+    pub not_run: usize,
 }
 
 /// A run of several scenarios.
@@ -221,6 +263,10 @@ impl SuiteReport {
     #[must_use]
     pub fn counts(&self) -> String {
         let mut text = format!("{} passed, {} failed", self.passed(), self.failed());
+        let flaky = self.scenarios.iter().filter(|s| s.flaky()).count();
+        if flaky > 0 {
+            text.push_str(&format!(", {flaky} flaky"));
+        }
         if self.interrupted.is_some() {
             text.push_str(&format!(
                 ", {} interrupted, {} not run",
@@ -242,7 +288,30 @@ impl SuiteReport {
     /// # Errors
     /// Never in practice (every field serialises).
     pub fn to_json(&self) -> Result<String, ReportError> {
-        Ok(serde_json::to_string_pretty(self)?)
+        // The totals first, so a tool (or `jq .totals`) need not count the scenarios itself.
+        #[derive(Serialize)]
+        struct WithTotals<'a> {
+            totals: Totals,
+            #[serde(flatten)]
+            report: &'a SuiteReport,
+        }
+        Ok(serde_json::to_string_pretty(&WithTotals {
+            totals: self.totals(),
+            report: self,
+        })?)
+    }
+
+    /// How many scenarios ended each way.
+    #[must_use]
+    pub fn totals(&self) -> Totals {
+        Totals {
+            scenarios: self.scenarios.len(),
+            passed: self.passed(),
+            failed: self.failed(),
+            interrupted: self.count(Outcome::Interrupted),
+            flaky: self.scenarios.iter().filter(|s| s.flaky()).count(),
+            not_run: self.count(Outcome::NotRun),
+        }
     }
 
     /// The report as JUnit XML: one test suite, one test case per scenario (its class name the
@@ -271,10 +340,21 @@ impl SuiteReport {
                     st.set_type("interrupted");
                     st
                 }
-                (None, _) => TestCaseStatus::success(),
+                (None, _) => {
+                    let mut st = TestCaseStatus::success();
+                    // A pass after failures: quick-junit writes each as a <flakyFailure>.
+                    st.add_reruns(s.failed_attempts.iter().map(|f| {
+                        let mut rerun = quick_junit::TestRerun::new(NonSuccessKind::Failure);
+                        rerun.set_message(junit_message(f));
+                        rerun.set_description(f.message.clone());
+                        rerun
+                    }));
+                    st
+                }
                 (Some(f), _) => {
                     let mut st = TestCaseStatus::non_success(NonSuccessKind::Failure);
-                    st.set_message(format!("{} at {}", f.what, f.at));
+                    // CI shows the message alone in its summary: it must say why, not only where.
+                    st.set_message(junit_message(f));
                     st.set_description(f.message.clone());
                     st.set_type("scenario failure");
                     st
@@ -319,5 +399,69 @@ impl SuiteReport {
         report
             .to_string()
             .map_err(|e| ReportError::Junit(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario(outcome: Outcome, failed_attempts: usize) -> ScenarioReport {
+        let failure = Failure {
+            step: Some(1),
+            at: "s.scenario.yaml:3:5".into(),
+            what: "expect_calls shop.charge".into(),
+            message: "expected exactly 2 call(s), found 1\nmore".into(),
+        };
+        ScenarioReport {
+            name: "s".into(),
+            file: "s.scenario.yaml".into(),
+            description: String::new(),
+            outcome,
+            duration: Duration::from_millis(10),
+            nats: String::new(),
+            steps: Vec::new(),
+            failure: (outcome == Outcome::Failed).then(|| failure.clone()),
+            dropped_messages: 0,
+            services: Vec::new(),
+            failed_attempts: vec![failure; failed_attempts],
+        }
+    }
+
+    #[test]
+    fn a_pass_after_a_failure_is_flaky_in_every_report() {
+        let report = SuiteReport {
+            scenarios: vec![scenario(Outcome::Passed, 1), scenario(Outcome::Failed, 2)],
+            duration: Duration::from_millis(20),
+            jobs: 1,
+            interrupted: None,
+        };
+        assert!(report.scenarios[0].flaky());
+        assert!(!report.scenarios[1].flaky());
+        assert!(
+            report.scenarios[0]
+                .summary_line()
+                .ends_with("FLAKY: passed on attempt 2 of 2"),
+            "{}",
+            report.scenarios[0].summary_line()
+        );
+        assert!(
+            report.scenarios[1]
+                .summary_line()
+                .ends_with("after 3 attempts")
+        );
+        assert_eq!(report.counts(), "1 passed, 1 failed, 1 flaky");
+        let json: serde_json::Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
+        assert_eq!(json["totals"]["flaky"], 1);
+        assert_eq!(json["totals"]["scenarios"], 2);
+        let xml = report.to_junit().unwrap();
+        assert!(xml.contains("<flakyFailure"), "{xml}");
+        // The failure's message says why, not only where.
+        assert!(
+            xml.contains(
+                "message=\"expect_calls shop.charge at s.scenario.yaml:3:5: expected exactly 2 call(s), found 1\""
+            ),
+            "{xml}"
+        );
     }
 }

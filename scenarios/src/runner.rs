@@ -46,6 +46,8 @@ pub struct RunOptions {
     pub watch: Option<WatchFn>,
     /// Stops the run early when requested (default: a request nobody makes).
     pub interrupt: Interrupt,
+    /// Values for `${vars.<name>}` (`triggers-lab run --var name=value`).
+    pub vars: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -54,6 +56,7 @@ impl std::fmt::Debug for RunOptions {
             .field("nats", &self.nats)
             .field("timeout", &self.timeout)
             .field("interrupt", &self.interrupt.reason())
+            .field("vars", &self.vars)
             .finish_non_exhaustive()
     }
 }
@@ -109,6 +112,9 @@ pub enum Event {
 
 /// How long to watch for more after an exact count was reached, by default.
 pub(crate) const DEFAULT_SETTLE: Duration = Duration::from_millis(250);
+/// How long past the scenario's deadline a step that does not wait by itself may take.
+const BACKSTOP_GRACE: Duration = Duration::from_millis(250);
+
 /// How long an idle run may sit before a mismatch is final.
 pub(crate) const IDLE_GRACE: Duration = Duration::from_millis(300);
 
@@ -117,8 +123,8 @@ pub(crate) struct Waiter {
     records: tokio::sync::broadcast::Receiver<Record>,
     started: Instant,
     deadline: Instant,
-    /// Whether the deadline is the scenario's rather than the step's.
-    scenario_bound: bool,
+    /// The scenario's time limit, when the deadline is the scenario's rather than the step's.
+    scenario_bound: Option<Duration>,
 }
 
 impl Waiter {
@@ -143,10 +149,12 @@ impl Waiter {
             saw,
         }
         .to_string();
-        if self.scenario_bound {
-            format!("{text}\n(the scenario's timeout ran out)")
-        } else {
-            text
+        match self.scenario_bound {
+            Some(limit) => format!(
+                "{text}\n(the scenario's timeout, {}, ran out)",
+                crate::model::Dur(limit)
+            ),
+            None => text,
         }
     }
 }
@@ -179,6 +187,10 @@ pub(crate) struct Lab<'a> {
     /// Rules an `expect_violation` step expected: the conformance check leaves them out.
     pub(crate) expected_rules: BTreeSet<String>,
     pub(crate) deadline: Instant,
+    /// The scenario's time limit in force: `RunOptions::timeout`, else the file's.
+    pub(crate) timeout: Duration,
+    /// `RunOptions::vars`.
+    pub(crate) vars: BTreeMap<String, String>,
 }
 
 impl Lab<'_> {
@@ -198,7 +210,7 @@ impl Lab<'_> {
             records: self.em().subscribe_records(),
             started: now,
             deadline: own.min(self.deadline),
-            scenario_bound: self.deadline < own,
+            scenario_bound: (self.deadline < own).then_some(self.timeout),
         }
     }
 
@@ -218,6 +230,9 @@ impl Lab<'_> {
     }
 
     fn lookup(&self, name: &str) -> Option<String> {
+        if let Some(var) = name.strip_prefix("vars.") {
+            return self.vars.get(var).cloned();
+        }
         if name == "nats.url" {
             return Some(self.harness.url().to_owned());
         }
@@ -271,6 +286,7 @@ pub async fn run_scenario(
         failure: None,
         dropped_messages: 0,
         services: Vec::new(),
+        failed_attempts: Vec::new(),
     };
     let whole_file = scenario.file.clone();
     match setup(scenario, options).await {
@@ -308,7 +324,8 @@ pub async fn run_scenario(
                 .watch
                 .as_ref()
                 .map(|w| tokio::spawn(w(lab.em().clone())));
-            lab.deadline = after(Instant::now(), options.timeout.unwrap_or(scenario.timeout));
+            lab.timeout = options.timeout.unwrap_or(scenario.timeout);
+            lab.deadline = after(Instant::now(), lab.timeout);
             run_steps(&mut lab, &mut report, index, &emitter, &options.interrupt).await;
             let interrupted = report.outcome == Outcome::Interrupted;
             if report.failure.is_none()
@@ -427,6 +444,7 @@ pub(crate) fn not_run(scenario: &Scenario) -> ScenarioReport {
         failure: None,
         services: Vec::new(),
         dropped_messages: 0,
+        failed_attempts: Vec::new(),
     }
 }
 
@@ -488,6 +506,8 @@ async fn setup<'a>(scenario: &'a Scenario, options: &RunOptions) -> Result<Lab<'
         deployed: BTreeMap::new(),
         expected_rules: BTreeSet::new(),
         deadline: Instant::now(),
+        timeout: scenario.timeout,
+        vars: options.vars.clone(),
     };
     for stub in &scenario.http_stubs {
         lab.stubs
@@ -595,7 +615,7 @@ async fn wait_registered(lab: &Lab<'_>, ext: &mut External, limit: Duration) -> 
         records: lab.em().subscribe_records(),
         started: now,
         deadline: after(now, limit),
-        scenario_bound: false,
+        scenario_bound: None,
     };
     loop {
         if lab.em().services().contains_key(&ext.name) {
@@ -660,12 +680,13 @@ async fn run_steps(
         let result = if Instant::now() >= lab.deadline {
             Err(Stopped::Failed(format!(
                 "the scenario's timeout ({}) ran out before this step",
-                crate::model::Dur(scenario.timeout)
+                crate::model::Dur(lab.timeout)
             )))
         } else {
             // A backstop for steps that do not wait by themselves (a publish to a server that
-            // is gone): the scenario's deadline, and a little more for the waits' own messages.
-            let backstop = after(lab.deadline, Duration::from_secs(2));
+            // is gone): the scenario's deadline, and a little more for the waits' own messages
+            // (a waiting step ends at the deadline by itself, with a better one).
+            let backstop = after(lab.deadline, BACKSTOP_GRACE);
             let step = tokio::time::timeout_at(backstop, crate::steps::run(lab, &at.step));
             // Biased: once the run is interrupted, no further step starts.
             tokio::select! {
@@ -675,7 +696,7 @@ async fn run_steps(
                     Ok(r) => r.map_err(Stopped::Failed),
                     Err(_) => Err(Stopped::Failed(format!(
                         "the step did not finish within the scenario's timeout ({})",
-                        crate::model::Dur(scenario.timeout)
+                        crate::model::Dur(lab.timeout)
                     ))),
                 },
             }

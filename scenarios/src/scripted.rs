@@ -265,6 +265,59 @@ async fn perform(b: &Behavior, input: Value, ctx: &ActionContext) -> Result<Valu
     Ok(input)
 }
 
+/// A scenario's scripted services, running against a NATS server the caller chose: what
+/// `triggers-lab up --services FILE` runs beside its emulator, so that flows can be deployed and
+/// triggered by hand against services that behave as the scenario says.
+pub struct ScriptedServices {
+    running: Vec<(String, Scripted)>,
+    /// Services of the scenario that are commands (`command:`): not started.
+    pub skipped: Vec<String>,
+}
+
+impl ScriptedServices {
+    /// Starts every scripted service of `scenario` against `nats_url`; each has registered when
+    /// this returns. Services given as commands are left out (listed in `skipped`).
+    ///
+    /// # Errors
+    /// The first service that does not start (the ones started are stopped).
+    pub async fn start(
+        scenario: &crate::load::Scenario,
+        nats_url: &str,
+    ) -> Result<ScriptedServices, String> {
+        let mut running = Vec::new();
+        let mut skipped = Vec::new();
+        for spec in &scenario.services {
+            if spec.command.is_some() {
+                skipped.push(spec.name.clone());
+                continue;
+            }
+            match Scripted::start(spec, nats_url).await {
+                Ok(s) => running.push((spec.name.clone(), s)),
+                Err(e) => {
+                    for (_, s) in running {
+                        s.stop().await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(ScriptedServices { running, skipped })
+    }
+
+    /// The services started.
+    #[must_use]
+    pub fn names(&self) -> Vec<&str> {
+        self.running.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// Stops every replica gracefully.
+    pub async fn stop(self) {
+        for (_, s) in self.running {
+            s.stop().await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

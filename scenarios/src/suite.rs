@@ -41,8 +41,8 @@ impl Filter {
     }
 }
 
-/// Loads every scenario under `paths` (files, or folders searched recursively for `*.yaml` and
-/// `*.yml`).
+/// Loads every scenario under `paths`: files as named, folders searched recursively for
+/// `*.scenario.yaml` (see [`discover`](crate::discover)).
 ///
 /// # Errors
 /// Every file that cannot be read or accepted, each with file, line and column.

@@ -1,5 +1,6 @@
 //! `${...}` in flows, payloads and expectations: `${stubs.<name>.url}` (an HTTP stub's URL),
-//! `${runs.<name>}` (a named run's id), `${nats.url}` (the scenario's nats-server).
+//! `${runs.<name>}` (a named run's id), `${nats.url}` (the scenario's nats-server), `${vars.<name>}`
+//! (a value given on the command line with `--var name=value`).
 
 use std::sync::LazyLock;
 
@@ -53,10 +54,14 @@ pub(crate) fn substitute_str(
         };
         out.push_str(&text[last..whole.start()]);
         let name = name.as_str().trim();
-        out.push_str(&lookup(name).ok_or_else(|| {
-            format!(
-                "unknown ${{{name}}}: write ${{stubs.<name>.url}}, ${{runs.<name>}} or ${{nats.url}}"
-            )
+        out.push_str(&lookup(name).ok_or_else(|| match name.strip_prefix("vars.") {
+            Some(var) => format!(
+                "${{{name}}} has no value: give one with `triggers-lab run --var {var}=VALUE`"
+            ),
+            None => format!(
+                "unknown ${{{name}}}: write ${{stubs.<name>.url}}, ${{runs.<name>}}, ${{nats.url}} \
+                 or ${{vars.<name>}} (set with --var)"
+            ),
         })?);
         last = whole.end();
     }

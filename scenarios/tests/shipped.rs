@@ -75,7 +75,7 @@ async fn every_shipped_scenario_passes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_then_dlq_fails_when_the_dlq_kind_is_not_the_one_expected() {
     // Broken in the parsed model: the DLQ entry must now be an action_timeout.
-    let mut s = shipped("retries-then-dlq.yaml");
+    let mut s = shipped("retries-then-dlq.scenario.yaml");
     s.step_timeout = Duration::from_secs(2);
     let step = s
         .steps
@@ -104,7 +104,7 @@ async fn retries_then_dlq_fails_when_the_dlq_kind_is_not_the_one_expected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_target_mismatch_scenario_fails_when_another_code_is_expected() {
     let s = edited(
-        "durable-timer-target-mismatch.yaml",
+        "durable-timer-target-mismatch.scenario.yaml",
         "expect_error: durable_timer_target_mismatch",
         "expect_error: durable_timer_capability_missing",
     );
@@ -125,7 +125,7 @@ async fn the_target_mismatch_scenario_fails_when_another_code_is_expected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dlq_dedup_fails_when_two_copies_are_expected() {
     let s = edited(
-        "dlq-dedup.yaml",
+        "dlq-dedup.scenario.yaml",
         "body: {amount: 3}\n      count: 1",
         "body: {amount: 3}\n      count: 2",
     );
@@ -146,7 +146,7 @@ async fn dlq_dedup_fails_when_two_copies_are_expected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_durable_timer_scenario_fails_when_the_run_is_expected_to_fire_early() {
     // Broken in the model: after 23h59m the run must have settled (the timer fired early).
-    let mut s = shipped("durable-timer.yaml");
+    let mut s = shipped("durable-timer.scenario.yaml");
     s.step_timeout = Duration::from_secs(2);
     let idle = s
         .steps
@@ -170,7 +170,7 @@ async fn the_durable_timer_scenario_fails_when_the_run_is_expected_to_fire_early
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_scenario_fails_when_a_header_differs() {
     let s = edited(
-        "http-output.yaml",
+        "http-output.scenario.yaml",
         "X-Triggers-Source-Node-Id: hook",
         "X-Triggers-Source-Node-Id: create",
     );

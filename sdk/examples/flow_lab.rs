@@ -22,7 +22,7 @@ use triggers_sdk::runtime::{ActionContext, ActionDef, ActionError, Retry, Servic
 struct PlaceOrder {
     customer: String,
     /// Any integer, as the manifest says (`{"type": "integer"}`: the contract's schemas carry no
-    /// bounds): none or fewer is an empty order. `scenarios/flow-lab/fuzz.yaml` holds it to that.
+    /// bounds): none or fewer is an empty order. `scenarios/flow-lab/fuzz.scenario.yaml` holds it to that.
     items: i64,
 }
 
@@ -120,7 +120,18 @@ fn service() -> Result<Service, Box<dyn std::error::Error>> {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
+    // Errors for people: their text (which says what to do), not their Debug form.
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let service = service()?;
     if std::env::args().any(|a| a == "--print-manifest") {
         println!("{}", String::from_utf8(service.manifest().to_json()?)?);
@@ -129,6 +140,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let running = service.start().await?;
     println!("flowlab is running; Ctrl-C stops it");
     let report = running.run_until_signal().await;
-    println!("stopped ({report:?})");
+    println!("stopped: {report}");
     Ok(())
 }

@@ -44,7 +44,18 @@ fn service() -> Result<Service, Box<dyn std::error::Error>> {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
+    // Errors for people: their text (which says what to do), not their Debug form.
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let service = service()?;
     if std::env::args().any(|a| a == "--print-manifest") {
         println!("{}", String::from_utf8(service.manifest().to_json()?)?);
@@ -53,6 +64,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let running = service.start().await?;
     println!("hello is running; Ctrl-C stops it");
     let report = running.run_until_signal().await;
-    println!("stopped ({report:?})");
+    println!("stopped: {report}");
     Ok(())
 }

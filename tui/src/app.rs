@@ -98,6 +98,10 @@ pub async fn run(source: Source, options: TuiOptions) -> Result<(), TuiError> {
                 if cmd == Cmd::Quit {
                     return Ok(());
                 }
+                if let Cmd::Copy(text) = &cmd {
+                    copy_to_clipboard(text);
+                    continue;
+                }
                 source.perform(cmd, tx.clone());
             }
             applied += 1;
@@ -225,5 +229,52 @@ impl InputThread {
 impl Drop for InputThread {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Puts `text` on the terminal's clipboard with OSC 52, the one way that works over SSH; a
+/// terminal that does not support it ignores the sequence.
+fn copy_to_clipboard(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout();
+    let _ = write!(out, "\x1b]52;c;{}\x07", base64(text.as_bytes()));
+    let _ = out.flush();
+}
+
+/// Standard base64 with padding (what OSC 52 takes).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> shift) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod clipboard_tests {
+    #[test]
+    fn base64_matches_the_standard() {
+        for (input, want) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("run-1a", "cnVuLTFh"),
+        ] {
+            assert_eq!(super::base64(input.as_bytes()), want, "{input}");
+        }
     }
 }

@@ -76,4 +76,7 @@ pub enum Cmd {
     Advance(Duration),
     /// Fetch a run's full timeline from the emulator.
     LoadRun(String),
+    /// Put text on the terminal's clipboard (OSC 52: works over SSH and in tmux with
+    /// `set-clipboard on`).
+    Copy(String),
 }

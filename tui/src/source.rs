@@ -147,7 +147,7 @@ impl Source {
             Err(text) => Msg::Done { text, error: true },
         };
         match (self, cmd) {
-            (_, Cmd::Quit) | (Source::Passive(..), _) => None,
+            (_, Cmd::Quit | Cmd::Copy(_)) | (Source::Passive(..), _) => None,
             (Source::Control(c), Cmd::Trigger { flow_id, payload }) => Some(done(
                 c.trigger(&flow_id, &payload)
                     .await

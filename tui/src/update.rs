@@ -154,6 +154,18 @@ fn on_key(model: &mut Model, key: KeyEvent) -> Option<Cmd> {
         }
         KeyCode::Char('F') => model.follow = !model.follow,
         KeyCode::Char('t') => start_trigger(model),
+        KeyCode::Char('r') => retrigger(model),
+        KeyCode::Char('y') => return copy_id(model),
+        KeyCode::Char('H') => {
+            model.hide_heartbeats = !model.hide_heartbeats;
+            model.recompute_rows(ListId::Traffic);
+            let text = if model.hide_heartbeats {
+                "heartbeats hidden from Traffic (H shows them)"
+            } else {
+                "heartbeats shown in Traffic"
+            };
+            notice(model, text, false);
+        }
         KeyCode::Char('a') => start_advance(model),
         _ => {}
     }
@@ -273,6 +285,76 @@ fn start_trigger(model: &mut Model) {
     }
 }
 
+/// `r`: the selected (or open) run's flow again, its payload offered in the prompt to edit.
+fn retrigger(model: &mut Model) {
+    if !model.mode.can_drive() {
+        notice(
+            model,
+            "passive observer: read-only (no emulator to trigger)",
+            true,
+        );
+        return;
+    }
+    let run = match (&model.open_run, model.current_list()) {
+        (Some(id), _) => model.run(id).cloned(),
+        (None, ListId::Runs) => model
+            .selected_item(ListId::Runs)
+            .and_then(|i| model.runs.get_abs(i).cloned()),
+        _ => None,
+    };
+    let Some(run) = run else {
+        notice(model, "r re-triggers a run: select one in Runs first", true);
+        return;
+    };
+    let input = run
+        .payload
+        .clone()
+        .filter(|p| !p.trim().is_empty())
+        .unwrap_or_else(|| "{}".into());
+    model.prompt = Some(Prompt::Payload {
+        flow_id: run.flow_id,
+        input,
+        error: None,
+    });
+}
+
+/// `y`: the selected row's id (a run id, a DLQ entry's message id, a flow id, a service name)
+/// to the clipboard.
+fn copy_id(model: &mut Model) -> Option<Cmd> {
+    let list = model.current_list();
+    let id = match (&model.open_run, list) {
+        (Some(id), ListId::Timeline) if model.page.is_none() => Some(id.clone()),
+        _ => {
+            let item = model.selected_item(list);
+            item.and_then(|i| match list {
+                ListId::Services => model
+                    .services
+                    .values()
+                    .nth(i as usize)
+                    .map(|s| s.name.clone()),
+                ListId::Flows => model.flows.values().nth(i as usize).map(|f| f.id.clone()),
+                ListId::Runs => model.runs.get_abs(i).map(|r| r.id.clone()),
+                ListId::Dlq => model.dlq.get_abs(i).map(|d| d.msg_id.clone()),
+                ListId::Violations | ListId::Traffic | ListId::Timeline => None,
+            })
+        }
+    };
+    match id {
+        Some(id) => {
+            notice(model, &format!("copied {id}"), false);
+            Some(Cmd::Copy(id))
+        }
+        None => {
+            notice(
+                model,
+                "nothing to copy here (y copies a run, DLQ entry, flow or service id)",
+                true,
+            );
+            None
+        }
+    }
+}
+
 fn start_advance(model: &mut Model) {
     if !model.mode.can_drive() {
         notice(
@@ -335,9 +417,15 @@ fn on_prompt_key(model: &mut Model, key: KeyEvent) -> Option<Cmd> {
                 KeyCode::Esc => {}
                 KeyCode::Enter => {
                     if let Some(flow_id) = flows.get(selected.min(last)) {
+                        // The last payload sent to this flow, to edit rather than retype.
+                        let input = model
+                            .last_payloads
+                            .get(flow_id)
+                            .cloned()
+                            .unwrap_or_else(|| "{}".into());
                         model.prompt = Some(Prompt::Payload {
                             flow_id: flow_id.clone(),
-                            input: "{}".into(),
+                            input,
                             error: None,
                         });
                     }
@@ -368,7 +456,10 @@ fn on_prompt_key(model: &mut Model, key: KeyEvent) -> Option<Cmd> {
                     &input
                 };
                 match serde_json::from_str(text) {
-                    Ok(payload) => return Some(Cmd::Trigger { flow_id, payload }),
+                    Ok(payload) => {
+                        model.last_payloads.insert(flow_id.clone(), text.to_owned());
+                        return Some(Cmd::Trigger { flow_id, payload });
+                    }
                     Err(e) => {
                         model.prompt = Some(Prompt::Payload {
                             flow_id,

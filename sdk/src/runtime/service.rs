@@ -193,6 +193,26 @@ pub struct ShutdownReport {
     pub said_goodbye: bool,
 }
 
+impl std::fmt::Display for ShutdownReport {
+    /// For people: `drained, said goodbye`, or what was left undone.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.drained {
+            f.write_str("every message in flight finished")?;
+        } else {
+            write!(
+                f,
+                "{} message(s) still running were abandoned (NATS redelivers them)",
+                self.abandoned
+            )?;
+        }
+        f.write_str(if self.said_goodbye {
+            "; the last heartbeat reached the server"
+        } else {
+            "; the last heartbeat did not reach the server (NATS was gone)"
+        })
+    }
+}
+
 /// The least time the goodbye (last heartbeat, flush, drain) gets when in-flight work used the
 /// whole grace period.
 const FAREWELL_FLOOR: Duration = Duration::from_secs(2);

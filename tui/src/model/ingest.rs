@@ -85,6 +85,7 @@ impl Model {
                 let flow = self.flows.get(flow_id).and_then(|f| f.flow.clone());
                 let version = self.flows.get(flow_id).map_or(0, |f| f.version);
                 let run = self.run_mut(run_id, flow_id, version, clock);
+                run.payload = Some(event.payload.clone());
                 let entry = flow
                     .as_ref()
                     .and_then(|f| f.entry_points().next().map(|n| n.id.clone()));
@@ -125,7 +126,9 @@ impl Model {
                     run_changed = true;
                 }
             }
-            Some(RecordKind::TimerUndelivered { .. }) | Some(RecordKind::FlowsWithheld { .. }) => {
+            Some(RecordKind::TimerUndelivered { .. })
+            | Some(RecordKind::FlowsWithheld { .. })
+            | Some(RecordKind::DeployRefused { .. }) => {
                 // Logged; the emulator's state summary carries their effect on runs.
             }
             Some(RecordKind::ClockAdvanced { to }) => {
@@ -250,6 +253,7 @@ impl Model {
                 completed: BTreeSet::new(),
                 timers: 0,
                 from_emulator: false,
+                payload: None,
             });
             self.run_index.insert(id.to_owned(), abs);
             self.row_added(ListId::Runs, abs);

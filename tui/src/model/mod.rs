@@ -262,6 +262,8 @@ pub(crate) struct RunRow {
     pub(crate) timers: usize,
     /// The emulator's summary has described this run.
     pub(crate) from_emulator: bool,
+    /// The payload it was triggered with (from the trigger record), for a re-trigger.
+    pub(crate) payload: Option<String>,
 }
 
 impl RunRow {
@@ -408,6 +410,11 @@ pub struct Model {
     pub(crate) help: bool,
     pub(crate) follow: bool,
     pub(crate) failures_only: bool,
+    /// Heartbeats left out of Traffic (`H`): a service's heartbeat every few seconds buries the
+    /// rest.
+    pub(crate) hide_heartbeats: bool,
+    /// The last payload triggered per flow, offered again by `t`.
+    pub(crate) last_payloads: BTreeMap<String, String>,
     pub(crate) notice: Option<Notice>,
     pub(crate) quit: bool,
 }
@@ -447,6 +454,8 @@ impl Model {
             help: false,
             follow: true,
             failures_only: false,
+            hide_heartbeats: false,
+            last_payloads: BTreeMap::new(),
             notice: None,
             quit: false,
         }
@@ -645,6 +654,9 @@ impl Event {
                 format!("run {run_id} {}", crate::view::run_status_text(*status))
             }
             Some(RecordKind::ClockAdvanced { to }) => format!("clock now {}", clock_time(*to)),
+            Some(RecordKind::DeployRefused { flow_id, problems }) => {
+                format!("deploy of {flow_id} refused: {}", problems.join("; "))
+            }
             Some(RecordKind::Violation {
                 severity,
                 rule,

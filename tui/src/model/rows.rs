@@ -49,7 +49,9 @@ impl Model {
     }
 
     fn filtering(&self, list: ListId) -> bool {
-        self.failures_only || !self.list(list).filter.is_empty()
+        self.failures_only
+            || !self.list(list).filter.is_empty()
+            || (list == ListId::Traffic && self.hide_heartbeats)
     }
 
     fn collection_len(&self, list: ListId) -> usize {
@@ -145,7 +147,9 @@ impl Model {
                 let Some(e) = self.events.get_abs(key) else {
                     return false;
                 };
+                let heartbeat = matches!(e.kind, Some(RecordKind::Heartbeat { .. }));
                 (!failures || is_failure(e))
+                    && !(self.hide_heartbeats && heartbeat)
                     && (contains_ci(&e.subject, needle)
                         || contains_ci(e.kind.as_ref().map_or("", RecordKind::name), needle)
                         || contains_ci(&e.summary(), needle))

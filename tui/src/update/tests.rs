@@ -554,3 +554,61 @@ fn runs_beyond_capacity_keep_the_newest() {
     assert!(m.run("r6").is_some());
     assert_eq!(m.run_index.len(), 3);
 }
+
+#[test]
+fn t_offers_the_last_payload_of_the_flow_again() {
+    let mut m = control();
+    typed(&mut m, "tjj\n");
+    key(&mut m, KeyCode::Backspace);
+    let cmd = typed(&mut m, "\"id\": 7}\n");
+    assert!(matches!(cmd, Some(Cmd::Trigger { .. })), "{cmd:?}");
+    typed(&mut m, "tjj\n");
+    assert!(
+        matches!(&m.prompt, Some(Prompt::Payload { flow_id, input, .. }) if flow_id == "refund" && input == "{\"id\": 7}"),
+        "{:?}",
+        m.prompt
+    );
+}
+
+#[test]
+fn r_retriggers_the_selected_run_and_y_copies_its_id() {
+    let mut m = control();
+    typed(&mut m, "3");
+    assert_eq!(m.tab, Tab::Runs);
+    let id = selected_run(&m);
+    let flow = m.run(&id).unwrap().flow_id.clone();
+    assert_eq!(typed(&mut m, "y"), Some(Cmd::Copy(id.clone())));
+    assert!(
+        m.notice
+            .as_ref()
+            .is_some_and(|n| n.text == format!("copied {id}"))
+    );
+    typed(&mut m, "r");
+    assert!(
+        matches!(&m.prompt, Some(Prompt::Payload { flow_id, .. }) if *flow_id == flow),
+        "{:?}",
+        m.prompt
+    );
+    let cmd = typed(&mut m, "\n");
+    assert!(
+        matches!(&cmd, Some(Cmd::Trigger { flow_id, .. }) if *flow_id == flow),
+        "{cmd:?}"
+    );
+}
+
+#[test]
+fn capital_h_hides_heartbeats_from_traffic() {
+    let mut m = control();
+    typed(&mut m, "6");
+    let all = m.row_count(ListId::Traffic);
+    let heartbeats = m
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, Some(RecordKind::Heartbeat { .. })))
+        .count();
+    assert!(heartbeats > 0);
+    typed(&mut m, "H");
+    assert_eq!(m.row_count(ListId::Traffic), all - heartbeats);
+    typed(&mut m, "H");
+    assert_eq!(m.row_count(ListId::Traffic), all);
+}

@@ -212,6 +212,26 @@ fn runs(model: &Model, frame: &mut Frame, area: Rect) {
         Mode::Passive => "No run seen yet: runs appear with their first completion event.",
         _ => "No run yet: press t to trigger a flow.",
     };
+    // Ids and flow names as wide as the widest kept (within bounds): the rest of the width goes
+    // to the failed nodes and their errors, not to padding after a 20-character id.
+    let widest = |f: &dyn Fn(&crate::model::RunRow) -> usize, floor: usize, cap: usize| {
+        model
+            .runs
+            .iter()
+            .map(f)
+            .max()
+            .unwrap_or(0)
+            .clamp(floor, cap) as u16
+    };
+    let widths = [
+        Constraint::Length(widest(&|r| r.id.chars().count(), 3, 40)),
+        Constraint::Length(widest(&|r| r.flow_id.chars().count(), 4, 32)),
+        Constraint::Length(9),
+        Constraint::Length(12),
+        Constraint::Length(8),
+        Constraint::Length(5),
+        Constraint::Fill(1),
+    ];
     ListTable {
         list: ListId::Runs,
         title: if model.evicted_runs > 0 {
@@ -225,15 +245,7 @@ fn runs(model: &Model, frame: &mut Frame, area: Rect) {
         header: &[
             "Run", "Flow", "Status", "Started", "Duration", "Steps", "Failed",
         ],
-        widths: &[
-            Constraint::Fill(2),
-            Constraint::Fill(1),
-            Constraint::Length(9),
-            Constraint::Length(12),
-            Constraint::Length(8),
-            Constraint::Length(5),
-            Constraint::Fill(1),
-        ],
+        widths: &widths,
         empty: empty.into(),
     }
     .draw(model, frame, area, |abs| {

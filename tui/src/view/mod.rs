@@ -35,7 +35,16 @@ pub(crate) const KEYS: &[(&str, &str)] = &[
     ("/", "filter the list (type, Enter keeps, Esc clears)"),
     ("f", "only DLQ entries and failures"),
     ("F", "follow: stick to the newest row"),
-    ("t", "trigger a flow (emulator modes)"),
+    (
+        "t",
+        "trigger a flow; its last payload is offered again (emulator modes)",
+    ),
+    (
+        "r",
+        "re-trigger the selected run with its payload (emulator modes)",
+    ),
+    ("y", "copy the selected id (run, DLQ entry, flow, service)"),
+    ("H", "hide / show heartbeats in Traffic"),
     (
         "a",
         "advance the virtual clock, e.g. 30s 5m 1h (emulator modes)",
@@ -303,28 +312,71 @@ fn draw_prompt(model: &Model, prompt: &Prompt, frame: &mut Frame, hint: Rect) {
 
 fn draw_help(model: &Model, frame: &mut Frame) {
     let t = model.theme;
-    let height = (KEYS.len() as u16 + 4).min(frame.area().height);
-    let area = frame
-        .area()
-        .centered(Constraint::Max(78), Constraint::Length(height));
-    frame.render_widget(Clear, area);
-    let rows: Vec<Row> = KEYS
+    let screen = frame.area();
+    let key_width = KEYS
         .iter()
-        .map(|(k, v)| Row::new([Span::styled(*k, t.bold()), Span::raw(*v)]))
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0) as u16;
+    let text_width = KEYS
+        .iter()
+        .map(|(_, v)| v.chars().count())
+        .max()
+        .unwrap_or(0) as u16;
+    // As wide as the longest line, or the screen: then descriptions wrap rather than being cut.
+    let width = (2 + key_width + 1 + text_width).min(screen.width);
+    let room = usize::from(width.saturating_sub(2 + key_width + 1).max(8));
+    let rows: Vec<(Row, u16)> = KEYS
+        .iter()
+        .map(|(k, v)| {
+            let lines = wrap_words(v, room);
+            let height = lines.len().max(1) as u16;
+            let text: Vec<Line> = lines.into_iter().map(Line::raw).collect();
+            (
+                Row::new([
+                    ratatui::text::Text::from(Span::styled(*k, t.bold())),
+                    ratatui::text::Text::from(text),
+                ])
+                .height(height),
+                height,
+            )
+        })
         .collect();
+    let height = (rows.iter().map(|(_, h)| h).sum::<u16>() + 2).min(screen.height);
+    let area = screen.centered(Constraint::Length(width), Constraint::Length(height));
+    frame.render_widget(Clear, area);
     let mode = match model.mode {
         Mode::Passive => " passive observer: read-only ",
         Mode::Control => " emulator over its control API ",
         Mode::InProcess => " emulator in this process ",
     };
-    let table = Table::new(rows, [Constraint::Length(26), Constraint::Fill(1)])
-        .block(
-            Block::bordered()
-                .title(" Keys ")
-                .title_bottom(Line::from(mode).right_aligned()),
-        )
-        .column_spacing(1);
+    let table = Table::new(
+        rows.into_iter().map(|(r, _)| r),
+        [Constraint::Length(key_width), Constraint::Fill(1)],
+    )
+    .block(
+        Block::bordered()
+            .title(" Keys ")
+            .title_bottom(Line::from(mode).right_aligned()),
+    )
+    .column_spacing(1);
     frame.render_widget(table, area);
+}
+
+/// `text` in lines of at most `width` characters, broken between words (a word longer than a
+/// line is cut).
+fn wrap_words(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split_whitespace() {
+        match lines.last_mut() {
+            Some(l) if l.chars().count() + 1 + word.chars().count() <= width => {
+                l.push(' ');
+                l.push_str(word);
+            }
+            _ => lines.push(word.chars().take(width).collect()),
+        }
+    }
+    lines
 }
 
 /// The rows of `list` to draw in `height` lines: `(first, end, selected)` with the selection

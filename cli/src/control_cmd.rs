@@ -1,0 +1,268 @@
+//! The commands that look at, or stop, running `up`s: `status`, `down`, `runs`, `flows`,
+//! `services`. Each that prints data takes `--json` (the same data, for tools).
+
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use serde_json::{Value, json};
+use triggers_emulator::control::{ControlClient, StateSummary};
+
+use crate::discovery::{self, Instance};
+use crate::exit::{EnvironmentError, UsageError};
+use crate::lab_cmd::{ControlArgs, Target, resolve, status_word};
+use crate::out::outln;
+
+/// `--json`.
+#[derive(Debug, Args)]
+pub(crate) struct JsonArg {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `runs`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum RunsCommand {
+    /// Every run the emulator holds, oldest first.
+    List {
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// One run: its status, what is pending, its timeline.
+    Show {
+        /// The run id (as `trigger` printed it).
+        id: String,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+}
+
+fn print_json(value: &impl Serialize) -> Result<()> {
+    outln!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+async fn client(args: &ControlArgs) -> Result<ControlClient> {
+    let Target { url, access } = resolve(args)?;
+    Ok(ControlClient::connect_with(&url, &access).await?)
+}
+
+async fn state(args: &ControlArgs) -> Result<StateSummary> {
+    Ok(client(args).await?.state().await?)
+}
+
+/// `triggers-lab status`: every running `up`, and what each holds.
+pub(crate) async fn status(json: JsonArg) -> Result<()> {
+    let running = discovery::running().map_err(|e| EnvironmentError(format!("{e:#}")))?;
+    let mut rows = Vec::new();
+    for i in &running {
+        let target = Target::from(i);
+        // Bounded: a wedged `up` must not hang `status`.
+        let summary = tokio::time::timeout(Duration::from_secs(5), async {
+            ControlClient::connect_with(&i.url, &target.access)
+                .await?
+                .state()
+                .await
+        })
+        .await
+        .ok()
+        .and_then(Result::ok);
+        rows.push((i, summary));
+    }
+    if json.json {
+        let value: Vec<Value> = rows
+            .iter()
+            .map(|(i, s)| {
+                json!({
+                    "instance": i.instance, "pid": i.pid, "url": i.url, "backend": i.backend,
+                    "answers": s.is_some(),
+                    "services": s.as_ref().map(|s| s.services.len()),
+                    "flows": s.as_ref().map(|s| s.flows.len()),
+                    "runs": s.as_ref().map(|s| s.runs.len()),
+                    "violations": s.as_ref().map(|s| s.violations),
+                })
+            })
+            .collect();
+        return print_json(&value);
+    }
+    if rows.is_empty() {
+        outln!("no `triggers-lab up` is running (start one: `triggers-lab up --detach`)");
+        return Ok(());
+    }
+    for (i, s) in &rows {
+        outln!("{}  pid {}  {}  ({})", i.instance, i.pid, i.url, i.backend);
+        match s {
+            Some(s) => outln!(
+                "  {} service(s), {} flow(s), {} run(s), {} violation(s); clock {}",
+                s.services.len(),
+                s.flows.len(),
+                s.runs.len(),
+                s.violations,
+                s.clock
+            ),
+            None => outln!("  (its emulator does not answer)"),
+        }
+    }
+    Ok(())
+}
+
+/// `triggers-lab down`: stops running `up`s (SIGTERM, as Ctrl-C would), and waits until they
+/// are gone.
+pub(crate) async fn down(instance: Option<String>, all: bool) -> Result<()> {
+    let running = discovery::running().map_err(|e| EnvironmentError(format!("{e:#}")))?;
+    let chosen: Vec<&Instance> = match (&instance, all) {
+        (Some(_), true) => {
+            return Err(UsageError("give --instance NAME or --all, not both".into()).into());
+        }
+        (Some(name), false) => running.iter().filter(|i| &i.instance == name).collect(),
+        (None, true) => running.iter().collect(),
+        (None, false) if running.len() > 1 => {
+            return Err(UsageError(format!(
+                "{} `triggers-lab up`s are running ({}): say which with --instance NAME, or --all",
+                running.len(),
+                running
+                    .iter()
+                    .map(|i| i.instance.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+            .into());
+        }
+        (None, false) => running.iter().collect(),
+    };
+    if chosen.is_empty() {
+        return Err(EnvironmentError(match instance {
+            Some(name) => format!("no running `triggers-lab up` is named {name}"),
+            None => "no `triggers-lab up` is running".to_owned(),
+        })
+        .into());
+    }
+    for i in chosen {
+        discovery::terminate(i.pid)?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while discovery::alive(i.pid) {
+            if tokio::time::Instant::now() > deadline {
+                return Err(EnvironmentError(format!(
+                    "`up` {} (pid {}) did not stop within 30 s of SIGTERM",
+                    i.instance, i.pid
+                ))
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        outln!("stopped {} (pid {}, {})", i.instance, i.pid, i.url);
+    }
+    Ok(())
+}
+
+/// `triggers-lab runs list|show`.
+pub(crate) async fn runs(args: ControlArgs, command: RunsCommand) -> Result<()> {
+    match command {
+        RunsCommand::List { json } => {
+            let s = state(&args).await?;
+            if json.json {
+                return print_json(&s.runs);
+            }
+            if s.runs.is_empty() {
+                outln!("no runs yet (`triggers-lab trigger FLOW` starts one)");
+            }
+            for r in &s.runs {
+                outln!(
+                    "{}  {:<9}  {}  {} step(s){}",
+                    r.id,
+                    status_word(r.status),
+                    r.flow_id,
+                    r.steps,
+                    if r.failed.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  failed: {}", r.failed.join(", "))
+                    }
+                );
+            }
+        }
+        RunsCommand::Show { id, json } => {
+            let run = client(&args).await?.run(&id).await?;
+            if json.json {
+                return print_json(&run);
+            }
+            outln!(
+                "run {}  flow {} v{}  {}",
+                run.id,
+                run.flow_id,
+                run.flow_version,
+                status_word(run.status)
+            );
+            if !run.pending.is_empty() {
+                let pending: Vec<&str> = run.pending.keys().map(String::as_str).collect();
+                outln!("  pending: {}", pending.join(", "));
+            }
+            for t in &run.timers {
+                outln!("  timer {} due {}", t.node_id, t.due);
+            }
+            for step in &run.timeline {
+                outln!(
+                    "  {:<12} {:<10} {}{}",
+                    step.node_id,
+                    step.status,
+                    step.service,
+                    if step.error.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", step.error)
+                    }
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `triggers-lab flows`.
+pub(crate) async fn flows(args: ControlArgs, json: JsonArg) -> Result<()> {
+    let s = state(&args).await?;
+    if json.json {
+        return print_json(&s.flows);
+    }
+    if s.flows.is_empty() {
+        outln!("no flows deployed (`triggers-lab deploy FLOW.yaml`)");
+    }
+    for f in &s.flows {
+        let services: Vec<&str> = f.services().into_iter().collect();
+        outln!(
+            "{}  v{}  {} node(s)  services: {}",
+            f.id,
+            f.version,
+            f.body.nodes.len(),
+            services.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// `triggers-lab services`.
+pub(crate) async fn services(args: ControlArgs, json: JsonArg) -> Result<()> {
+    let s = state(&args).await?;
+    if json.json {
+        return print_json(&s.services);
+    }
+    if s.services.is_empty() {
+        outln!("no services registered (start one with TRIGGERS_NATS_URL pointing at `up`)");
+    }
+    for sv in &s.services {
+        let liveness = serde_json::to_value(sv.liveness)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        outln!(
+            "{}  {}  {}  actions: {}",
+            sv.name,
+            sv.version,
+            liveness,
+            sv.actions.join(", ")
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,75 @@
+//! Exit codes, the same for every command, and the errors that choose them.
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | done; every verdict passed |
+//! | 1 | a verdict failed: a scenario, a run, a manifest check, a refused deploy |
+//! | 2 | usage: a bad flag or argument, a malformed or unreadable input file |
+//! | 3 | environment: no nats-server, no running `up`, cannot connect |
+//! | 130 / 143 | stopped by SIGINT / SIGTERM |
+
+use std::process::ExitCode;
+
+/// A verdict failed.
+pub(crate) const FAILED: u8 = 1;
+/// Usage, or a malformed input file.
+pub(crate) const USAGE: u8 = 2;
+/// The environment: no server, no `up`, no connection.
+pub(crate) const ENVIRONMENT: u8 = 3;
+
+/// The table every `--help` ends with.
+pub(crate) const HELP: &str = "\
+Exit codes (the same for every command):
+  0    done; every check passed
+  1    a verdict failed (a scenario, a run, a manifest check, a refused deploy)
+  2    usage: a bad flag or argument, a malformed or unreadable input file
+  3    environment: no nats-server, no running `triggers-lab up`, cannot connect
+  130  stopped by SIGINT (Ctrl-C); 143 stopped by SIGTERM";
+
+/// The user's input is wrong: a flag, an argument, a file. Exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct UsageError(pub(crate) String);
+
+/// What the command needs around it is missing: a server, an `up`, a connection. Exit code 3.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct EnvironmentError(pub(crate) String);
+
+/// A check the user asked for failed (the message says which). Exit code 1.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct VerdictFailed(pub(crate) String);
+
+/// The exit code for an error of a command.
+pub(crate) fn code_of(e: &anyhow::Error) -> u8 {
+    for cause in e.chain() {
+        if cause.is::<UsageError>() || cause.is::<crate::files::FileError>() {
+            return USAGE;
+        }
+        if cause.is::<EnvironmentError>() {
+            return ENVIRONMENT;
+        }
+        if cause.is::<VerdictFailed>() {
+            return FAILED;
+        }
+        if matches!(
+            cause.downcast_ref::<triggers_emulator::ControlError>(),
+            Some(triggers_emulator::ControlError::NoEmulator { .. })
+        ) || matches!(
+            cause.downcast_ref::<triggers_emulator::EmulatorError>(),
+            Some(triggers_emulator::EmulatorError::Nats { .. })
+        ) || cause.is::<triggers_emulator::NatsError>()
+            || cause.is::<async_nats::ConnectError>()
+        {
+            return ENVIRONMENT;
+        }
+    }
+    FAILED
+}
+
+/// Prints `error: ...` and gives the error's exit code.
+pub(crate) fn report(e: &anyhow::Error) -> ExitCode {
+    eprintln!("error: {e:#}");
+    ExitCode::from(code_of(e))
+}

@@ -1,0 +1,593 @@
+//! `triggers-lab run` and `triggers-lab demo`: scenario files through `triggers-scenarios`, with
+//! a progress line, results as they come, retries, reports, and the exit code CI reads (see
+//! [`crate::exit`]).
+
+mod demo;
+mod progress;
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use clap::{Args, ValueEnum};
+use triggers_scenarios::report::seconds;
+use triggers_scenarios::{
+    Event, Filter, Interrupt, Outcome, RunOptions, Scenario, SuiteReport, WatchFn,
+};
+
+use crate::exit;
+use crate::nats_choice::{self, BackendArg};
+use crate::out::{self, out, outln};
+use crate::signals::Signals;
+use progress::{Format, Progress};
+
+/// Options of `triggers-lab run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Scenario files (taken whatever their name), or folders to search recursively for
+    /// *.scenario.yaml (hidden files and folders skipped).
+    #[arg(required = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Only scenarios whose name or file matches (a regular expression, or else a substring).
+    #[arg(long, value_name = "PATTERN")]
+    filter: Option<String>,
+    /// List the scenarios that would run (after --filter), and run none.
+    #[arg(long)]
+    list: bool,
+    /// Write a JUnit XML report to FILE (`-` for standard output).
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Write a JSON report to FILE (`-` for standard output).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// How results are printed: `human`, or `json` (one JSON object a line on standard output,
+    /// for tools).
+    #[arg(long, value_enum, default_value = "human", value_name = "FORMAT")]
+    message_format: MessageFormat,
+    /// Open the terminal UI on each scenario's emulator while it runs (with -j 1); quit it (q)
+    /// to go on.
+    #[arg(long)]
+    tui: bool,
+    /// Run again whenever a scenario file (or a file beside one) changes; Ctrl-C stops.
+    #[arg(long)]
+    watch: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum MessageFormat {
+    Human,
+    Json,
+}
+
+/// Options `run` and `demo` share.
+#[derive(Debug, Args)]
+pub(crate) struct CommonArgs {
+    /// Scenarios run at once, each on its own nats-server (1 or more).
+    #[arg(short = 'j', long = "jobs", value_name = "N", default_value_t = 1, value_parser = parse_jobs)]
+    jobs: usize,
+    /// Each scenario's time limit, overriding its file's `timeout` (e.g. 90s, 5m; at most 100
+    /// years).
+    #[arg(long, value_name = "DURATION", value_parser = crate::parse_duration)]
+    timeout: Option<Duration>,
+    /// How each scenario gets its nats-server.
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: BackendArg,
+    /// Run every scenario on this nats-server (with JetStream) instead of one of its own each.
+    /// TRIGGERS_NATS_URL is not used unless given here.
+    #[arg(long, value_name = "URL")]
+    nats: Option<String>,
+    /// Print every step as it ends, with what it did.
+    #[arg(short, long)]
+    verbose: bool,
+    /// Stop at the first failed scenario (the ones running are interrupted, the rest not run).
+    #[arg(long, overrides_with = "no_fail_fast")]
+    fail_fast: bool,
+    /// Run every scenario whatever fails (the default).
+    #[arg(long, overrides_with = "fail_fast")]
+    no_fail_fast: bool,
+    /// Run a failed scenario again, up to N more times; one that then passes is reported FLAKY
+    /// (and counts as passed).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    retries: usize,
+    /// A value for `${vars.KEY}` in the scenarios (repeatable).
+    #[arg(long = "var", value_name = "KEY=VALUE", value_parser = parse_var)]
+    vars: Vec<(String, String)>,
+}
+
+/// `-j`: at least one scenario at a time.
+fn parse_jobs(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(0) => Err("0 scenarios at a time would run none: give 1 or more".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{text:?} is not a whole number: {e}")),
+    }
+}
+
+/// `--var KEY=VALUE`.
+fn parse_var(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() && !k.contains(['{', '}', '$']) => {
+            Ok((k.trim().to_owned(), v.to_owned()))
+        }
+        _ => Err(format!(
+            "{text:?}: write KEY=VALUE (used in scenarios as ${{vars.KEY}})"
+        )),
+    }
+}
+
+/// Options of `triggers-lab demo`.
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+/// What `execute` reports to and writes.
+#[derive(Default)]
+struct Outputs<'a> {
+    junit: Option<&'a Path>,
+    json: Option<&'a Path>,
+    format: Option<MessageFormat>,
+    tui: bool,
+    verbose: bool,
+    /// Steps without what they did (the demo, unless -v).
+    brief: bool,
+}
+
+pub(crate) fn run(args: RunArgs) -> ExitCode {
+    if args.tui && args.common.jobs > 1 {
+        eprintln!(
+            "error: --tui watches one scenario at a time: use it with -j 1 (it was -j {})",
+            args.common.jobs
+        );
+        return ExitCode::from(exit::USAGE);
+    }
+    let stdout_reports = [&args.junit, &args.json]
+        .iter()
+        .filter(|p| p.as_deref().is_some_and(|p| p.as_os_str() == "-"))
+        .count();
+    if stdout_reports > 1 || (stdout_reports == 1 && args.message_format == MessageFormat::Json) {
+        eprintln!(
+            "error: only one of --junit -, --json - and --message-format json can have standard output"
+        );
+        return ExitCode::from(exit::USAGE);
+    }
+    let filter = args.filter.as_deref().map(Filter::new);
+    if args.list {
+        return list(&args.paths, filter.as_ref());
+    }
+    let outputs = Outputs {
+        junit: args.junit.as_deref(),
+        json: args.json.as_deref(),
+        format: Some(args.message_format),
+        tui: args.tui,
+        verbose: false,
+        brief: false,
+    };
+    if !args.watch {
+        return execute(&args.paths, &args.common, filter.as_ref(), &outputs);
+    }
+    // --watch: run, then wait for a change to any file under the paths, and run again.
+    loop {
+        let before = snapshot(&args.paths);
+        let code = execute(&args.paths, &args.common, filter.as_ref(), &outputs);
+        if code == ExitCode::from(130) || code == ExitCode::from(143) {
+            return code;
+        }
+        eprintln!(
+            "\nwatching {} for changes (Ctrl-C stops)…",
+            describe_paths(&args.paths)
+        );
+        loop {
+            std::thread::sleep(Duration::from_millis(500));
+            if snapshot(&args.paths) != before {
+                break;
+            }
+        }
+    }
+}
+
+fn describe_paths(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Every file under `paths` with its modification time: what `--watch` compares.
+fn snapshot(paths: &[PathBuf]) -> BTreeMap<PathBuf, Option<SystemTime>> {
+    fn walk(p: &Path, out: &mut BTreeMap<PathBuf, Option<SystemTime>>, depth: usize) {
+        let Ok(meta) = std::fs::metadata(p) else {
+            return;
+        };
+        if meta.is_dir() && depth < 16 {
+            for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
+                walk(&e.path(), out, depth + 1);
+            }
+        } else {
+            out.insert(p.to_path_buf(), meta.modified().ok());
+        }
+    }
+    let mut out = BTreeMap::new();
+    for p in paths {
+        walk(p, &mut out, 0);
+        // A scenario's flows may sit beside it: a lone file's folder is watched too.
+        if p.is_file()
+            && let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty())
+        {
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                walk(&e.path(), &mut out, 15);
+            }
+        }
+    }
+    out
+}
+
+/// `--list`: the scenarios, one a line, name then file.
+fn list(paths: &[PathBuf], filter: Option<&Filter>) -> ExitCode {
+    let scenarios = match load(paths, filter) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    for s in &scenarios {
+        outln!("{}  ({}, {} steps)", s.name, s.file, s.steps.len());
+    }
+    eprintln!("{} scenario(s)", scenarios.len());
+    ExitCode::SUCCESS
+}
+
+pub(crate) fn demo(args: DemoArgs) -> ExitCode {
+    let dir = match tempfile::Builder::new()
+        .prefix("triggers-lab-demo")
+        .tempdir()
+    {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: cannot make a temporary folder for the demo's scenarios: {e}");
+            return ExitCode::from(exit::ENVIRONMENT);
+        }
+    };
+    let scenarios = match demo::unpack(dir.path()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: cannot write the demo's scenarios: {e}");
+            return ExitCode::from(exit::ENVIRONMENT);
+        }
+    };
+    outln!("triggers-lab demo: the flow-lab scenarios built into this binary");
+    outln!(
+        "Each one starts a nats-server and an orchestrator emulator of its own, starts the services it\n\
+         declares (in-process on the Rust SDK, or as commands), then deploys, triggers and checks\n\
+         flows step by step. The same files run in CI with `triggers-lab run scenarios/flow-lab`.\n"
+    );
+    // Step by step; -v adds what each step did.
+    let outputs = Outputs {
+        verbose: true,
+        brief: !args.common.verbose,
+        ..Default::default()
+    };
+    let code = execute(&[scenarios], &args.common, None, &outputs);
+    outln!(
+        "\nNext: read a scenario (scenarios/flow-lab/*.scenario.yaml in the repository), write your\n\
+         own (docs/scenarios.md, or `triggers-lab init`), and run them with `triggers-lab run PATH`."
+    );
+    code
+}
+
+/// Loads the scenarios, printing what is wrong with them; the exit code when nothing can run.
+fn load(paths: &[PathBuf], filter: Option<&Filter>) -> Result<Vec<Scenario>, ExitCode> {
+    let scenarios = match triggers_scenarios::load_all(paths) {
+        Ok(s) => s,
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("{e}");
+            }
+            eprintln!(
+                "error: {} scenario file(s) could not be read; nothing was run",
+                errors.len()
+            );
+            return Err(ExitCode::from(exit::USAGE));
+        }
+    };
+    let found = scenarios.len();
+    let scenarios: Vec<_> = scenarios
+        .into_iter()
+        .filter(|s| filter.is_none_or(|f| f.matches(s)))
+        .collect();
+    if scenarios.is_empty() {
+        eprintln!(
+            "error: no scenario to run ({found} found{}; folders are searched for *.scenario.yaml)",
+            if filter.is_some() {
+                ", none matches --filter"
+            } else {
+                ""
+            }
+        );
+        return Err(ExitCode::from(exit::USAGE));
+    }
+    Ok(scenarios)
+}
+
+fn execute(
+    paths: &[PathBuf],
+    common: &CommonArgs,
+    filter: Option<&Filter>,
+    outputs: &Outputs<'_>,
+) -> ExitCode {
+    let scenarios = match load(paths, filter) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let format = match outputs.format {
+        Some(MessageFormat::Json) => Format::Json,
+        _ => Format::Human,
+    };
+    let choice = nats_choice::choose(common.backend, common.nats.as_deref(), "run");
+    if let Some(note) = &choice.note {
+        eprintln!("note: {note}");
+    }
+    eprintln!("{}", choice.said);
+    // Standard output may carry a report or JSON messages, which must stay machine-readable.
+    let machine_stdout = format == Format::Json
+        || [outputs.junit, outputs.json]
+            .iter()
+            .any(|p| p.is_some_and(|p| p.as_os_str() == "-"));
+    let mut progress = Progress::new(
+        std::io::stderr().is_terminal(),
+        outputs.verbose || common.verbose,
+        outputs.tui,
+        common.jobs,
+        format,
+    );
+    progress.to_stderr = machine_stdout;
+    progress.details = !outputs.brief;
+    if machine_stdout {
+        progress.colour = false;
+    }
+    let progress = Arc::new(Mutex::new(progress));
+    let interrupt = Interrupt::new();
+    let on_event = {
+        let progress = progress.clone();
+        let interrupt = interrupt.clone();
+        let fail_fast = common.fail_fast && !common.no_fail_fast;
+        Arc::new(move |e: Event| {
+            if fail_fast
+                && let Event::ScenarioFinished { report, .. } = &e
+                && report.outcome == Outcome::Failed
+            {
+                interrupt.request("--fail-fast");
+            }
+            progress.lock().unwrap_or_else(|p| p.into_inner()).on(e);
+        })
+    };
+    let watch: Option<WatchFn> = outputs.tui.then(|| {
+        let w: WatchFn = Arc::new(|emulator| {
+            Box::pin(async move {
+                if let Err(e) = triggers_tui::run_in_process(emulator).await {
+                    eprintln!("the terminal UI stopped: {e}");
+                }
+            })
+        });
+        w
+    });
+    let options = RunOptions {
+        nats: choice.config,
+        timeout: common.timeout,
+        on_event: Some(on_event),
+        watch,
+        interrupt,
+        vars: common.vars.iter().cloned().collect(),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::ENVIRONMENT);
+        }
+    };
+    let (report, signal) = runtime.block_on(async {
+        // The first signal interrupts the run: steps stop, services and servers are stopped as
+        // at a scenario's end, and the reports are still written.
+        let signals = Signals::listen();
+        let waiting = signals.clone();
+        let interrupt = options.interrupt.clone();
+        let forward = tokio::spawn(async move {
+            interrupt.request(waiting.recv().await.name());
+        });
+        let mut report =
+            triggers_scenarios::run_suite(scenarios.clone(), common.jobs, &options).await;
+        retry_failed(
+            &mut report,
+            &scenarios,
+            common,
+            &options,
+            format,
+            machine_stdout,
+        )
+        .await;
+        forward.abort();
+        (report, signals.received())
+    });
+    // Services and servers are stopped; give the runtime's leftovers a moment, not forever.
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    let mut code = if report.failed() == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(exit::FAILED)
+    };
+    for (path, text) in [
+        (outputs.junit, outputs.junit.map(|_| report.to_junit())),
+        (outputs.json, outputs.json.map(|_| report.to_json())),
+    ] {
+        let (Some(path), Some(text)) = (path, text) else {
+            continue;
+        };
+        let text = match text {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("error: cannot write the report {}: {e}", path.display());
+                code = ExitCode::from(exit::FAILED);
+                continue;
+            }
+        };
+        if path.as_os_str() == "-" {
+            out!("{text}\n");
+            continue;
+        }
+        let written = (|| {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::fs::write(path, text)
+        })();
+        match written {
+            Ok(()) => eprintln!("report: {}", path.display()),
+            Err(e) => {
+                eprintln!("error: cannot write {}: {e}", path.display());
+                code = ExitCode::from(exit::FAILED);
+            }
+        }
+    }
+    // The summary goes where the results went.
+    let colour = !machine_stdout && out::colour_stdout();
+    let summary = summary(&report, colour);
+    if machine_stdout {
+        eprint!("{summary}");
+    } else {
+        out!("{summary}");
+    }
+    match signal {
+        Some(sig) => sig.exit_code(),
+        None => code,
+    }
+}
+
+/// `--retries N`: each failed scenario again, one at a time, until it passes or N retries are
+/// spent. A pass replaces the failure (keeping it in `failed_attempts`: flaky).
+async fn retry_failed(
+    report: &mut SuiteReport,
+    scenarios: &[Scenario],
+    common: &CommonArgs,
+    options: &RunOptions,
+    format: Format,
+    to_stderr: bool,
+) {
+    let say = |text: String| {
+        if to_stderr {
+            eprint!("{text}");
+        } else {
+            out!("{text}");
+        }
+    };
+    if common.retries == 0 || report.interrupted.is_some() {
+        return;
+    }
+    // Retries print their own lines: the progress of the first pass counts that pass only.
+    let quiet = RunOptions {
+        on_event: None,
+        ..options.clone()
+    };
+    for (i, scenario) in scenarios.iter().enumerate() {
+        let mut failures = Vec::new();
+        for attempt in 1..=common.retries {
+            let current = &report.scenarios[i];
+            if current.outcome != Outcome::Failed || options.interrupt.reason().is_some() {
+                break;
+            }
+            failures.extend(current.failure.clone());
+            if format == Format::Human {
+                say(format!(
+                    "RETRY {} (attempt {} of {})\n",
+                    scenario.name,
+                    attempt + 1,
+                    common.retries + 1
+                ));
+            }
+            let again = triggers_scenarios::run_suite(vec![scenario.clone()], 1, &quiet).await;
+            let Some(mut next) = again.scenarios.into_iter().next() else {
+                break;
+            };
+            next.failed_attempts = failures.clone();
+            if format == Format::Human {
+                say(format!("{}\n{}", next.summary_line(), next.failure_text()));
+            } else {
+                outln!(
+                    "{}",
+                    serde_json::json!({"type": "scenario_retried", "index": i, "attempt": attempt + 1, "report": &next})
+                );
+            }
+            report.scenarios[i] = next;
+        }
+    }
+}
+
+fn summary(report: &SuiteReport, colour: bool) -> String {
+    let mut text = String::new();
+    text.push('\n');
+    let names = |keep: &dyn Fn(&triggers_scenarios::ScenarioReport) -> bool| {
+        report
+            .scenarios
+            .iter()
+            .filter(|s| keep(s))
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>()
+    };
+    let failed = names(&|s| s.outcome == Outcome::Failed);
+    if !failed.is_empty() {
+        text.push_str(&format!(
+            "{} {}\n",
+            out::paint("failed:", false, colour),
+            failed.join(", ")
+        ));
+    }
+    let flaky = names(&|s| s.flaky());
+    if !flaky.is_empty() {
+        text.push_str(&format!(
+            "flaky (passed on a retry): {}\n",
+            flaky.join(", ")
+        ));
+    }
+    if let Some(why) = &report.interrupted {
+        let stopped = names(&|s| s.outcome == Outcome::Interrupted);
+        text.push_str(&format!(
+            "{} by {why}{}; {} scenario(s) not run\n",
+            if why == "--fail-fast" {
+                "stopped"
+            } else {
+                "interrupted"
+            },
+            if stopped.is_empty() {
+                String::new()
+            } else {
+                format!(" during {}", stopped.join(", "))
+            },
+            report.count(Outcome::NotRun)
+        ));
+    }
+    text.push_str(&format!(
+        "ran {} scenario(s) in {} with -j {}\n",
+        report.scenarios.len(),
+        seconds(report.duration),
+        report.jobs
+    ));
+    // Last, alone on its line: the form CI logs are read for.
+    let counts = report.counts();
+    text.push_str(&format!(
+        "scenarios: {}\n",
+        if colour {
+            out::paint(&counts, report.failed() == 0, true)
+        } else {
+            counts
+        }
+    ));
+    text
+}

@@ -1,0 +1,266 @@
+//! What `run` prints while scenarios run: one progress line on standard error (terminals
+//! only, cut to the terminal's width so it never wraps), each scenario's result whole on
+//! standard output, and with `--message-format json` one JSON object per event instead.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use serde_json::json;
+use triggers_scenarios::report::seconds;
+use triggers_scenarios::{Event, Outcome, ScenarioReport};
+
+use crate::out::{self, outln};
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Format {
+    /// For people.
+    Human,
+    /// One JSON object a line on standard output (`--message-format json`).
+    Json,
+}
+
+/// What the progress line and the printed results know.
+pub(crate) struct Progress {
+    pub(crate) total: usize,
+    pub(crate) done: usize,
+    /// Running scenarios: index -> (name, step label).
+    running: BTreeMap<usize, (String, String)>,
+    /// Standard error is a terminal: the progress line is shown.
+    pub(crate) tty: bool,
+    /// Every step.
+    pub(crate) verbose: bool,
+    /// With what each step did (a run id, "1 DLQ entry"...).
+    pub(crate) details: bool,
+    /// The terminal UI has the screen while each scenario runs: no progress line and no step
+    /// lines; a line before each scenario (its UI opens next) and its verdict once it is closed.
+    pub(crate) quiet: bool,
+    /// Several scenarios at once: what a scenario prints is kept until it ends, then printed
+    /// whole, so that its lines are never mixed with another's.
+    pub(crate) buffered: bool,
+    pub(crate) colour: bool,
+    pub(crate) format: Format,
+    /// Standard output carries a report (`--json -`): what is for people goes to standard
+    /// error.
+    pub(crate) to_stderr: bool,
+    /// The scenario's lines so far, while buffered.
+    pending: BTreeMap<usize, String>,
+    line_shown: bool,
+}
+
+impl Progress {
+    pub(crate) fn new(tty: bool, verbose: bool, quiet: bool, jobs: usize, format: Format) -> Self {
+        Progress {
+            total: 0,
+            done: 0,
+            running: BTreeMap::new(),
+            tty,
+            verbose,
+            details: true,
+            quiet,
+            buffered: jobs > 1,
+            colour: out::colour_stdout(),
+            format,
+            to_stderr: false,
+            pending: BTreeMap::new(),
+            line_shown: false,
+        }
+    }
+
+    fn clear(&mut self) {
+        if self.line_shown {
+            // The line was cut to fit, so it took one row: clearing that row clears it all.
+            eprint!("\r\x1b[2K");
+            self.line_shown = false;
+        }
+    }
+
+    fn show(&mut self) {
+        if !self.tty || self.quiet || self.running.is_empty() {
+            return;
+        }
+        let running: Vec<String> = self
+            .running
+            .values()
+            .map(|(name, step)| {
+                if step.is_empty() {
+                    format!("{name} (starting)")
+                } else {
+                    format!("{name} ({step})")
+                }
+            })
+            .collect();
+        let line = format!(
+            "[{}/{}] running {}",
+            self.done + 1,
+            self.total,
+            running.join(", ")
+        );
+        eprint!("\r\x1b[2K{}", out::fit(&line, out::terminal_width()));
+        let _ = std::io::stderr().flush();
+        self.line_shown = true;
+    }
+
+    /// Prints `text` now, or keeps it for the end of scenario `index` when buffered.
+    fn say(&mut self, index: usize, text: String) {
+        if self.buffered {
+            self.pending.entry(index).or_default().push_str(&text);
+        } else {
+            self.clear();
+            self.write(&text);
+        }
+    }
+
+    fn write(&self, text: &str) {
+        if self.to_stderr {
+            eprint!("{text}");
+        } else {
+            out::write_stdout(text);
+        }
+    }
+
+    /// The result line, `PASS`/`FAIL` in colour when standard output is a terminal.
+    fn summary_line(&self, report: &ScenarioReport) -> String {
+        let line = report.summary_line();
+        let word = report.outcome.word();
+        match line.strip_prefix(word) {
+            Some(rest) => {
+                let mut s = out::paint(word, report.passed(), self.colour);
+                s.push_str(rest);
+                s
+            }
+            None => line,
+        }
+    }
+
+    pub(crate) fn on(&mut self, event: Event) {
+        if self.format == Format::Json {
+            self.json(&event);
+        }
+        match event {
+            Event::ScenarioStarted {
+                index,
+                name,
+                total,
+                description,
+            } => {
+                self.total = total;
+                self.running.insert(index, (name.clone(), String::new()));
+                if self.format == Format::Human && self.quiet {
+                    self.say(
+                        index,
+                        format!(
+                            "[{}/{total}] {name}: the terminal UI opens; quit it (q) to go on\n",
+                            index + 1
+                        ),
+                    );
+                } else if self.format == Format::Human {
+                    if self.verbose {
+                        let mut text = format!("\n[{}/{total}] {name}\n", index + 1);
+                        for line in wrap(description.trim(), 96) {
+                            text.push_str(&format!("  {line}\n"));
+                        }
+                        self.say(index, text);
+                    } else if !self.tty {
+                        self.say(index, format!("[{}/{total}] {name}\n", index + 1));
+                    }
+                }
+            }
+            Event::StepStarted {
+                index,
+                step,
+                steps,
+                label,
+                ..
+            } => {
+                if let Some(r) = self.running.get_mut(&index) {
+                    r.1 = format!("step {step}/{steps}: {label}");
+                }
+            }
+            Event::StepFinished {
+                index, step, steps, ..
+            } => {
+                if self.verbose && self.format == Format::Human && !self.quiet {
+                    let mark = match step.outcome {
+                        Outcome::Passed => "ok  ",
+                        Outcome::Failed => "FAIL",
+                        Outcome::Skipped => "skip",
+                        Outcome::Interrupted => "INTR",
+                        Outcome::NotRun => "-   ",
+                    };
+                    let detail = step.detail.lines().next().unwrap_or_default();
+                    let text = format!(
+                        "  {mark} {}/{steps} {} ({}){}\n",
+                        step.index,
+                        step.label,
+                        seconds(step.duration),
+                        if !self.details || detail.is_empty() || step.outcome == Outcome::Failed {
+                            String::new()
+                        } else {
+                            format!(": {detail}")
+                        }
+                    );
+                    self.say(index, text);
+                }
+            }
+            Event::ScenarioFinished { index, report, .. } => {
+                self.running.remove(&index);
+                self.done += 1;
+                self.clear();
+                let mut text = self.pending.remove(&index).unwrap_or_default();
+                // The scenario's UI (with --tui) was closed before it could end: the screen is
+                // ours again.
+                if self.format == Format::Human {
+                    text.push_str(&self.summary_line(&report));
+                    text.push('\n');
+                    text.push_str(&report.failure_text());
+                }
+                self.write(&text);
+            }
+        }
+        self.show();
+    }
+
+    /// `--message-format json`: one object a line, `type` first.
+    fn json(&self, event: &Event) {
+        let value = match event {
+            Event::ScenarioStarted {
+                index, total, name, ..
+            } => json!({"type": "scenario_started", "index": index, "total": total, "name": name}),
+            Event::StepStarted {
+                index,
+                name,
+                step,
+                steps,
+                label,
+            } => json!({
+                "type": "step_started", "index": index, "scenario": name, "step": step,
+                "steps": steps, "label": label,
+            }),
+            Event::StepFinished {
+                index, name, step, ..
+            } => json!({
+                "type": "step_finished", "index": index, "scenario": name, "step": step,
+            }),
+            Event::ScenarioFinished { index, report, .. } => json!({
+                "type": "scenario_finished", "index": index, "report": report,
+            }),
+        };
+        outln!("{value}");
+    }
+}
+
+/// Words of `text` in lines of at most `width` characters.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split_whitespace() {
+        match lines.last_mut() {
+            Some(l) if l.len() + 1 + word.len() <= width => {
+                l.push(' ');
+                l.push_str(word);
+            }
+            _ => lines.push(word.to_owned()),
+        }
+    }
+    lines
+}

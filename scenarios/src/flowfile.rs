@@ -1,0 +1,247 @@
+//! Reading a flow file (YAML, or JSON, which is YAML) the one way `triggers-lab deploy` and a
+//! scenario's `flows: [{file: ...}]` both use: unknown keys refused with a "did you mean", every
+//! problem of the file reported (not only the first), each at its line and column.
+
+use serde_json::{Map, Value};
+use triggers_sdk::flow::Flow;
+
+use crate::error::LoadError;
+use crate::load::parse_yaml;
+
+/// The keys a flow, a node and an edge may have.
+const FLOW_KEYS: &[&str] = &["id", "version", "nodes", "edges"];
+const NODE_KEYS: &[&str] = &["id", "type", "service", "action", "config", "inbound"];
+const EDGE_KEYS: &[&str] = &["id", "from", "to", "mapping"];
+
+/// Reads a flow from `text`; `name` names the file in errors.
+///
+/// # Errors
+/// Every problem found, each with file, line and column where one applies.
+pub fn read_flow(name: &str, text: &str) -> Result<(Flow, Value), Vec<LoadError>> {
+    let value = read_flow_value(name, text)?;
+    let flow: Flow = serde_path_to_error::deserialize(value.clone()).map_err(|e| {
+        let path = e.path().to_string();
+        let message = format!(
+            "not a flow: {}{}",
+            suggest_in_message(&e.inner().to_string()),
+            if path == "." {
+                String::new()
+            } else {
+                format!(" (at {path})")
+            }
+        );
+        // The key the path ends at, found in the text: near enough to the value that is wrong.
+        let key = path
+            .rsplit('.')
+            .next()
+            .map(|k| k.split('[').next().unwrap_or(k))
+            .unwrap_or_default();
+        vec![match find_key(text, key) {
+            Some((line, column)) => LoadError::at(name, line, column, message),
+            None => LoadError::file(name, message),
+        }]
+    })?;
+    if flow.version < 1 {
+        let message = format!(
+            "flow {:?}: version: is {}, must be 1 or more (leave it out for 1; a redeploy gets the next)",
+            flow.id, flow.version
+        );
+        return Err(vec![match find_key(text, "version") {
+            Some((line, column)) => LoadError::at(name, line, column, message),
+            None => LoadError::file(name, message),
+        }]);
+    }
+    Ok((flow, value))
+}
+
+/// The flow's text parsed and its keys checked, not yet read as a flow (a scenario's flow may
+/// hold `${...}` that only make sense once replaced).
+pub(crate) fn read_flow_value(name: &str, text: &str) -> Result<Value, Vec<LoadError>> {
+    let value: Value = parse_yaml(name, text).map_err(|e| vec![e])?;
+    let problems = key_problems(&value);
+    if !problems.is_empty() {
+        return Err(problems
+            .into_iter()
+            .map(|(key, message)| match find_key(text, &key) {
+                Some((line, column)) => LoadError::at(name, line, column, message),
+                None => LoadError::file(name, message),
+            })
+            .collect());
+    }
+    Ok(value)
+}
+
+/// Every unknown key of a flow, its nodes and its edges: (the key, the message).
+pub(crate) fn key_problems(flow: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut only = |at: &str, map: &Map<String, Value>, keys: &[&str]| {
+        for k in map.keys().filter(|k| !keys.contains(&k.as_str())) {
+            out.push((
+                k.clone(),
+                format!(
+                    "{at}: unknown key `{k}`{}, expected one of {}",
+                    did_you_mean(k, keys)
+                        .map(|s| format!(" (did you mean `{s}`?)"))
+                        .unwrap_or_default(),
+                    keys.join(", ")
+                ),
+            ));
+        }
+    };
+    let Some(map) = flow.as_object() else {
+        return vec![(String::new(), "a flow must be a map".into())];
+    };
+    only("flow", map, FLOW_KEYS);
+    let list = |key: &str| {
+        map.get(key)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    for (i, n) in list("nodes").iter().enumerate() {
+        if let Some(n) = n.as_object() {
+            let id = n.get("id").and_then(Value::as_str).unwrap_or("?");
+            only(&format!("nodes[{i}] ({id})"), n, NODE_KEYS);
+        }
+    }
+    for (i, e) in list("edges").iter().enumerate() {
+        if let Some(e) = e.as_object() {
+            let id = e.get("id").and_then(Value::as_str).unwrap_or("?");
+            only(&format!("edges[{i}] ({id})"), e, EDGE_KEYS);
+        }
+    }
+    out
+}
+
+/// The 1-based line and column where `key` is first written as a key (`key:` in YAML,
+/// `"key":` in JSON).
+fn find_key(text: &str, key: &str) -> Option<(u64, u64)> {
+    if key.is_empty() {
+        return None;
+    }
+    for (i, line) in text.lines().enumerate() {
+        for candidate in [format!("\"{key}\""), format!("'{key}'"), key.to_owned()] {
+            let mut from = 0;
+            while let Some(at) = line[from..].find(&candidate) {
+                let start = from + at;
+                let end = start + candidate.len();
+                let before_ok = line[..start]
+                    .chars()
+                    .next_back()
+                    .is_none_or(|c| matches!(c, ' ' | '\t' | '{' | ',' | '-'));
+                let after_ok = line[end..].trim_start().starts_with(':');
+                if before_ok && after_ok {
+                    return Some((i as u64 + 1, line[..start].chars().count() as u64 + 1));
+                }
+                from = end;
+            }
+        }
+    }
+    None
+}
+
+/// The candidate closest to `word`, if one is close enough to be a typo of it.
+#[must_use]
+pub fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    let word = word.to_ascii_lowercase();
+    candidates
+        .iter()
+        .map(|c| (distance(&word, &c.to_ascii_lowercase()), *c))
+        .filter(|(d, c)| *d <= c.len().div_ceil(3))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// Levenshtein distance.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (prev + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            prev = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
+/// A serde message about an unknown field or variant (`unknown variant `wait_for_it`, expected
+/// one of `a`, `b``) in plainer words, with the closest expected name when one is close.
+#[must_use]
+pub fn suggest_in_message(message: &str) -> String {
+    let (what, rest) = if let Some(rest) = message.strip_prefix("unknown variant `") {
+        ("unknown step or value", rest)
+    } else if let Some(rest) = message.strip_prefix("unknown field `") {
+        ("unknown key", rest)
+    } else {
+        return message.to_owned();
+    };
+    let Some((word, expected)) = rest.split_once('`') else {
+        return message.to_owned();
+    };
+    let names: Vec<&str> = expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|n| !n.is_empty())
+        .collect();
+    if names.is_empty() {
+        return message.to_owned();
+    }
+    let hint = did_you_mean(word, &names)
+        .map(|s| format!(": did you mean `{s}`?"))
+        .unwrap_or_default();
+    format!(
+        "{what} `{word}`{hint} (expected one of {})",
+        names.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_misspelt_key_is_reported_at_its_line_with_a_suggestion() {
+        let text = "id: f\nnodse: []\nedges:\n  - {id: e1, form: a, to: b}\n";
+        let errors = read_flow("f.yaml", text).unwrap_err();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!((errors[0].line, errors[0].column), (2, 1), "{}", errors[0]);
+        assert!(
+            errors[0].message.contains("did you mean `nodes`?"),
+            "{}",
+            errors[0]
+        );
+        assert_eq!((errors[1].line, errors[1].column), (4, 14), "{}", errors[1]);
+        assert!(
+            errors[1].message.contains("did you mean `from`?"),
+            "{}",
+            errors[1]
+        );
+    }
+
+    #[test]
+    fn json_flows_are_read_and_checked_the_same() {
+        let text = "{\n  \"id\": \"f\",\n  \"nodes\": [],\n  \"edgez\": []\n}";
+        let errors = read_flow("f.json", text).unwrap_err();
+        assert_eq!((errors[0].line, errors[0].column), (4, 3), "{}", errors[0]);
+        let (flow, _) =
+            read_flow("f.json", "{\"id\": \"f\", \"nodes\": [], \"edges\": []}").unwrap();
+        assert_eq!(flow.version, 1);
+    }
+
+    #[test]
+    fn serde_jargon_becomes_a_suggestion() {
+        let m = suggest_in_message(
+            "unknown variant `wait_for_it`, expected one of `sleep`, `wait_for`",
+        );
+        assert!(m.contains("did you mean `wait_for`?"), "{m}");
+        assert!(!m.contains("variant"), "{m}");
+        assert_eq!(did_you_mean("zzzz", &["sleep"]), None);
+    }
+}
