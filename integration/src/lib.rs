@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 pub mod shapes;
+pub mod soak;
 
 use serde_json::{Value, json};
 use triggers_emulator::{Backend, EmulatorConfig, Harness, NatsConfig};
