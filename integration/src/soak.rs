@@ -159,6 +159,15 @@ pub struct SoakReport {
     /// A handler that ran to success again for the same run and node (after a crash or a lost
     /// ack: at-least-once delivery); not a duplicate settlement, reported apart.
     pub handler_reruns: u64,
+    /// DLQ entries that repeat another for the same delivery (same idempotency key and subject),
+    /// as the DLQ stream holds them: a failure run again by another replica after a crash lost
+    /// the first one's ack. Counted in `duplicated` too.
+    pub dlq_repeats: u64,
+    /// The runs of the repeated DLQ entries.
+    pub dlq_repeat_runs: Vec<String>,
+    /// Handled keys and kept outcomes the services' bounded caches forgot
+    /// (`RuntimeStats::handled_keys_evicted` + `outcomes_evicted`): by design, reported.
+    pub cache_evictions: u64,
     /// Messages the services gave up on (`RuntimeStats::given_up`).
     pub given_up: u64,
     /// Conformance violations by rule.
@@ -237,14 +246,16 @@ impl std::fmt::Display for SoakReport {
         )?;
         writeln!(
             f,
-            "lost {}, duplicated {}, wrong status {}, DLQ stored {} of {} owed, handler re-runs {}, given up {}",
+            "lost {}, duplicated {}, wrong status {}, DLQ stored {} of {} owed ({} repeats), handler re-runs {}, given up {}, cache evictions {}",
             self.lost,
             self.duplicated,
             self.wrong_status,
             self.dlq_stored,
             self.dlq_owed,
+            self.dlq_repeats,
             self.handler_reruns,
-            self.given_up
+            self.given_up,
+            self.cache_evictions
         )?;
         writeln!(
             f,
@@ -962,6 +973,65 @@ async fn check_batch(
     }
 }
 
+/// Reads the whole DLQ stream and counts the entries that repeat another for the same delivery.
+async fn dlq_repeats(
+    stream: &async_nats::jetstream::stream::Stream,
+    count: u64,
+    report: &mut SoakReport,
+) {
+    use async_nats::jetstream::consumer::{DeliverPolicy, pull::OrderedConfig};
+    let messages = match stream
+        .create_consumer(OrderedConfig {
+            deliver_policy: DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await
+    {
+        Ok(consumer) => consumer.messages().await,
+        Err(e) => {
+            report
+                .partial
+                .push(format!("cannot read the DLQ stream: {e}"));
+            return;
+        }
+    };
+    let Ok(mut messages) = messages else {
+        report.partial.push("cannot read the DLQ stream".into());
+        return;
+    };
+    let mut seen: HashMap<(String, String), u32> = HashMap::new();
+    let mut read = 0;
+    while read < count {
+        match tokio::time::timeout(Duration::from_secs(10), messages.next()).await {
+            Ok(Some(Ok(msg))) => {
+                read += 1;
+                let key = triggers_sdk::wire::DlqEntry::from_json(&msg.payload)
+                    .map(|e| (e.envelope.idempotency_key, e.envelope.flow_run_id))
+                    .unwrap_or_default();
+                let n = seen.entry((msg.subject.to_string(), key.0)).or_default();
+                *n += 1;
+                if *n > 1 {
+                    report.dlq_repeats += 1;
+                    report.dlq_repeat_runs.push(key.1);
+                }
+            }
+            _ => {
+                report
+                    .partial
+                    .push(format!("read {read} of the DLQ stream's {count} entries"));
+                return;
+            }
+        }
+    }
+    if report.dlq_repeats > 0 {
+        report.duplicated += report.dlq_repeats;
+        report.problems.push(format!(
+            "{} DLQ entries repeat one for the same delivery (runs {:?}): a failure run again by another replica after a server kill lost the first one's ack; the DLQ Nats-Msg-Id's instant differs, so JetStream keeps both",
+            report.dlq_repeats, report.dlq_repeat_runs
+        ));
+    }
+}
+
 /// The end of the soak: quiet time for late messages, then the DLQ stream's count, the streams'
 /// completeness, the drop counters, the services' stats and the violations.
 async fn finish(
@@ -978,7 +1048,7 @@ async fn finish(
         triggers_emulator::EVENTS_STREAM,
     ] {
         match js.get_stream(name).await {
-            Ok(mut stream) => match stream.info().await {
+            Ok(mut stream) => match stream.info().await.cloned() {
                 Ok(info) => {
                     if info.state.first_sequence > 1 {
                         report.partial.push(format!(
@@ -988,6 +1058,7 @@ async fn finish(
                     }
                     if name == triggers_emulator::DLQ_STREAM {
                         report.dlq_stored = info.state.messages;
+                        dlq_repeats(&stream, info.state.messages, report).await;
                     }
                 }
                 Err(e) => report.partial.push(format!("stream {name}: {e}")),
@@ -1012,14 +1083,7 @@ async fn finish(
         }
         let stats = s.stats();
         report.given_up += stats.given_up;
-        if stats.handled_keys_evicted > 0 || stats.outcomes_evicted > 0 {
-            report.problems.push(format!(
-                "a replica of {} evicted {} handled keys and {} kept outcomes",
-                s.name(),
-                stats.handled_keys_evicted,
-                stats.outcomes_evicted
-            ));
-        }
+        report.cache_evictions += stats.handled_keys_evicted + stats.outcomes_evicted;
     }
     if state.dropped_violations > 0 {
         report.partial.push(format!(
