@@ -89,6 +89,8 @@ pub struct FuzzReport {
     pub hangs: u64,
     /// Bounds found exceeded.
     pub bound_breaches: u64,
+    /// The slowest reply to a fuzzed request.
+    pub slowest_reply: Duration,
     /// Batches checked.
     pub batches: u64,
     /// Peak resident memory of this process (emulator and service), KiB.
@@ -122,19 +124,20 @@ impl FuzzReport {
     }
 
     /// The header of [`FuzzReport::table_row`].
-    pub const TABLE_HEADER: &'static str = "| messages | batches | unaccounted | crashes | hangs | bound breaches | peak RSS (emulator + service) | peak RSS (nats-server) | time |\n|---|---|---|---|---|---|---|---|---|";
+    pub const TABLE_HEADER: &'static str = "| messages | batches | unaccounted | crashes | hangs | bound breaches | slowest reply | peak RSS (emulator + service) | peak RSS (nats-server) | time |\n|---|---|---|---|---|---|---|---|---|---|";
 
     /// The figures as one markdown row.
     #[must_use]
     pub fn table_row(&self) -> String {
         format!(
-            "| {} | {} | {} | {} | {} | {} | {} MiB | {} MiB | {:.0?} |",
+            "| {} | {} | {} | {} | {} | {} | {:.0?} | {} MiB | {} MiB | {:.0?} |",
             self.total(),
             self.batches,
             self.unaccounted,
             self.crashes,
             self.hangs,
             self.bound_breaches,
+            self.slowest_reply,
             self.peak_rss_kib / 1024,
             self.nats_peak_rss_kib / 1024,
             self.elapsed
@@ -155,11 +158,12 @@ impl std::fmt::Display for FuzzReport {
         writeln!(f, "outcomes: {:?}", self.outcomes)?;
         writeln!(
             f,
-            "unaccounted {}, crashes {}, hangs {}, bound breaches {}; peak RSS {} MiB (nats-server {} MiB); {:.1?}",
+            "unaccounted {}, crashes {}, hangs {}, bound breaches {}, slowest reply {:.0?}; peak RSS {} MiB (nats-server {} MiB); {:.1?}",
             self.unaccounted,
             self.crashes,
             self.hangs,
             self.bound_breaches,
+            self.slowest_reply,
             self.peak_rss_kib / 1024,
             self.nats_peak_rss_kib / 1024,
             self.elapsed
@@ -186,13 +190,18 @@ impl std::fmt::Display for FuzzReport {
 pub fn emulator_config() -> EmulatorConfig {
     EmulatorConfig {
         wait_timeout: Duration::from_secs(10),
-        max_records: 20_000,
-        max_record_bytes: 64 << 20,
+        max_records: 50_000,
+        max_record_bytes: 256 << 20,
         max_runs: 500,
         max_violations: 2_000,
         ..Default::default()
     }
 }
+
+/// How long a fuzzed request may wait for its reply before it counts as a hang. The liveness
+/// check after each batch (the control API's `state`) has a second; a fuzzed request may carry
+/// 600 KB to decode and judge, on a loaded machine, in a debug build.
+const REPLY_WITHIN: Duration = Duration::from_secs(5);
 
 /// The service's flow table bound under fuzz.
 const MAX_FLOWS: usize = 50;
@@ -366,8 +375,12 @@ fn body_of(rng: &mut StdRng, mut value: Value) -> Vec<u8> {
         }
         3 => bytes = Vec::new(),
         4 => {
-            // Large: up to 600 KB (the server's max_payload is 1 MB).
-            let n = rng.random_range(10_000..600_000);
+            // Large: up to 600 KB (the server's max_payload is 1 MB), mostly less.
+            let n = if rng.random_bool(0.1) {
+                rng.random_range(300_000..600_000)
+            } else {
+                rng.random_range(10_000..100_000)
+            };
             bytes = serde_json::to_vec(&json!({"pad": "p".repeat(n)})).unwrap_or_default();
         }
         5 => {
@@ -495,7 +508,11 @@ fn inbound(rng: &mut StdRng, n: u64, version: i64) -> Message {
         }
         _ => {}
     }
-    // The run id is how the outcome is found; a mutation above may have changed it.
+    // The run id is how the outcome is found: the mutations above may drop it (the entry then
+    // has none, counted apart) but do not change it.
+    if headers.contains(names::FLOW_RUN_ID) {
+        headers.insert(names::FLOW_RUN_ID, run_id);
+    }
     Message {
         target: "inbound",
         subject: INBOUND.into(),
@@ -671,6 +688,7 @@ pub async fn run(config: FuzzConfig) -> FuzzReport {
         .expect("a control client");
     let mut rng = StdRng::seed_from_u64(config.seed);
     let mut n: u64 = 0;
+    let mut control_runs: usize = 0;
     while (n as usize) < config.messages {
         if config.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
@@ -694,9 +712,20 @@ pub async fn run(config: FuzzConfig) -> FuzzReport {
                     let request = async_nats::Request::new()
                         .payload(m.body.clone().into())
                         .headers(nats_headers)
-                        .timeout(Some(Duration::from_secs(1)));
+                        .timeout(Some(REPLY_WITHIN));
+                    let asked = Instant::now();
                     match client.send_request(m.subject.clone(), request).await {
-                        Ok(_) => *report.outcomes.entry("replied").or_default() += 1,
+                        Ok(reply) => {
+                            *report.outcomes.entry("replied").or_default() += 1;
+                            report.slowest_reply = report.slowest_reply.max(asked.elapsed());
+                            // A run started through the control API may wait on its timer for
+                            // good (the clock is the fuzzer's): the runs bound allows for it.
+                            if m.subject.ends_with(".trigger")
+                                && reply.payload.starts_with(br#"{"ok":true"#)
+                            {
+                                control_runs += 1;
+                            }
+                        }
                         Err(e)
                             if matches!(e.kind(), async_nats::RequestErrorKind::NoResponders)
                                 && is_control_without_op(&m.subject) =>
@@ -706,7 +735,7 @@ pub async fn run(config: FuzzConfig) -> FuzzReport {
                         Err(e) => {
                             report.hangs += 1;
                             report.problems.push(format!(
-                                "message {n}: a request on {} got no reply within 1 s ({e}); body {}",
+                                "message {n}: a request on {} got no reply within {REPLY_WITHIN:?} ({e}); body {}",
                                 m.subject,
                                 preview(&m.body)
                             ));
@@ -779,6 +808,7 @@ pub async fn run(config: FuzzConfig) -> FuzzReport {
                 inbound_runs: &inbound_runs,
                 without_run,
                 n,
+                control_runs,
             },
             &mut report,
         )
@@ -823,6 +853,7 @@ struct Batch<'a> {
     inbound_runs: &'a [String],
     without_run: u64,
     n: u64,
+    control_runs: usize,
 }
 
 async fn check_batch(
@@ -1005,14 +1036,19 @@ async fn check_batch(
     let config = lab.config();
     let (records, _) = lab.records();
     let bytes: usize = records.iter().map(|r| r.size()).sum();
-    let runs = lab.runs().len();
+    let all_runs = lab.runs();
+    let settled = all_runs.iter().filter(|r| r.status.is_settled()).count();
+    let unsettled = all_runs.len() - settled;
     let violations = lab.violations().len();
     let flows = running.flows().len();
     let slack = config.max_runs / 10 + 1;
     for (what, value, bound) in [
         ("records", records.len(), config.max_records),
         ("record bytes", bytes, config.max_record_bytes),
-        ("runs", runs, config.max_runs + slack),
+        ("settled runs", settled, config.max_runs + slack),
+        // Never evicted by design: the canary's, and those the fuzzer's control requests
+        // started (a timer on the fuzzer's clock may keep them waiting).
+        ("running or waiting runs", unsettled, batch.control_runs + 1),
         ("violations", violations, config.max_violations),
         ("the service's flows", flows, MAX_FLOWS),
     ] {
