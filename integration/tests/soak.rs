@@ -23,7 +23,7 @@ async fn every_run_settles_exactly_once_through_kills_and_crashes() {
         replica_crash: true,
         fault_rate: 0.08,
         poison_rate: 0.01,
-        ack_wait: Some(Duration::from_secs(15)),
+        ack_wait: Some(Duration::from_secs(30)),
         ..Default::default()
     })
     .await;
