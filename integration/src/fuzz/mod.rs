@@ -17,7 +17,7 @@
 //! A batch whose records fell off the ring before they were checked cannot be verified: that is
 //! reported as partial, and fails, rather than passed.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
@@ -287,6 +287,7 @@ pub async fn run(config: FuzzConfig) -> FuzzReport {
     let mut rng = StdRng::seed_from_u64(config.seed);
     let mut n: u64 = 0;
     let mut control_runs: usize = 0;
+    let mut keys_seen: HashSet<String> = HashSet::new();
     while (n as usize) < config.messages {
         if config.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
@@ -297,6 +298,8 @@ pub async fn run(config: FuzzConfig) -> FuzzReport {
         let mut published: Vec<Message> = Vec::new();
         let mut inbound_runs: Vec<String> = Vec::new();
         let mut without_run = 0u64;
+        let mut run_keys: HashMap<String, String> = HashMap::new();
+        let mut reused_key: HashSet<String> = HashSet::new();
         for _ in 0..size {
             n += 1;
             let m = generate(&mut rng, n, &lab, version);
@@ -375,7 +378,22 @@ pub async fn run(config: FuzzConfig) -> FuzzReport {
                             }
                             Ok(_) => {
                                 match run {
-                                    Some(r) if !r.is_empty() => inbound_runs.push(r),
+                                    Some(r) if !r.is_empty() => {
+                                        // A delivery whose idempotency key an earlier one
+                                        // carried is, by the contract, that delivery again:
+                                        // its completion event repeats that one's id and the
+                                        // events stream drops it.
+                                        let key = m
+                                            .headers
+                                            .get(names::IDEMPOTENCY_KEY)
+                                            .unwrap_or_default()
+                                            .to_owned();
+                                        if !keys_seen.insert(key.clone()) {
+                                            reused_key.insert(r.clone());
+                                        }
+                                        run_keys.insert(r.clone(), key);
+                                        inbound_runs.push(r);
+                                    }
                                     _ => without_run += 1,
                                 }
                                 published.push(m);
@@ -407,6 +425,8 @@ pub async fn run(config: FuzzConfig) -> FuzzReport {
                 without_run,
                 n,
                 control_runs,
+                run_keys: &run_keys,
+                reused_key: &reused_key,
             },
             &mut report,
         )
@@ -452,6 +472,8 @@ struct Batch<'a> {
     without_run: u64,
     n: u64,
     control_runs: usize,
+    run_keys: &'a HashMap<String, String>,
+    reused_key: &'a HashSet<String>,
 }
 
 async fn check_batch(
@@ -600,6 +622,10 @@ async fn check_batch(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    let (by_key, missing_runs): (Vec<String>, Vec<String>) = missing_runs
+        .into_iter()
+        .partition(|r| batch.reused_key.contains(r));
+    *report.outcomes.entry("deduplicated_by_key").or_default() += by_key.len() as u64;
     let given_up = running.stats().given_up;
     let published = batch.published.len() as u64;
     let unaccounted = missing.len() as u64 + missing_runs.len() as u64 + missing_without_run;
@@ -608,7 +634,7 @@ async fn check_batch(
     *report
         .outcomes
         .entry("completed_or_dead_lettered")
-        .or_default() += (batch.inbound_runs.len() - missing_runs.len()) as u64;
+        .or_default() += (batch.inbound_runs.len() - missing_runs.len() - by_key.len()) as u64;
     report.unaccounted += unaccounted;
     for i in missing.iter().take(5) {
         let m = &batch.published[*i];
@@ -622,7 +648,12 @@ async fn check_batch(
     }
     for r in missing_runs.iter().take(5) {
         report.problems.push(format!(
-            "delivery for run {r}: neither a completion nor a DLQ entry"
+            "delivery for run {r}: neither a completion nor a DLQ entry (idempotency key {:?})",
+            batch
+                .run_keys
+                .get(r)
+                .map(String::as_str)
+                .unwrap_or_default()
         ));
     }
     if missing_without_run > 0 {
