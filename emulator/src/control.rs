@@ -279,18 +279,60 @@ fn parse<T: DeserializeOwned>(payload: &[u8]) -> Result<T, String> {
     serde_json::from_slice(payload).map_err(|e| format!("bad request: {e}"))
 }
 
-fn to_value<T: Serialize>(v: T) -> Result<Value, String> {
-    serde_json::to_value(v).map_err(|e| e.to_string())
+/// A writer that refuses to grow past a limit, so a reply too large for NATS is found while it
+/// is written, not after the whole of it was built.
+struct Limited {
+    bytes: Vec<u8>,
+    max: usize,
 }
 
-async fn handle(emulator: &Emulator, op: &str, payload: &[u8]) -> Result<Value, Value> {
+impl std::io::Write for Limited {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.max {
+            return Err(std::io::Error::other("too large"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `v` as JSON in at most `max` bytes; else an error that says how to ask for less.
+fn to_json<T: Serialize>(v: &T, max: usize, ask_for_less: &str) -> Result<Vec<u8>, Value> {
+    let mut out = Limited {
+        bytes: Vec::new(),
+        max,
+    };
+    match serde_json::to_writer(&mut out, v) {
+        Ok(()) => Ok(out.bytes),
+        Err(e) if e.is_io() => Err(Value::from(format!(
+            "the reply would be larger than the server's max_payload ({max} bytes) and cannot be sent: {ask_for_less}"
+        ))),
+        Err(e) => Err(Value::from(e.to_string())),
+    }
+}
+
+/// Handles one request; the result as JSON of at most `max` bytes.
+async fn handle(
+    emulator: &Emulator,
+    op: &str,
+    payload: &[u8],
+    max: usize,
+) -> Result<Vec<u8>, Value> {
     let err = |e: String| Value::from(e);
     match op {
-        "state" => to_value(emulator.summary()).map_err(err),
+        "state" => to_json(
+            &emulator.summary(),
+            max,
+            "ask for the runs one at a time with `run`, or lower max_runs",
+        ),
         "deploy" => {
             let req: FlowRequest = parse(payload).map_err(err)?;
             match emulator.deploy(req.flow).await {
-                Ok(d) => to_value(d).map_err(err),
+                Ok(d) => to_json(&d, max, "deploy a smaller flow"),
                 Err(EmulatorError::Release(problems)) => Err(json!({
                     "message": format!("release refused: {}", problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")),
                     "problems": problems,
@@ -301,7 +343,7 @@ async fn handle(emulator: &Emulator, op: &str, payload: &[u8]) -> Result<Value, 
         "check_release" => {
             let req: FlowRequest = parse(payload).map_err(err)?;
             match emulator.check_release(&req.flow) {
-                Ok(flow) => to_value(flow).map_err(err),
+                Ok(flow) => to_json(&flow, max, "check a smaller flow"),
                 Err(problems) => Err(json!({
                     "message": "release refused",
                     "problems": problems,
@@ -324,7 +366,7 @@ async fn handle(emulator: &Emulator, op: &str, payload: &[u8]) -> Result<Value, 
                 )
                 .await
                 .map_err(|e| err(e.to_string()))?;
-            Ok(json!({"run_id": run.0}))
+            to_json(&json!({"run_id": run.0}), max, "")
         }
         "advance" => {
             let req: AdvanceRequest = parse(payload).map_err(err)?;
@@ -332,24 +374,64 @@ async fn handle(emulator: &Emulator, op: &str, payload: &[u8]) -> Result<Value, 
                 .advance(Duration::from_millis(req.duration_ms))
                 .await
                 .map_err(|e| err(e.to_string()))?;
-            Ok(json!({"fired": fired, "clock": emulator.now()}))
+            to_json(
+                &json!({"fired": fired, "clock": emulator.now()}),
+                max,
+                "the timers fired, but their list is too long to send; read them from the records",
+            )
         }
-        "runs" => to_value(emulator.runs()).map_err(err),
+        "runs" => to_json(
+            &emulator.runs(),
+            max,
+            "ask for the runs one at a time with `run` (their ids are in `state`)",
+        ),
         "run" => {
             let req: RunRequest = parse(payload).map_err(err)?;
             match emulator.run(&req.run_id) {
-                Some(run) => to_value(run).map_err(err),
+                Some(run) => to_json(&run, max, "read the run's records with `records` instead"),
                 None => Err(err(format!("no run {:?}", req.run_id))),
             }
         }
         "records" => {
             let req: RecordsRequest = parse(payload).map_err(err)?;
-            to_value(emulator.records_since(req.since, req.limit)).map_err(err)
+            to_json(
+                &emulator.records_since(req.since, req.limit),
+                max,
+                "ask for fewer with a smaller `limit`",
+            )
         }
-        "violations" => to_value(emulator.violations()).map_err(err),
+        "violations" => to_json(
+            &emulator.violations(),
+            max,
+            "read them from `records` (kind `violation`) a page at a time with a small `limit`",
+        ),
         other => Err(err(format!(
             "unknown control op {other:?}; ops: state, deploy, check_release, trigger, advance, runs, run, records, violations"
         ))),
+    }
+}
+
+/// The reply's bytes: `{"ok": true, "result": …}` or `{"ok": false, "error": …}`, within `max`
+/// bytes (an error too large is cut to its first part).
+fn reply_bytes(result: Result<Vec<u8>, Value>, max: usize) -> Vec<u8> {
+    match result {
+        Ok(result) => {
+            let mut bytes = br#"{"ok":true,"result":"#.to_vec();
+            bytes.extend_from_slice(&result);
+            bytes.push(b'}');
+            bytes
+        }
+        Err(error) => {
+            let bytes =
+                serde_json::to_vec(&json!({"ok": false, "error": error})).unwrap_or_default();
+            if bytes.len() <= max {
+                return bytes;
+            }
+            let text = error.to_string();
+            let cut: String = text.chars().take(max / 8).collect();
+            serde_json::to_vec(&json!({"ok": false, "error": format!("{cut}… (cut: the whole error is larger than the server's max_payload)")}))
+                .unwrap_or_default()
+        }
     }
 }
 
@@ -399,17 +481,23 @@ pub(crate) async fn serve(
                     .next()
                     .unwrap_or_default()
                     .to_owned();
-                let reply = if let Some(refusal) = refuse(token.as_ref(), msg.headers.as_ref()) {
-                    json!({"ok": false, "error": refusal})
+                // A reply above the server's max_payload would never be sent, and the requester
+                // would wait for nothing: keep room for the envelope of the result.
+                let max = client
+                    .server_info()
+                    .max_payload
+                    .saturating_sub(64)
+                    .max(1024);
+                let result = if let Some(refusal) = refuse(token.as_ref(), msg.headers.as_ref()) {
+                    Err(Value::from(refusal))
                 } else {
-                    match handle(&emulator, &op, &msg.payload).await {
-                        Ok(result) => json!({"ok": true, "result": result}),
-                        Err(error) => json!({"ok": false, "error": error}),
-                    }
+                    handle(&emulator, &op, &msg.payload, max).await
                 };
                 if let Some(to) = msg.reply {
-                    let bytes = serde_json::to_vec(&reply).unwrap_or_default();
-                    let _ = client.publish(to, bytes.into()).await;
+                    let bytes = reply_bytes(result, max);
+                    if let Err(e) = client.publish(to, bytes.into()).await {
+                        tracing::warn!(op, "a control reply could not be sent: {e}");
+                    }
                 }
             }
         };

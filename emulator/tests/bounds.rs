@@ -133,3 +133,56 @@ async fn settled_runs_beyond_max_runs_are_evicted_and_counted() {
         .unwrap_err();
     assert!(err.to_string().contains("evicted"), "{err}");
 }
+
+/// Found by the protocol fuzzer: a control reply above the server's max_payload (here the
+/// violations of a few 400 KB messages) was never sent, and the requester waited for nothing
+/// while the requests behind it queued. Now it gets an error that says how to ask for less, at
+/// once, and the API keeps answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_reply_too_large_for_nats_is_an_error_not_silence() {
+    let lab = lab_with(EmulatorConfig::default()).await;
+    let client = connect(&lab).await;
+    let payload = vec![b'x'; 400 * 1024];
+    for i in 0..4 {
+        client
+            .publish(format!("triggers.v2.nope{i}"), payload.clone().into())
+            .await
+            .unwrap();
+    }
+    client.flush().await.unwrap();
+    eventually(&lab, "4 violations", |lab| {
+        (lab.violations().len() >= 4).then_some(())
+    })
+    .await;
+    let control = triggers_emulator::control::ControlClient::connect(lab.url())
+        .await
+        .unwrap();
+    let ask = |op: &'static str, body: serde_json::Value| {
+        let client = client.clone();
+        async move {
+            let reply = tokio::time::timeout(
+                Duration::from_secs(1),
+                client.request(
+                    format!("triggerslab.v1.control.{op}"),
+                    serde_json::to_vec(&body).unwrap().into(),
+                ),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{op}: no reply within 1 s"))
+            .unwrap();
+            serde_json::from_slice::<serde_json::Value>(&reply.payload).unwrap()
+        }
+    };
+    let reply = ask("violations", json!({})).await;
+    assert_eq!(reply["ok"], json!(false), "{reply}");
+    let error = reply["error"].as_str().unwrap();
+    assert!(error.contains("max_payload"), "{error}");
+    assert!(error.contains("`limit`"), "{error}");
+    let reply = ask("records", json!({"since": 0, "limit": 1000})).await;
+    assert_eq!(reply["ok"], json!(false), "{reply}");
+    assert!(reply["error"].as_str().unwrap().contains("smaller `limit`"));
+    // A page that fits is served, and the API answers on.
+    let reply = ask("records", json!({"since": 0, "limit": 1})).await;
+    assert_eq!(reply["ok"], json!(true), "{reply}");
+    assert!(control.state().await.unwrap().violations >= 4);
+}

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
+pub mod fuzz;
 pub mod shapes;
+pub mod soak;
 
 use serde_json::{Value, json};
 use triggers_emulator::{Backend, EmulatorConfig, Harness, NatsConfig};

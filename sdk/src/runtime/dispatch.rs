@@ -393,14 +393,15 @@ impl Runtime {
                         (None, NodeType::Condition) => status::SKIPPED,
                         _ => status::SUCCEEDED,
                     };
-                    self.complete(envelope, node, started, st, "").await?;
+                    self.complete(envelope, &trail, node, started, st, "")
+                        .await?;
                     if let Some(out) = next {
                         self.route(flow, node, out, envelope, &trail).await?;
                     }
                     Ok(())
                 }
                 Err(f) => {
-                    self.complete(envelope, node, started, status::FAILED, &f.message)
+                    self.complete(envelope, &trail, node, started, status::FAILED, &f.message)
                         .await?;
                     self.dead_letter_fallback(
                         FallbackKind::NodeFailed,
@@ -429,7 +430,7 @@ impl Runtime {
         let Some(action) = self.actions.get(&node.action) else {
             let started = GoTime::now();
             let msg = format!("{} has no action {:?}", self.service(), node.action);
-            self.complete(envelope, node, started, status::FAILED, &msg)
+            self.complete(envelope, &trail, node, started, status::FAILED, &msg)
                 .await?;
             return self
                 .dead_letter_fallback(FallbackKind::UnknownNode, envelope, input.bytes(), &msg)
@@ -440,7 +441,7 @@ impl Runtime {
         if let Some(kept) = kept {
             tracing::debug!(run = %envelope.flow_run_id, node = %node.id, "the handler ran before this redelivery; handing its kept result on");
             if !kept.reported {
-                self.complete(envelope, node, GoTime::now(), status::SUCCEEDED, "")
+                self.complete(envelope, &trail, node, GoTime::now(), status::SUCCEEDED, "")
                     .await?;
             }
             return self
@@ -491,7 +492,7 @@ impl Runtime {
                             reported: false,
                         },
                     );
-                    self.complete(envelope, node, started, status::SUCCEEDED, "")
+                    self.complete(envelope, &trail, node, started, status::SUCCEEDED, "")
                         .await?;
                     if let Some(kept) = self.lock_outcomes().get_mut(&kept_key) {
                         kept.reported = true;
@@ -527,14 +528,28 @@ impl Runtime {
                 ),
             };
             if retryable && attempt < max {
-                self.complete(&attempt_envelope, node, started, status::RETRYING, &message)
-                    .await?;
+                self.complete(
+                    &attempt_envelope,
+                    &trail,
+                    node,
+                    started,
+                    status::RETRYING,
+                    &message,
+                )
+                .await?;
                 attempt += 1;
                 tokio::time::sleep(action.retry.backoff_before(attempt)).await;
                 continue;
             }
-            self.complete(&attempt_envelope, node, started, status::FAILED, &message)
-                .await?;
+            self.complete(
+                &attempt_envelope,
+                &trail,
+                node,
+                started,
+                status::FAILED,
+                &message,
+            )
+            .await?;
             let err = if attempt > 1 {
                 format!("{message} (after {attempt} attempts)")
             } else {

@@ -30,10 +30,15 @@ impl Failure {
 pub(crate) struct Fatal(pub(crate) String);
 
 impl Runtime {
-    /// Publishes the completion event of `node`.
+    /// Publishes the completion event of `node`, reached by `trail` in the delivery of
+    /// `envelope`, with a `Nats-Msg-Id` that names that execution's outcome ([`event_msg_id`]):
+    /// the same event sent again (a redelivery after a lost ack reporting a kept outcome, or
+    /// another replica running the node again after a crash) is dropped by the events stream's
+    /// dedup instead of settling the node twice.
     pub(crate) async fn complete(
         &self,
         envelope: &Envelope,
+        trail: &[&str],
         node: &Node,
         started_at: GoTime,
         status: &str,
@@ -56,7 +61,12 @@ impl Runtime {
         let bytes = event.to_json().map_err(|e| Fatal(e.to_string()))?;
         // Through JetStream when a stream keeps the events (the emulator's does), so a server
         // restart loses none; a plain publish otherwise. The bytes are the same either way.
-        self.publish(&subject, &Headers::new(), bytes, Target::Auto)
+        let mut headers = Headers::new();
+        headers.insert(
+            names::NATS_MSG_ID,
+            event_msg_id(envelope, trail, &node.id, status),
+        );
+        self.publish(&subject, &headers, bytes, Target::Auto)
             .await
             .map_err(Fatal)
     }
@@ -218,6 +228,25 @@ impl Runtime {
     fn forget_capture(&self, subject: &str) {
         self.lock_captures().remove(&subject.to_owned());
     }
+}
+
+/// The `Nats-Msg-Id` of a completion event: `ev:` and the SHA-256 of what names one outcome of
+/// one execution: the delivery's idempotency key, the edges taken inside the delivery (two paths
+/// to one node in one delivery are two executions), the node, the status and the attempt
+/// (`retry_count`: each `retrying` event is its own). Hashed, so that any key or id (whatever a
+/// peer sent) makes a valid header value of a fixed length.
+fn event_msg_id(envelope: &Envelope, trail: &[&str], node: &str, status: &str) -> String {
+    let mut named = envelope.idempotency_key.clone();
+    for part in trail.iter().copied().chain([node, status]) {
+        named.push('\n');
+        named.push_str(part);
+    }
+    named.push('\n');
+    named.push_str(&envelope.retry_count.to_string());
+    format!(
+        "ev:{}",
+        crate::wire::durable_timer::payload_sha256(named.as_bytes())
+    )
 }
 
 /// How long the answer to "does a stream capture this subject" is trusted.
