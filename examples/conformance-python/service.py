@@ -697,9 +697,13 @@ class Service:
             except Exception as e:  # noqa: BLE001
                 log.warning("last heartbeat: %s", e)
         try:
-            await asyncio.wait_for(self.nc.drain(), 5)
+            await self.psub.unsubscribe()  # a pull subscription's queue would hold the drain up
         except Exception:  # noqa: BLE001
             pass
+        try:
+            await asyncio.wait_for(self.nc.drain(), 5)
+        except Exception:  # noqa: BLE001
+            await self.nc.close()
 
     async def handle_guarded(self, msg):
         progress = asyncio.create_task(self.keep_in_progress(msg))
