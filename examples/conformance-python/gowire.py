@@ -160,12 +160,26 @@ def _reject_constant(name):
 def decode(data: bytes):
     """Parse JSON as Go would accept it (no NaN/Infinity)."""
     text = data.decode("utf-8")
-    return json.loads(text, parse_constant=_reject_constant, parse_int=_parse_int)
+    return json.loads(text, parse_constant=_reject_constant, parse_int=_parse_int, parse_float=_parse_float)
+
+
+def _parse_float(text: str) -> float:
+    f = float(text)
+    if math.isinf(f):  # Go refuses a number beyond float64's range
+        raise ValueError(f"number {text} is out of range")
+    return f
 
 
 def _parse_int(text: str):
     # "-0" is a float64 -0 for Go's map[string]any; Python's int would lose the sign.
-    return -0.0 if text == "-0" else int(text)
+    if text == "-0":
+        return -0.0
+    v = int(text)
+    try:
+        float(v)
+    except OverflowError:
+        raise ValueError(f"number {text[:20]}... is out of range") from None
+    return v
 
 
 def compact(data: bytes) -> bytes:
