@@ -493,7 +493,8 @@ class Service:
     def __init__(self, url):
         self.url = url
         self.flows = Flows()
-        self.handled = OrderedDict()
+        self.handled = OrderedDict()  # inbound keys handled in full (only the ack may be lost)
+        self.kept = OrderedDict()  # (inbound key, node, trail) -> a succeeded action's result
         self.stream_cache = {}
         self.started_at = go_time_ns(now_ns())
         self.stopping = asyncio.Event()
@@ -901,7 +902,7 @@ class Service:
                     await self.event(env, flow, node_id, "succeeded", started, now_ns())
                 out = payload
             elif ntype == "action":
-                out = await self.run_action(ctx, node_id, payload)
+                out = await self.run_action(ctx, node_id, payload, trail)
             elif ntype == "mapping":
                 out = await self.simple(ctx, node_id, payload, started, lambda: flowexpr.mapping(config, payload))
             elif ntype == "condition":
@@ -975,12 +976,17 @@ class Service:
             return
         await self.event(env, flow, node_id, "succeeded", started, now_ns())
 
-    async def run_action(self, ctx, node_id, payload):
+    async def run_action(self, ctx, node_id, payload, trail):
         env, flow = ctx.env, ctx.flow
         name = flow.nodes[node_id].get("action")
         spec = ACTIONS_BY_NAME.get(name)
         if spec is None:
             raise Fail("unknown_node", "unknown_node", f"action node {node_id} names {name!r}, which {SERVICE} lacks", payload, env)
+        kept_key = (env.idempotency_key, node_id, tuple(trail))
+        if kept_key in self.kept:
+            # a redelivery: the action succeeded already and was reported; hand the result on
+            log.info("%s: %s succeeded on an earlier delivery; its result is handed on again", env.idempotency_key, node_id)
+            return self.kept[kept_key]
         retry = spec["retry"]
         attempts = max(1, retry["max_attempts"])
         for attempt in range(1, attempts + 1):
@@ -1012,6 +1018,9 @@ class Service:
             finished = now_ns()
             if kind is None:
                 await self.event(att_env, flow, node_id, "succeeded", started, finished)
+                self.kept[kept_key] = out
+                while len(self.kept) > HANDLED_KEYS:
+                    self.kept.popitem(last=False)
                 return out
             if retryable and attempt < attempts:
                 if BREAK != "retry":
