@@ -1,5 +1,6 @@
 //! `triggers-lab`: the one binary of triggers-lab. Thin: each subcommand delegates to a crate.
 
+mod conform_cmd;
 mod discovery;
 mod files;
 mod lab_cmd;
@@ -54,6 +55,8 @@ enum Command {
     },
     /// Run scenario files (or folders of them), each on its own nats-server and emulator.
     Run(run_cmd::RunArgs),
+    /// Judge a service (any language) against the flow protocol: `conform -- COMMAND...`.
+    Conform(conform_cmd::ConformArgs),
     /// Run the shipped flow-lab scenarios, step by step: the first thing to try.
     Demo(run_cmd::DemoArgs),
     /// Move a running `up`'s virtual clock forward (e.g. 30s, 5m, 1h30m, 1d); due timers fire.
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
         Command::Manifest(cmd) => manifest_cmd::run(cmd),
         Command::Run(args) => run_cmd::run(args),
         Command::Demo(args) => run_cmd::demo(args),
+        Command::Conform(args) => conform_cmd::run(args),
         other => {
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -107,7 +111,10 @@ fn main() -> ExitCode {
                         lab_cmd::advance(control, duration).await
                     }
                     Command::Watch { control } => lab_cmd::watch(control, signals.clone()).await,
-                    Command::Manifest(_) | Command::Run(_) | Command::Demo(_) => {
+                    Command::Manifest(_)
+                    | Command::Run(_)
+                    | Command::Demo(_)
+                    | Command::Conform(_) => {
                         unreachable!("handled above")
                     }
                 };

@@ -538,6 +538,17 @@ impl Emulator {
         self.shared.lock()
     }
 
+    /// Marks a message a test is about to publish as its own input (the conformance kit's forged
+    /// deliveries), by its `Nats-Msg-Id` or idempotency key: it is recorded, but not judged as a
+    /// service's message, so deliberate bad input is no conformance violation of the service
+    /// under test. What the services do with it still is. (A scenario's `publish` step is judged:
+    /// a scenario may expect the checker to flag what it sends.)
+    pub fn mark_test_input(&self, id: &str) {
+        if !id.is_empty() {
+            Shared::remember_own(&mut self.lock(), id);
+        }
+    }
+
     /// A receiver that sees every record from now on (the control API and the terminal UI use it).
     #[must_use]
     pub fn subscribe_records(&self) -> broadcast::Receiver<Record> {

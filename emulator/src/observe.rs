@@ -179,9 +179,10 @@ impl Shared {
     pub(crate) fn observe(&self, subject: &str, headers: &Headers, payload: Body) {
         let (registry, origin) = {
             let mut state = self.lock();
-            let own = headers
-                .get(names::NATS_MSG_ID)
-                .is_some_and(|id| state.own_msg_ids.contains(&id.to_owned()))
+            let own = [names::NATS_MSG_ID, names::IDEMPOTENCY_KEY]
+                .iter()
+                .filter_map(|name| headers.get(name))
+                .any(|id| state.own_msg_ids.contains(&id.to_owned()))
                 || (subject.starts_with("triggers.v2.flow.broadcast.")
                     && headers.is_empty()
                     && state.own_broadcasts.remove(&payload.to_vec()));

@@ -4,7 +4,7 @@
 //! A [`Watchdog`] kills the group if this process dies without stopping it (SIGKILL, a forced
 //! exit): a service must not outlive the run that started it.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -60,24 +60,41 @@ impl External {
         base_dir: &Path,
         nats_url: &str,
     ) -> Result<Self, String> {
-        let command = spec.command.as_deref().unwrap_or_default();
-        let (program, args) = command
-            .split_first()
-            .ok_or_else(|| format!("service {:?} has an empty command", spec.name))?;
         let cwd = match &spec.cwd {
             Some(dir) => base_dir.join(dir),
             None => base_dir.to_path_buf(),
         };
+        Self::spawn(
+            &spec.name,
+            spec.command.as_deref().unwrap_or_default(),
+            &spec.env,
+            &cwd,
+            nats_url,
+        )
+    }
+
+    /// Starts `command` (the program, then its arguments) as service `name`, in `cwd`, in a
+    /// process group of its own watched by a watchdog, with `TRIGGERS_NATS_URL` set.
+    pub(crate) fn spawn(
+        name: &str,
+        command: &[String],
+        env: &BTreeMap<String, String>,
+        cwd: &Path,
+        nats_url: &str,
+    ) -> Result<Self, String> {
+        let (program, args) = command
+            .split_first()
+            .ok_or_else(|| format!("service {name:?} has an empty command"))?;
         // A scenario named by a bare file name (`run order.yaml`) has an empty folder: here.
         let cwd = if cwd.as_os_str().is_empty() {
             Path::new(".").to_path_buf()
         } else {
-            cwd
+            cwd.to_path_buf()
         };
         let mut cmd = Command::new(program);
         cmd.args(args)
             .current_dir(&cwd)
-            .envs(&spec.env)
+            .envs(env)
             .env("TRIGGERS_NATS_URL", nats_url)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -87,8 +104,7 @@ impl External {
         cmd.process_group(0);
         let mut child = cmd.spawn().map_err(|e| {
             format!(
-                "cannot start service {:?} ({} in {}): {e}",
-                spec.name,
+                "cannot start service {name:?} ({} in {}): {e}",
                 command.join(" "),
                 cwd.display()
             )
@@ -98,7 +114,7 @@ impl External {
             .and_then(|pid| match Watchdog::process_group(pid, None) {
                 Ok(w) => Some(w),
                 Err(e) => {
-                    tracing::warn!(%e, service = %spec.name, "no watchdog: the service would outlive a SIGKILL of this process");
+                    tracing::warn!(%e, service = %name, "no watchdog: the service would outlive a SIGKILL of this process");
                     None
                 }
             });
@@ -110,12 +126,27 @@ impl External {
             tokio::spawn(collect(err, output.clone()));
         }
         Ok(External {
-            name: spec.name.clone(),
+            name: name.to_owned(),
             child: Some(child),
             pgid,
             watchdog,
             output,
         })
+    }
+
+    /// Sends SIGTERM to its process group, and nothing more: [`External::wait_exit`] waits,
+    /// [`External::stop`] (or dropping it) makes sure it is gone.
+    pub(crate) fn terminate(&self) {
+        signal(self.pgid, false);
+    }
+
+    /// Waits up to `patience` for the process to exit; its status text when it did.
+    pub(crate) async fn wait_exit(&mut self, patience: Duration) -> Option<String> {
+        let child = self.child.as_mut()?;
+        match tokio::time::timeout(patience, child.wait()).await {
+            Ok(Ok(status)) => Some(status.to_string()),
+            _ => None,
+        }
     }
 
     /// `Some(status text)` when the process has exited.

@@ -23,6 +23,7 @@
 //! # }
 //! ```
 
+pub mod conform;
 mod describe;
 mod error;
 mod expect;

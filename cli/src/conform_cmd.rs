@@ -1,0 +1,182 @@
+//! `triggers-lab conform -- COMMAND...`: the conformance kit (`docs/conform.md`). Exit codes: 0
+//! every check passed, 1 some did not, 2 a usage error, 3 the service or a nats-server could not
+//! be started, 130/143 stopped by SIGINT/SIGTERM.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use triggers_scenarios::conform::{
+    CHECKS, CheckOutcome, CheckResult, ConformError, ConformOptions, conform,
+};
+
+/// `conform`'s arguments.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Exit codes: 0 every check passed, 1 a check failed or could not be \
+judged, 2 a usage error, 3 the service or a nats-server could not be started, 130/143 stopped \
+by SIGINT/SIGTERM.\n\nThe service to judge implements docs/conform.md; e.g.\n  triggers-lab \
+conform -- python3 examples/conformance-python/service.py"
+)]
+pub(crate) struct ConformArgs {
+    /// Run only this check (repeatable); `register` always runs.
+    #[arg(long = "only", value_name = "CHECK")]
+    only: Vec<String>,
+    /// List the checks and exit.
+    #[arg(long)]
+    list: bool,
+    /// How long each check waits for what it expects.
+    #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
+    timeout: Duration,
+    /// Write a JUnit XML report here.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Write a JSON report here (`-` for standard output).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Show the service's own output at the end, even when every check passed.
+    #[arg(short, long)]
+    verbose: bool,
+    /// The command that starts the conformance service, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+pub(crate) fn run(args: ConformArgs) -> ExitCode {
+    if args.list {
+        for (name, about) in CHECKS {
+            println!("{name:22} {about}");
+        }
+        return ExitCode::SUCCESS;
+    }
+    if args.command.is_empty() {
+        eprintln!(
+            "error: no command to judge: give it after `--`, e.g. `triggers-lab conform -- python3 service.py`"
+        );
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    let options = ConformOptions {
+        command: args.command.clone(),
+        timeout: args.timeout,
+        only: args.only.clone(),
+        ..ConformOptions::default()
+    };
+    eprintln!(
+        "judging `{}` against docs/protocol.md ({} checks)",
+        args.command.join(" "),
+        CHECKS.len()
+    );
+    let result = runtime.block_on(async {
+        let work = conform(&options, print_progress);
+        tokio::pin!(work);
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let mut term = signal(SignalKind::terminate()).ok();
+            tokio::select! {
+                r = &mut work => Ok(r),
+                _ = tokio::signal::ctrl_c() => Err(130u8),
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => Err(143u8),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            tokio::select! {
+                r = &mut work => Ok(r),
+                _ = tokio::signal::ctrl_c() => Err(130u8),
+            }
+        }
+    });
+    // Whatever was started (the service's process group, the nats-server) is gone once the
+    // future is dropped; make sure before exiting.
+    drop(runtime);
+    let report = match result {
+        Err(code) => {
+            eprintln!("stopped by a signal: nothing judged");
+            return ExitCode::from(code);
+        }
+        Ok(Err(e)) => {
+            eprintln!("error: {e}");
+            return match e {
+                ConformError::NoCommand | ConformError::UnknownCheck(_) => ExitCode::from(2),
+                _ => ExitCode::from(3),
+            };
+        }
+        Ok(Ok(report)) => report,
+    };
+    let mut out = std::io::stdout().lock();
+    let summary = report.table();
+    let tail = summary
+        .rsplit_once("\n\n")
+        .map(|(_, s)| s)
+        .unwrap_or(&summary);
+    for w in &report.warnings {
+        let _ = writeln!(out, "  warning: {w}");
+    }
+    let _ = write!(out, "\n{tail}");
+    if (args.verbose || !report.conformant()) && !report.service_output.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nthe service's output (last lines):\n{}",
+            report.service_output
+        );
+    }
+    if let Some(path) = &args.junit {
+        match report.to_junit() {
+            Ok(xml) => write_file(path, &xml),
+            Err(e) => eprintln!("error: cannot write the JUnit report: {e}"),
+        }
+    }
+    if let Some(path) = &args.json {
+        match report.to_json() {
+            Ok(json) if path.as_os_str() == "-" => {
+                let _ = writeln!(out, "{json}");
+            }
+            Ok(json) => write_file(path, &json),
+            Err(e) => eprintln!("error: cannot write the JSON report: {e}"),
+        }
+    }
+    if report.conformant() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn print_progress(result: &CheckResult) {
+    let mut out = std::io::stdout().lock();
+    let (mark, detail) = match &result.outcome {
+        CheckOutcome::Passed => ("pass", String::new()),
+        CheckOutcome::Failed { expected, arrived } => (
+            "FAIL",
+            format!("\n        expected: {expected}\n        arrived:  {arrived}"),
+        ),
+        CheckOutcome::NotApplicable { because } => ("n/a ", format!("\n        {because}")),
+    };
+    let _ = writeln!(
+        out,
+        "  {mark}  {:22} {} ({} ms){detail}",
+        result.name, result.about, result.millis
+    );
+}
+
+fn write_file(path: &std::path::Path, text: &str) {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    if let Err(e) = std::fs::write(path, text) {
+        eprintln!("error: cannot write {}: {e}", path.display());
+    }
+}

@@ -1,0 +1,129 @@
+//! The conformance kit against the Rust conformance service (`src/bin/conformance-service.rs`):
+//! the correct service scores 100 %, and each behaviour it can get wrong (`CONFORM_BREAK`) fails
+//! the matching check and no other.
+
+use std::time::Duration;
+
+use triggers_scenarios::conform::{CHECKS, CheckOutcome, ConformOptions, ConformReport, conform};
+
+fn options(only: &[&str], broken: Option<&str>) -> ConformOptions {
+    let mut options = ConformOptions {
+        command: vec![env!("CARGO_BIN_EXE_conformance-service").to_owned()],
+        timeout: Duration::from_secs(5),
+        only: only.iter().map(|s| (*s).to_owned()).collect(),
+        ..ConformOptions::default()
+    };
+    if let Some(check) = broken {
+        options.env.insert("CONFORM_BREAK".into(), check.into());
+    }
+    options
+}
+
+async fn judge(options: &ConformOptions) -> ConformReport {
+    conform(options, |_| {})
+        .await
+        .unwrap_or_else(|e| panic!("the kit could not judge: {e}"))
+}
+
+fn failed(report: &ConformReport) -> Vec<&str> {
+    report
+        .checks
+        .iter()
+        .filter(|c| matches!(c.outcome, CheckOutcome::Failed { .. }))
+        .map(|c| c.name)
+        .collect()
+}
+
+#[tokio::test]
+async fn the_rust_conformance_service_scores_100_percent() {
+    let report = judge(&options(&[], None)).await;
+    assert!(
+        report.conformant(),
+        "{}\n{}",
+        report.table(),
+        report.service_output
+    );
+    assert_eq!(report.checks.len(), CHECKS.len());
+    assert_eq!(report.score(), 100.0);
+    let junit = report.to_junit().expect("JUnit");
+    assert!(junit.contains("conformant"), "{junit}");
+    let json: serde_json::Value = serde_json::from_str(&report.to_json().expect("JSON")).unwrap();
+    assert_eq!(json["passed"], CHECKS.len());
+}
+
+#[tokio::test]
+async fn each_broken_behaviour_fails_its_own_check() {
+    // (what is broken, the checks run, the checks that must fail)
+    let cases: [(&str, &[&str], &[&str]); 9] = [
+        ("echo", &["echo"], &["echo"]),
+        ("retry", &["retry"], &["retry"]),
+        (
+            "dlq_action_failed",
+            &["dlq_action_failed"],
+            &["dlq_action_failed"],
+        ),
+        (
+            "dlq_action_timeout",
+            &["dlq_action_timeout"],
+            &["dlq_action_timeout"],
+        ),
+        (
+            "dlq_action_panicked",
+            &["dlq_action_panicked"],
+            &["dlq_action_panicked"],
+        ),
+        (
+            "dlq_invalid_input",
+            &["dlq_invalid_input"],
+            &["dlq_invalid_input"],
+        ),
+        ("lookup", &["lookup"], &["lookup"]),
+        ("register", &["echo"], &["register"]),
+        ("shutdown", &["shutdown"], &["shutdown"]),
+    ];
+    for (broken, only, fails) in cases {
+        let report = judge(&options(only, Some(broken))).await;
+        assert_eq!(
+            failed(&report),
+            fails,
+            "CONFORM_BREAK={broken}:\n{}",
+            report.table()
+        );
+        assert!(!report.conformant());
+    }
+}
+
+#[tokio::test]
+async fn a_command_that_cannot_start_is_an_error_not_a_verdict() {
+    let options = ConformOptions {
+        command: vec!["/nonexistent/conformance-service".into()],
+        ..ConformOptions::default()
+    };
+    let err = conform(&options, |_| {})
+        .await
+        .expect_err("no such program");
+    assert!(
+        err.to_string().contains("/nonexistent/conformance-service"),
+        "{err}"
+    );
+    let unknown = ConformOptions {
+        command: vec!["true".into()],
+        only: vec!["no_such_check".into()],
+        ..ConformOptions::default()
+    };
+    let err = conform(&unknown, |_| {}).await.expect_err("unknown check");
+    assert!(err.to_string().contains("--list"), "{err}");
+}
+
+#[tokio::test]
+async fn a_service_that_never_registers_fails_register_and_nothing_else_is_judged() {
+    let options = ConformOptions {
+        command: vec!["sleep".into(), "30".into()],
+        timeout: Duration::from_secs(1),
+        ..ConformOptions::default()
+    };
+    let report = conform(&options, |_| {}).await.expect("judged");
+    assert_eq!(failed(&report), ["register"]);
+    assert_eq!(report.not_applicable(), CHECKS.len() - 1);
+    assert_eq!(report.score(), 0.0);
+}
