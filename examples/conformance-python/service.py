@@ -762,7 +762,7 @@ class Service:
                 kind = "invalid_envelope"
             elif BREAK == "dlq_invalid_envelope" and kind == "invalid_envelope":
                 kind = "missing_envelope"
-            await self.dlq(kind, kind, e.partial, body_json(data), str(e))
+            await self.dlq(kind, e.kind, e.partial, body_json(data), str(e))
             return
         # 2. the body
         try:
@@ -785,13 +785,13 @@ class Service:
         flow = await self.flows.wait(env.flow_id, env.flow_version, UNKNOWN_FLOW_WAIT)
         if flow is None:
             kind = "unknown_node" if BREAK == "dlq_unknown_flow" else "unknown_flow"
-            await self.dlq(kind, kind, env, RawJSON(data), f"flow {env.flow_id} v{env.flow_version} is not held")
+            await self.dlq(kind, "unknown_flow", env, RawJSON(data), f"flow {env.flow_id} v{env.flow_version} is not held")
             return
         # 4. the source node
         src = env.source_node_id
         if src not in flow.nodes:
             kind = "unknown_flow" if BREAK == "dlq_unknown_node" else "unknown_node"
-            await self.dlq(kind, kind, env, RawJSON(data), f"node {src} is not in flow {flow.id} v{flow.version}")
+            await self.dlq(kind, "unknown_node", env, RawJSON(data), f"node {src} is not in flow {flow.id} v{flow.version}")
             return
         # 5. what is this service's
         succ = flow.out.get(src, [])
