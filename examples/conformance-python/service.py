@@ -694,17 +694,21 @@ class Service:
         hb.cancel()
         if BREAK != "shutdown":
             try:
-                await self.heartbeat(shutting_down=True)
+                await asyncio.wait_for(self.heartbeat(shutting_down=True), 2)
             except Exception as e:  # noqa: BLE001
                 log.warning("last heartbeat: %s", e)
+        # every wait below is bounded: a service whose server is gone still exits
         try:
-            await self.psub.unsubscribe()  # a pull subscription's queue would hold the drain up
+            await asyncio.wait_for(self.psub.unsubscribe(), 2)  # its queue would hold the drain up
         except Exception:  # noqa: BLE001
             pass
         try:
             await asyncio.wait_for(self.nc.drain(), 5)
         except Exception:  # noqa: BLE001
-            await self.nc.close()
+            try:
+                await asyncio.wait_for(self.nc.close(), 2)
+            except Exception:  # noqa: BLE001
+                pass
 
     async def handle_guarded(self, msg):
         progress = asyncio.create_task(self.keep_in_progress(msg))
