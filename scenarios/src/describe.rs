@@ -99,6 +99,13 @@ pub fn label(step: &Step) -> String {
         Step::Publish(p) => format!("publish {}", p.subject),
         Step::RestartNats(_) => "restart_nats".into(),
         Step::StopService(s) => format!("stop_service {s}"),
+        Step::Fuzz(f) => format!(
+            "fuzz {}.{} ({} inputs, seed {})",
+            f.service,
+            f.action,
+            f.runs.unwrap_or(crate::model::DEFAULT_FUZZ_RUNS),
+            f.seed.unwrap_or(1)
+        ),
     }
 }
 

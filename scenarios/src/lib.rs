@@ -28,6 +28,7 @@ mod describe;
 mod error;
 mod expect;
 mod external;
+pub mod fuzz;
 mod interrupt;
 mod load;
 pub mod model;

@@ -693,6 +693,29 @@ impl Checker<'_> {
                     return Err(self.err(at, format!("no service {name:?} in `services`")));
                 }
             }
+            Step::Fuzz(f) => {
+                let Some(service) = ctx.services.iter().find(|s| s.name == f.service) else {
+                    return Err(self.err(at, format!("no service {:?} in `services`", f.service)));
+                };
+                if !service.is_external()
+                    && !service.actions.iter().any(|a| a.value.name == f.action)
+                {
+                    return Err(self.err(
+                        at,
+                        format!("service {:?} has no action {:?}", f.service, f.action),
+                    ));
+                }
+                let runs = f.runs.unwrap_or(crate::model::DEFAULT_FUZZ_RUNS);
+                if runs == 0 || runs > crate::model::MAX_FUZZ_RUNS {
+                    return Err(self.err(
+                        at,
+                        format!(
+                            "runs: {runs} is out of range (1 to {})",
+                            crate::model::MAX_FUZZ_RUNS
+                        ),
+                    ));
+                }
+            }
         }
         Ok(())
     }

@@ -376,7 +376,40 @@ pub enum Step {
     RestartNats(Nothing),
     /// Stop a service gracefully.
     StopService(String),
+    /// Fuzz an action with inputs generated from its registered `input_schema`.
+    Fuzz(FuzzStep),
 }
+
+/// `fuzz`: inputs generated from the action's registered `input_schema` (edges first), each
+/// through a flow of its own; fails on a DLQ entry, a failed or stuck run, a result that does not
+/// validate against `result_schema`, or a conformance error, naming a shrunk input and the seed.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FuzzStep {
+    /// The service (scripted or external).
+    pub service: String,
+    /// Its action.
+    pub action: String,
+    /// How many inputs (default 100).
+    #[serde(default)]
+    pub runs: Option<u32>,
+    /// The seed (default 1): the same seed sends the same inputs.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Also send inputs that break the schema (every fourth): each must be dead-lettered as
+    /// `invalid_input`.
+    #[serde(default)]
+    pub invalid: bool,
+    /// How long each run may take to settle (default: the scenario's `step_timeout`).
+    #[serde(default)]
+    pub run_timeout: Option<Dur>,
+}
+
+/// Inputs a `fuzz` step sends when it does not say.
+pub const DEFAULT_FUZZ_RUNS: u32 = 100;
+
+/// The most inputs one `fuzz` step may send.
+pub const MAX_FUZZ_RUNS: u32 = 100_000;
 
 /// `deploy`.
 #[derive(Debug, Clone, Deserialize)]

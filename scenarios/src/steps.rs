@@ -45,6 +45,7 @@ pub(crate) fn run<'a>(lab: &'a mut Lab<'_>, step: &'a Step) -> LocalBoxFuture<'a
         Step::Publish(p) => publish(lab, p).boxed_local(),
         Step::RestartNats(_) => restart_nats(lab).boxed_local(),
         Step::StopService(name) => stop_service(lab, name).boxed_local(),
+        Step::Fuzz(f) => fuzz(lab, f).boxed_local(),
     }
 }
 
@@ -367,5 +368,22 @@ async fn publish(lab: &Lab<'_>, p: &PublishStep) -> StepResult {
                 .map_err(|e| format!("cannot publish on {subject}: {e}"))?;
             Ok("published (no stream captures the subject)".into())
         }
+    }
+}
+
+async fn fuzz(lab: &Lab<'_>, f: &crate::model::FuzzStep) -> StepResult {
+    let config = crate::fuzz::FuzzConfig {
+        service: f.service.clone(),
+        action: f.action.clone(),
+        runs: f.runs.unwrap_or(crate::model::DEFAULT_FUZZ_RUNS),
+        seed: f.seed.unwrap_or(1),
+        invalid: f.invalid,
+        run_timeout: f.run_timeout.map_or(lab.scenario.step_timeout, |d| d.0),
+    };
+    let report = crate::fuzz::fuzz(lab.em(), &lab.hand, &config).await?;
+    if report.failure.is_some() {
+        Err(report.describe())
+    } else {
+        Ok(report.describe())
     }
 }
