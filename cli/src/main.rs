@@ -2,6 +2,7 @@
 
 mod conform_cmd;
 mod discovery;
+mod doctor;
 mod files;
 mod lab_cmd;
 mod manifest_cmd;
@@ -57,6 +58,9 @@ enum Command {
     Run(run_cmd::RunArgs),
     /// Judge a service (any language) against the flow protocol: `conform -- COMMAND...`.
     Conform(conform_cmd::ConformArgs),
+    /// What this machine offers for a nats-server, what will be chosen and why; exit 3 when
+    /// nothing works. `--prepare` fetches the pinned binary and builds the Docker image first.
+    Doctor(doctor::DoctorArgs),
     /// Run the shipped flow-lab scenarios, step by step: the first thing to try.
     Demo(run_cmd::DemoArgs),
     /// Move a running `up`'s virtual clock forward (e.g. 30s, 5m, 1h30m, 1d); due timers fire.
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run_cmd::run(args),
         Command::Demo(args) => run_cmd::demo(args),
         Command::Conform(args) => conform_cmd::run(args),
+        Command::Doctor(args) => doctor::run(args),
         other => {
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -114,7 +119,8 @@ fn main() -> ExitCode {
                     Command::Manifest(_)
                     | Command::Run(_)
                     | Command::Demo(_)
-                    | Command::Conform(_) => {
+                    | Command::Conform(_)
+                    | Command::Doctor(_) => {
                         unreachable!("handled above")
                     }
                 };

@@ -57,7 +57,9 @@ impl ControlToken {
     /// 32 random bytes (hex) from the thread's CSPRNG.
     #[must_use]
     pub fn generate() -> Self {
-        ControlToken(crate::nats::accounts::secret())
+        let mut bytes = [0u8; 32];
+        rand::fill(&mut bytes[..]);
+        ControlToken(hex::encode(bytes))
     }
 
     /// A token someone else generated (read from `up`'s discovery file, say).

@@ -70,6 +70,13 @@ pub struct EmulatorConfig {
     pub stream_max_age: Duration,
     /// The size limit of each of those streams, in bytes (default 1 GiB).
     pub stream_max_bytes: i64,
+    /// Replicas of every stream the emulator creates (its DLQ and events streams, each service's
+    /// inbound stream): 1 for one server, 3 on a three-node cluster so a node's loss loses
+    /// nothing. `0` (the default): as many as the server has nodes, up to 3 ([`Harness`]
+    /// fills it in; an emulator started on its own treats 0 as 1).
+    ///
+    /// [`Harness`]: crate::Harness
+    pub stream_replicas: usize,
     /// Counts the messages NATS drops for the emulator's slow subscriptions; the connection given
     /// to [`Emulator::start`] must be made with [`crate::drops::connect_options`] over this same
     /// counter (the harness, `triggers-lab up` and the scenario runner do).
@@ -101,12 +108,16 @@ impl Default for EmulatorConfig {
             max_violations: 10_000,
             stream_max_age: Duration::from_secs(24 * 3600),
             stream_max_bytes: 1 << 30,
+            stream_replicas: 0,
             slow_consumers: triggers_sdk::transport::DropCounter::new(),
             control_client: None,
             control_token: None,
         }
     }
 }
+
+/// How long a publish to a replicated stream is retried while the stream elects a leader.
+const CLUSTER_PUBLISH_PATIENCE: Duration = Duration::from_secs(30);
 
 /// How many of its own `Nats-Msg-Id`s the emulator remembers, to tell its deliveries from a
 /// peer's.
@@ -133,6 +144,7 @@ async fn stream_end(
             duplicate_window: config.dlq_duplicate_window.min(config.stream_max_age),
             max_age: config.stream_max_age,
             max_bytes: config.stream_max_bytes,
+            num_replicas: config.stream_replicas.max(1),
             ..Default::default()
         })
         .await
@@ -1032,19 +1044,52 @@ impl Shared {
             subject: subject.to_owned(),
             reason: e.to_string(),
         })?;
-        let ack = self
-            .js
-            .publish_with_headers(subject.to_owned(), map, payload.into())
-            .await
-            .map_err(|e| EmulatorError::Publish {
-                subject: subject.to_owned(),
-                reason: e.to_string(),
-            })?;
-        let ack = ack.await.map_err(|e| EmulatorError::Publish {
-            subject: subject.to_owned(),
-            reason: format!("{e} (is the service's inbound stream there? it is created when the service registers)"),
-        })?;
-        if ack.duplicate {
+        // On a cluster (replicated streams) a publish can meet a stream between leaders: the ack
+        // times out, or nobody answers, for the second or two an election takes. The same
+        // message again is safe (`Nats-Msg-Id` dedup), so it is retried until the wait timeout.
+        let clustered = self.config.stream_replicas > 1;
+        // A leader's crash is noticed after a few missed heartbeats, and the client may have to
+        // reconnect to another node first: elections have taken up to ~15 s on a busy machine.
+        let deadline =
+            tokio::time::Instant::now() + self.config.wait_timeout.max(CLUSTER_PUBLISH_PATIENCE);
+        let mut attempt = 0u32;
+        let ack = loop {
+            attempt += 1;
+            let outcome = async {
+                let ack = self
+                    .js
+                    .publish_with_headers(subject.to_owned(), map.clone(), payload.clone().into())
+                    .await?;
+                ack.await
+            }
+            .await;
+            match outcome {
+                Ok(ack) => break ack,
+                Err(e)
+                    if clustered
+                        && tokio::time::Instant::now() < deadline
+                        && matches!(
+                            e.kind(),
+                            jetstream::context::PublishErrorKind::TimedOut
+                                | jetstream::context::PublishErrorKind::StreamNotFound
+                        ) =>
+                {
+                    tracing::debug!(%subject, attempt, %e, "publish to a replicated stream failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => {
+                    return Err(EmulatorError::Publish {
+                        subject: subject.to_owned(),
+                        reason: format!(
+                            "{e} (is the service's inbound stream there? it is created when the \
+                             service registers)"
+                        ),
+                    });
+                }
+            }
+        };
+        // A duplicate after a retry is the earlier attempt, stored before its ack was lost.
+        if ack.duplicate && attempt == 1 {
             // Every delivery of the emulator's has a key of its own: one that JetStream drops as
             // a duplicate is a delivery lost, and the verdict must say so.
             self.own_delivery_deduplicated(subject, &headers, payload_for_record);

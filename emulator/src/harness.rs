@@ -51,6 +51,9 @@ impl Harness {
     ) -> Result<Self, HarnessError> {
         let capacity = nats.subscription_capacity;
         let nats = NatsServer::start(nats).await?;
+        if config.stream_replicas == 0 {
+            config.stream_replicas = nats.node_count().min(3);
+        }
         let mut options =
             crate::drops::connect_options("triggers-lab emulator", &config.slow_consumers)
                 .retry_on_initial_connect();

@@ -37,7 +37,6 @@ pub mod drops;
 mod emulator;
 mod error;
 mod harness;
-pub mod nats;
 mod observe;
 pub mod recorder;
 mod registration;
@@ -45,7 +44,11 @@ pub mod release;
 mod run;
 mod timers;
 mod wait;
-pub mod watchdog;
+
+/// NATS provisioning: the [`natsbox`] crate, re-exported under its old path.
+pub use natsbox as nats;
+/// Children that die with this process: [`natsbox::watchdog`], re-exported under its old path.
+pub use natsbox::watchdog;
 
 pub use clock::ClockMode;
 pub use emulator::{

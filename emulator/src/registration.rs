@@ -310,6 +310,7 @@ impl Shared {
             duplicate_window: Duration::from_secs(120).min(self.config.stream_max_age),
             max_age: self.config.stream_max_age,
             max_bytes: self.config.stream_max_bytes,
+            num_replicas: self.config.stream_replicas.max(1),
             ..Default::default()
         };
         match self.js.get_stream(&name).await {

@@ -98,6 +98,9 @@ pub fn label(step: &Step) -> String {
         Step::ExpectViolation(Short(v)) => format!("expect_violation {}", v.rule),
         Step::Publish(p) => format!("publish {}", p.subject),
         Step::RestartNats(_) => "restart_nats".into(),
+        Step::StopNatsNode(n) => format!("stop_nats_node {n}"),
+        Step::KillNatsNode(n) => format!("kill_nats_node {n}"),
+        Step::RestartNatsNode(n) => format!("restart_nats_node {n}"),
         Step::StopService(s) => format!("stop_service {s}"),
         Step::Fuzz(f) => format!(
             "fuzz {}.{} ({} inputs, seed {})",

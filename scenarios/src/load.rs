@@ -17,8 +17,8 @@ use triggers_sdk::wire::{Manifest, ResultEvent, subject};
 
 use crate::error::LoadError;
 use crate::model::{
-    ActionSpec, Behavior, Conformance, EmulatorSpec, ScenarioFile, ServiceSpec, Short, Step,
-    StubSpec,
+    ActionSpec, Behavior, Conformance, EmulatorSpec, NatsSpec, NodeRef, ScenarioFile, ServiceSpec,
+    Short, Step, StubSpec,
 };
 use crate::vars;
 
@@ -46,6 +46,8 @@ pub struct Scenario {
     pub conformance: Conformance,
     /// Emulator settings.
     pub emulator: EmulatorSpec,
+    /// The nats-server: one, or a cluster.
+    pub nats: NatsSpec,
     /// HTTP stubs.
     pub http_stubs: Vec<StubSpec>,
     /// Services.
@@ -269,6 +271,7 @@ impl Checker<'_> {
                 flows: &flow_ids,
                 services: &services,
                 stubs: &stub_names,
+                nats_nodes: raw.nats.nodes(),
             };
             self.check_step(&s.value, &ctx, &mut runs)?;
             steps.push(StepAt {
@@ -286,6 +289,7 @@ impl Checker<'_> {
             step_timeout: raw.step_timeout.map_or(DEFAULT_STEP_TIMEOUT, |d| d.0),
             conformance: raw.conformance,
             emulator: raw.emulator,
+            nats: raw.nats,
             http_stubs: stubs,
             services,
             flows,
@@ -570,6 +574,34 @@ impl Checker<'_> {
                 }
             }
             Step::Advance(_) | Step::Sleep(_) | Step::RestartNats(_) => {}
+            Step::StopNatsNode(n) | Step::KillNatsNode(n) | Step::RestartNatsNode(n) => {
+                if ctx.nats_nodes < 2 {
+                    return Err(self.err(
+                        at,
+                        "a `*_nats_node` step needs a cluster: add `nats: {cluster: 3}` to the scenario",
+                    ));
+                }
+                match n {
+                    NodeRef::Number(n) if !(1..=ctx.nats_nodes).contains(n) => {
+                        return Err(self.err(
+                            at,
+                            format!(
+                                "no nats node {n}: the cluster has nodes 1 to {}",
+                                ctx.nats_nodes
+                            ),
+                        ));
+                    }
+                    NodeRef::LeaderOf { leader_of }
+                        if !ctx.services.iter().any(|s| &s.name == leader_of) =>
+                    {
+                        return Err(self.err(
+                            at,
+                            format!("`leader_of: {leader_of}` names no service of the scenario"),
+                        ));
+                    }
+                    NodeRef::Number(_) | NodeRef::LeaderOf { .. } => {}
+                }
+            }
             Step::WaitNode(w) => {
                 run(&w.run, runs)?;
                 status(&w.status, &["succeeded", "failed", "skipped", "any"])?;
@@ -726,6 +758,8 @@ struct StepCtx<'a> {
     flows: &'a BTreeSet<&'a str>,
     services: &'a [ServiceSpec],
     stubs: &'a BTreeSet<String>,
+    /// Servers of the scenario's `nats:` (1 unless a cluster).
+    nats_nodes: usize,
 }
 
 /// ` at <path>` for a serde path, nothing for the root.

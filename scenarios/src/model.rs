@@ -38,6 +38,10 @@ pub struct ScenarioFile {
     /// Emulator settings.
     #[serde(default)]
     pub emulator: EmulatorSpec,
+    /// The nats-server: one (default), or `{cluster: 3}` for a JetStream cluster whose streams
+    /// are replicated on every node, for the `*_nats_node` steps.
+    #[serde(default)]
+    pub nats: NatsSpec,
     /// HTTP endpoints (wiremock servers) that flows can call.
     #[serde(default)]
     pub http_stubs: Vec<Spanned<StubSpec>>,
@@ -77,6 +81,45 @@ pub struct EmulatorSpec {
     /// `reject` (default) or `record` a registration whose `manifest_hash` is wrong.
     #[serde(default)]
     pub hash_mismatch: HashMismatchSpec,
+}
+
+/// `nats:` settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsSpec {
+    /// Nodes of a JetStream cluster (1 to 9; 3 for failover); absent: one server.
+    #[serde(default)]
+    pub cluster: Option<usize>,
+}
+
+impl NatsSpec {
+    /// How many servers: the cluster's nodes, else 1.
+    pub fn nodes(&self) -> usize {
+        self.cluster.unwrap_or(1)
+    }
+}
+
+/// Which node of a cluster a `*_nats_node` step acts on.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum NodeRef {
+    /// Node N, 1-based (node 1 is the one clients connect to first).
+    Number(usize),
+    /// The node that leads a service's inbound stream when the step runs:
+    /// `{leader_of: shop}`. Killing it forces a leader election.
+    LeaderOf {
+        /// The service.
+        leader_of: String,
+    },
+}
+
+impl std::fmt::Display for NodeRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeRef::Number(n) => write!(f, "{n}"),
+            NodeRef::LeaderOf { leader_of } => write!(f, "(leader of {leader_of})"),
+        }
+    }
 }
 
 /// The emulator's clock.
@@ -374,6 +417,12 @@ pub enum Step {
     Publish(PublishStep),
     /// Restart the nats-server (same URL, same store).
     RestartNats(Nothing),
+    /// Stop a node of a `nats: {cluster: ..}` gracefully; it hands over what it leads.
+    StopNatsNode(NodeRef),
+    /// Kill a node of a cluster (SIGKILL): a crash, no hand-over.
+    KillNatsNode(NodeRef),
+    /// Start a node of a cluster again, with its store; waits until it is ready.
+    RestartNatsNode(NodeRef),
     /// Stop a service gracefully.
     StopService(String),
     /// Fuzz an action with inputs generated from its registered `input_schema`.

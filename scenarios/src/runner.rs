@@ -461,13 +461,15 @@ async fn setup<'a>(scenario: &'a Scenario, options: &RunOptions) -> Result<Lab<'
         heartbeat_interval: Duration::from_millis(500),
         ..Default::default()
     };
-    let harness = Harness::start_with(options.nats.clone(), config)
-        .await
-        .map_err(|e| {
-            plain(format!(
-                "cannot start the nats-server and the emulator: {e}"
-            ))
-        })?;
+    let mut nats = options.nats.clone();
+    if scenario.nats.cluster.is_some() {
+        nats.cluster = scenario.nats.cluster;
+    }
+    let harness = Harness::start_with(nats, config).await.map_err(|e| {
+        plain(format!(
+            "cannot start the nats-server and the emulator: {e}"
+        ))
+    })?;
     let hand_drops = triggers_sdk::transport::DropCounter::new();
     let hand = triggers_emulator::drops::connect_options("triggers-lab scenario", &hand_drops)
         .connect(harness.url())

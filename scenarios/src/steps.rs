@@ -12,7 +12,8 @@ use triggers_sdk::wire::{Manifest, RegisterReply, json, subject};
 
 use crate::expect;
 use crate::model::{
-    DeployStep, PublishStep, RegisterStep, Short, Step, TriggerStep, WaitNodeStep, WaitRunStep,
+    DeployStep, NodeRef, PublishStep, RegisterStep, Short, Step, TriggerStep, WaitNodeStep,
+    WaitRunStep,
 };
 use crate::runner::{IDLE_GRACE, Lab};
 
@@ -44,6 +45,9 @@ pub(crate) fn run<'a>(lab: &'a mut Lab<'_>, step: &'a Step) -> LocalBoxFuture<'a
         Step::ExpectViolation(Short(v)) => expect::expect_violation(lab, v).boxed_local(),
         Step::Publish(p) => publish(lab, p).boxed_local(),
         Step::RestartNats(_) => restart_nats(lab).boxed_local(),
+        Step::StopNatsNode(n) => nats_node(lab, NodeOp::Stop, n).boxed_local(),
+        Step::KillNatsNode(n) => nats_node(lab, NodeOp::Kill, n).boxed_local(),
+        Step::RestartNatsNode(n) => nats_node(lab, NodeOp::Restart, n).boxed_local(),
         Step::StopService(name) => stop_service(lab, name).boxed_local(),
         Step::Fuzz(f) => fuzz(lab, f).boxed_local(),
     }
@@ -67,6 +71,65 @@ async fn restart_nats(lab: &mut Lab<'_>) -> StepResult {
         .map_err(|e| format!("cannot restart the nats-server: {e}"))?;
     Ok(format!(
         "restarted in {}",
+        crate::report::seconds(started.elapsed())
+    ))
+}
+
+/// The node (1-based) that leads `service`'s inbound stream, from the stream's cluster info.
+/// Asked again for a few seconds: just after a node loss the stream may have no leader yet.
+async fn stream_leader(lab: &Lab<'_>, service: &str) -> Result<usize, String> {
+    let name =
+        triggers_sdk::wire::subject::stream_name(service, None).map_err(|e| e.to_string())?;
+    let js = async_nats::jetstream::new(lab.hand.clone());
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        match js.get_stream(&name).await {
+            Ok(mut stream) => match stream.info().await {
+                Ok(info) => {
+                    let leader = info.cluster.as_ref().and_then(|c| c.leader.clone());
+                    // The nodes are named n1, n2, ... by the cluster backend.
+                    if let Some(n) = leader
+                        .as_deref()
+                        .and_then(|l| l.strip_prefix('n'))
+                        .and_then(|n| n.parse().ok())
+                    {
+                        return Ok(n);
+                    }
+                    last = format!("stream {name} has no leader ({leader:?})");
+                }
+                Err(e) => last = format!("stream {name}: {e}"),
+            },
+            Err(e) => last = format!("stream {name}: {e}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Err(format!("cannot tell which node leads {name}: {last}"))
+}
+
+/// What a `*_nats_node` step does to its node.
+#[derive(Clone, Copy)]
+enum NodeOp {
+    Stop,
+    Kill,
+    Restart,
+}
+
+async fn nats_node(lab: &mut Lab<'_>, op: NodeOp, node: &NodeRef) -> StepResult {
+    let started = Instant::now();
+    let number = match node {
+        NodeRef::Number(n) => *n,
+        NodeRef::LeaderOf { leader_of } => stream_leader(lab, leader_of).await?,
+    };
+    let nats = lab.harness.nats_mut();
+    let (done, outcome) = match op {
+        NodeOp::Stop => ("stopped", nats.stop_node(number).await),
+        NodeOp::Kill => ("killed", nats.kill_node(number).await),
+        NodeOp::Restart => ("restarted", nats.restart_node(number).await),
+    };
+    outcome.map_err(|e| format!("nats node {number}: {e}"))?;
+    Ok(format!(
+        "node {number} {done} in {}",
         crate::report::seconds(started.elapsed())
     ))
 }

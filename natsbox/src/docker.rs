@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
 use super::config::{ENV_IMAGE, LOCAL_IMAGE, OFFICIAL_IMAGE, Resolved};
-use super::{Backend, ChosenBackend, SkippedBackend, probe};
+use super::{Backend, ChosenBackend, SkippedBackend, image, probe};
 use crate::error::NatsError;
 
 /// Ports inside the container; the image's EXPOSE and our command line agree on them.
@@ -48,7 +48,12 @@ const SWEEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// engine needs this bound.
 const PING_TIMEOUT: Duration = Duration::from_secs(3);
 const PORT_ATTEMPTS: usize = 3;
-const BUILD_HINT: &str = "build it with emulator/docker/build-nats-image.sh";
+const BUILD_HINT: &str = "build it with emulator/docker/build-nats-image.sh, or let it be built \
+     from the pinned binary (`triggers-lab doctor --prepare`)";
+
+/// Names of the networks of Docker clusters start so; the pid of the process that made one
+/// follows, so a sweep can remove those of processes that were killed.
+pub(crate) const NETWORK_PREFIX: &str = "triggers-lab-nats-";
 
 fn skip(reason: impl Into<String>) -> SkippedBackend {
     SkippedBackend::new(Backend::Docker, reason)
@@ -88,6 +93,14 @@ pub(crate) async fn choose_image(
         if docker.inspect_image(image).await.is_ok() {
             return Ok(image.clone());
         }
+        if image::is_ours(image) {
+            return match image::build_local(docker, &resolved.pinned, image).await {
+                Ok(()) => Ok(image.clone()),
+                Err(e) => Err(skip(format!(
+                    "the image {image} is not present and could not be built: {e}"
+                ))),
+            };
+        }
         return match pull(image, resolved.pull_timeout).await {
             Ok(()) => Ok(image.clone()),
             Err(e) => Err(skip(format!(
@@ -102,12 +115,19 @@ pub(crate) async fn choose_image(
     if docker.inspect_image(LOCAL_IMAGE).await.is_ok() {
         return Ok(LOCAL_IMAGE.to_string());
     }
+    // No registry is needed to build the local image from the pinned binary; a pull is the last
+    // resort, and tried once per process.
+    let built = image::build_local(docker, &resolved.pinned, LOCAL_IMAGE).await;
+    let build_error = match built {
+        Ok(()) => return Ok(LOCAL_IMAGE.to_string()),
+        Err(e) => e,
+    };
     let official = format!("{OFFICIAL_IMAGE}:latest");
     match pull(&official, resolved.pull_timeout).await {
         Ok(()) => Ok(official),
         Err(e) => Err(skip(format!(
-            "neither the official {OFFICIAL_IMAGE} image nor {LOCAL_IMAGE} is present locally, \
-             and pulling {official} failed: {e}; {BUILD_HINT}"
+            "no nats image is present; {LOCAL_IMAGE} could not be built ({build_error}), and \
+             pulling {official} failed: {e}; {BUILD_HINT}"
         ))),
     }
 }
@@ -130,13 +150,23 @@ async fn local_official_tag(docker: &Docker) -> Option<String> {
         .cloned()
 }
 
+/// Pulls `image` within `bound`, unless a pull of it already failed in this process.
 async fn pull(image: &str, bound: Duration) -> Result<(), String> {
+    if let Some(reason) = image::failed_pull(image) {
+        return Err(format!(
+            "{reason} (earlier in this process; not tried again)"
+        ));
+    }
     let (name, tag) = split_image(image);
-    match timeout(bound, GenericImage::new(name, tag).pull_image()).await {
+    let outcome = match timeout(bound, GenericImage::new(name, tag).pull_image()).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("no answer within {bound:?}")),
+    };
+    if let Err(reason) = &outcome {
+        image::remember_failed_pull(image, reason);
     }
+    outcome
 }
 
 /// `name:tag`, where a colon before the last `/` belongs to a registry host, not a tag.
@@ -280,6 +310,33 @@ pub(crate) async fn remove_stale(docker: &Docker) {
         ),
         Err(_) => tracing::debug!("the stale-container sweep did not finish in time"),
     }
+    if engine_is_local() {
+        let _ = timeout(SWEEP_TIMEOUT, remove_stale_networks(docker, me)).await;
+    }
+}
+
+/// Removes the cluster networks of processes of this machine that no longer run (their
+/// containers are gone by now: removed above).
+async fn remove_stale_networks(docker: &Docker, me: u32) {
+    let Ok(networks) = docker
+        .list_networks(None::<testcontainers::bollard::query_parameters::ListNetworksOptions>)
+        .await
+    else {
+        return;
+    };
+    for network in networks {
+        let Some(name) = network.name else { continue };
+        let owner = name
+            .strip_prefix(NETWORK_PREFIX)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if let Some(pid) = owner
+            && pid != me
+            && !process_alive(pid)
+        {
+            let _ = docker.remove_network(&name).await;
+        }
+    }
 }
 
 /// Force-removes every nats container this process started, at once (no graceful stop): for an
@@ -340,6 +397,21 @@ pub(crate) struct DockerServer {
     log: LogBuffer,
     followers: Vec<JoinHandle<()>>,
     container: Option<ContainerAsync<GenericImage>>,
+    /// False between [`halt`](Self::halt) and [`start_again`](Self::start_again).
+    running: bool,
+}
+
+/// What makes a container a cluster node: its host ports, its name on the cluster's network, and
+/// the flags that name it and route it to the others.
+pub(crate) struct DockerNode {
+    /// The cluster's own network.
+    pub(crate) network: String,
+    /// The container's name, which the other nodes' routes use.
+    pub(crate) name: String,
+    /// Host ports for the client and the monitoring listeners.
+    pub(crate) ports: (u16, u16),
+    /// `--name`, `--cluster_name`, `--cluster`, `--routes`.
+    pub(crate) args: Vec<String>,
 }
 
 impl DockerServer {
@@ -351,23 +423,58 @@ impl DockerServer {
         config: Option<String>,
         ready_timeout: Duration,
     ) -> Result<Self, NatsError> {
+        let mut server = Self::launch(docker, image, config, ready_timeout, None).await?;
+        // On failure `server` is dropped here, which removes the container.
+        server.wait_ready(ready_timeout).await?;
+        Ok(server)
+    }
+
+    /// Creates and starts the container, without waiting for the server in it to be ready: a
+    /// cluster node is not ready before a quorum of nodes runs. A node (`node`) has its ports,
+    /// name and network given, and is not retried on other ports.
+    pub(crate) async fn launch(
+        docker: &Docker,
+        image: String,
+        config: Option<String>,
+        ready_timeout: Duration,
+        node: Option<&DockerNode>,
+    ) -> Result<Self, NatsError> {
         let (name, tag) = split_image(&image);
         remove_stale(docker).await;
         let owner_pid = std::process::id().to_string();
         let owner_host = host_name();
-        for attempt in 1..=PORT_ATTEMPTS {
-            let (client_port, monitor_port) =
-                probe::free_port_pair().map_err(|source| NatsError::Io {
+        let attempts = if node.is_some() { 1 } else { PORT_ATTEMPTS };
+        for attempt in 1..=attempts {
+            let (client_port, monitor_port) = match node {
+                Some(node) => node.ports,
+                None => probe::free_port_pair().map_err(|source| NatsError::Io {
                     action: "find free ports on 127.0.0.1".into(),
                     source,
-                })?;
+                })?,
+            };
             let attempt_id = attempt_label();
-            let mut cmd = vec!["-js", "-m", "8222", "--store_dir", STORE_DIR];
+            let mut cmd: Vec<String> = ["-js", "-m", "8222", "--store_dir", STORE_DIR]
+                .map(String::from)
+                .to_vec();
             if config.is_some() {
                 // First: the flags after it override what the file says.
-                cmd.splice(0..0, ["-c", CONFIG_FILE]);
+                cmd.splice(0..0, ["-c".to_string(), CONFIG_FILE.to_string()]);
+            }
+            if let Some(node) = node {
+                cmd.extend(node.args.iter().cloned());
+                // Clients learn the other nodes from INFO: they must hear the published ports.
+                cmd.extend([
+                    "--client_advertise".to_string(),
+                    format!("127.0.0.1:{client_port}"),
+                ]);
             }
             let request = GenericImage::new(name, tag).with_cmd(cmd);
+            let request = match node {
+                Some(node) => request
+                    .with_network(node.network.clone())
+                    .with_container_name(node.name.clone()),
+                None => request,
+            };
             let request = match &config {
                 // At the root: a scratch image may have no other folder to put it in.
                 Some(text) => request.with_copy_to(CONFIG_FILE, text.clone().into_bytes()),
@@ -413,10 +520,9 @@ impl DockerServer {
                 log: LogBuffer::default(),
                 followers: Vec::new(),
                 container: Some(container),
+                running: true,
             };
             server.follow_logs();
-            // On failure `server` is dropped here, which removes the container.
-            server.wait_ready(ready_timeout).await?;
             return Ok(server);
         }
         unreachable!("the last attempt returns")
@@ -464,7 +570,7 @@ impl DockerServer {
         }
     }
 
-    async fn wait_ready(&mut self, budget: Duration) -> Result<(), NatsError> {
+    pub(crate) async fn wait_ready(&mut self, budget: Duration) -> Result<(), NatsError> {
         let client_url = self.client_url();
         let monitor_url = self.monitor_url();
         // The container goes to a blocking thread for each look (see `off_task`) and comes back.
@@ -537,6 +643,51 @@ impl DockerServer {
             self.container = Some(container);
             result?;
         }
+        self.follow_logs();
+        self.wait_ready(ready_timeout).await
+    }
+
+    /// `docker stop` (SIGTERM; `kill`: at once, SIGKILL), keeping the container for
+    /// [`start_again`](Self::start_again).
+    pub(crate) async fn halt(&mut self, kill: bool) -> Result<(), NatsError> {
+        let Some(container) = self.container.take() else {
+            return Ok(());
+        };
+        let (container, result) = off_task(container, move |c| {
+            Box::pin(async move {
+                let outcome = if kill {
+                    c.stop_with_timeout(Some(0)).await
+                } else {
+                    c.stop().await
+                };
+                outcome.map_err(docker_error("stop a nats container"))
+            })
+        })
+        .await;
+        self.container = Some(container);
+        self.running = false;
+        result
+    }
+
+    /// `docker start` of a halted container (stopping it first if it runs), then waits until
+    /// the server is ready.
+    pub(crate) async fn start_again(&mut self, ready_timeout: Duration) -> Result<(), NatsError> {
+        if self.running {
+            return self.restart(ready_timeout).await;
+        }
+        if let Some(container) = self.container.take() {
+            let (container, result) = off_task(container, |c| {
+                Box::pin(async move {
+                    c.start()
+                        .await
+                        .map_err(docker_error("start the nats container again"))
+                })
+            })
+            .await;
+            self.container = Some(container);
+            result?;
+        }
+        self.running = true;
         self.follow_logs();
         self.wait_ready(ready_timeout).await
     }

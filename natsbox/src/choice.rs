@@ -22,10 +22,24 @@ pub enum ChosenBackend {
         /// The image it runs, `name:tag`.
         image: String,
     },
-    /// A process the emulator spawned.
+    /// A process the emulator spawned from a binary found on this machine.
     Binary {
         /// The binary it runs.
         path: PathBuf,
+    },
+    /// A process spawned from the pinned binary, fetched once and cached ([`crate::pinned`]).
+    Pinned {
+        /// The cached binary, checked against its pinned SHA-256 before every start.
+        path: PathBuf,
+        /// Its version.
+        version: String,
+    },
+    /// A JetStream cluster of `nodes` servers, each started as `node` says.
+    Cluster {
+        /// How many servers.
+        nodes: usize,
+        /// Where each came from (all the same).
+        node: Box<ChosenBackend>,
     },
 }
 
@@ -35,7 +49,8 @@ impl ChosenBackend {
         match self {
             ChosenBackend::External { .. } => Backend::External,
             ChosenBackend::Docker { .. } => Backend::Docker,
-            ChosenBackend::Binary { .. } => Backend::Binary,
+            ChosenBackend::Binary { .. } | ChosenBackend::Pinned { .. } => Backend::Binary,
+            ChosenBackend::Cluster { node, .. } => node.kind(),
         }
     }
 }
@@ -46,6 +61,10 @@ impl fmt::Display for ChosenBackend {
             ChosenBackend::External { url } => write!(f, "external ({url})"),
             ChosenBackend::Docker { image } => write!(f, "docker ({image})"),
             ChosenBackend::Binary { path } => write!(f, "binary ({})", path.display()),
+            ChosenBackend::Pinned { path, version } => {
+                write!(f, "binary ({}, pinned {version})", path.display())
+            }
+            ChosenBackend::Cluster { nodes, node } => write!(f, "cluster of {nodes}: {node}"),
         }
     }
 }
@@ -91,6 +110,12 @@ mod tests {
             path: "/usr/bin/nats-server".into(),
         };
         assert_eq!(binary.to_string(), "binary (/usr/bin/nats-server)");
+        let pinned = ChosenBackend::Pinned {
+            path: "/c/nats-server".into(),
+            version: "2.15.1".into(),
+        };
+        assert_eq!(pinned.to_string(), "binary (/c/nats-server, pinned 2.15.1)");
+        assert_eq!(pinned.kind(), Backend::Binary);
         let external = ChosenBackend::External {
             url: "nats://127.0.0.1:4222".into(),
         };

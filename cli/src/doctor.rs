@@ -1,0 +1,77 @@
+//! `triggers-lab doctor`: what this machine offers for a nats-server, what would be chosen and why,
+//! and what to do to enable the rest. `--prepare` first fetches the pinned binary and builds the
+//! Docker image where they are missing (what `scripts/test` does on a fresh machine).
+//!
+//! Exit codes: 0 when some backend works, 3 when none does (an environment problem, not a failed
+//! test: CI can tell the two apart).
+
+use std::process::ExitCode;
+
+use triggers_emulator::nats::{NatsConfig, survey};
+
+/// Exit code when no backend works: the environment, not the code under test, is at fault.
+const EXIT_ENVIRONMENT: u8 = 3;
+
+/// `triggers-lab doctor [--prepare]`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct DoctorArgs {
+    /// Fetch the pinned nats-server into the cache and build the Docker image (when Docker
+    /// answers) if they are missing, then report. Idempotent.
+    #[arg(long)]
+    prepare: bool,
+    /// Print only the path of the pinned binary (after --prepare) on stdout, for scripts.
+    #[arg(long, requires = "prepare")]
+    print_binary: bool,
+}
+
+pub(crate) fn run(args: DoctorArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_ENVIRONMENT);
+        }
+    };
+    runtime.block_on(async move {
+        let config = NatsConfig::default();
+        let mut binary = None;
+        if args.prepare {
+            match survey::prepare(&config, |line: &str| eprintln!("{line}")).await {
+                Ok(prepared) => {
+                    for problem in &prepared.problems {
+                        eprintln!("could not prepare: {problem}");
+                    }
+                    binary = prepared.binary;
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(EXIT_ENVIRONMENT);
+                }
+            }
+        }
+        let found = match survey::survey(&config).await {
+            Ok(found) => found,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(EXIT_ENVIRONMENT);
+            }
+        };
+        if args.print_binary {
+            eprintln!("{found}");
+            match binary {
+                Some(path) => println!("{}", path.display()),
+                None => return ExitCode::from(EXIT_ENVIRONMENT),
+            }
+        } else {
+            println!("{found}");
+        }
+        if found.works() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(EXIT_ENVIRONMENT)
+        }
+    })
+}

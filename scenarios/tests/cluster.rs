@@ -1,0 +1,75 @@
+//! The cluster scenarios (`scenarios/cluster/`) on a three-node JetStream cluster, with the binary
+//! backend and with Docker: services and the emulator ride out a node's loss and a leader change,
+//! nothing lost and nothing run twice.
+//!
+//! The Docker run is skipped only when TRIGGERS_SKIP_DOCKER_TESTS=1 (as for every Docker test).
+
+use std::path::{Path, PathBuf};
+
+use triggers_emulator::{Backend, NatsConfig};
+use triggers_scenarios::{RunOptions, load_file, load_str, run_suite};
+
+fn cluster_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster")
+}
+
+async fn run_all(backend: Backend) {
+    let mut scenarios = Vec::new();
+    for entry in std::fs::read_dir(cluster_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.to_string_lossy().ends_with(".scenario.yaml") {
+            scenarios.push(load_file(&path).unwrap_or_else(|e| panic!("{e}")));
+        }
+    }
+    assert!(scenarios.len() >= 2, "the cluster scenarios are missing");
+    let options = RunOptions {
+        nats: NatsConfig {
+            backend,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let report = run_suite(scenarios, 1, &options).await;
+    for scenario in &report.scenarios {
+        assert!(
+            scenario.passed(),
+            "{} failed on {backend}: {:?}",
+            scenario.name,
+            scenario.failure
+        );
+        assert!(scenario.nats.contains("cluster of 3"), "{}", scenario.nats);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_scenarios_pass_on_binary_nodes() {
+    run_all(Backend::Binary).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_scenarios_pass_on_docker_nodes() {
+    if std::env::var("TRIGGERS_SKIP_DOCKER_TESTS").as_deref() == Ok("1") {
+        eprintln!("TRIGGERS_SKIP_DOCKER_TESTS=1: skipping a Docker backend test");
+        return;
+    }
+    run_all(Backend::Docker).await;
+}
+
+#[test]
+fn node_steps_need_a_cluster_and_a_node_it_has() {
+    let base = cluster_dir();
+    let one = "services: [{name: s, actions: [{name: a}]}]\nsteps:\n  - kill_nats_node: 2\n";
+    let err = load_str("one.yaml", one, &base).unwrap_err().to_string();
+    assert!(err.contains("nats: {cluster: 3}"), "{err}");
+    let four = format!("nats: {{cluster: 3}}\n{}", one.replace("2\n", "4\n"));
+    let err = load_str("four.yaml", &four, &base).unwrap_err().to_string();
+    assert!(err.contains("no nats node 4"), "{err}");
+    let leader = format!(
+        "nats: {{cluster: 3}}\n{}",
+        one.replace("2\n", "{leader_of: ghost}\n")
+    );
+    let err = load_str("leader.yaml", &leader, &base)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("ghost"), "{err}");
+}
