@@ -127,3 +127,55 @@ async fn a_service_that_never_registers_fails_register_and_nothing_else_is_judge
     assert_eq!(report.not_applicable(), CHECKS.len() - 1);
     assert_eq!(report.score(), 0.0);
 }
+
+/// The Python conformance service (examples/conformance-python), written from the docs alone.
+fn python(only: &[&str], broken: Option<&str>) -> ConformOptions {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let has_nats_py = std::process::Command::new("python3")
+        .args(["-c", "import nats"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        has_nats_py,
+        "python3 with nats-py is needed: pip install -r examples/conformance-python/requirements.txt (scripts/test does it)"
+    );
+    let mut options = options(only, broken);
+    options.command = vec![
+        "python3".into(),
+        root.join("examples/conformance-python/service.py")
+            .to_string_lossy()
+            .into_owned(),
+    ];
+    options
+}
+
+#[tokio::test]
+async fn the_python_conformance_service_scores_100_percent() {
+    let report = judge(&python(&[], None)).await;
+    assert!(
+        report.conformant(),
+        "{}\n{}",
+        report.table(),
+        report.service_output
+    );
+    assert_eq!(report.score(), 100.0);
+}
+
+#[tokio::test]
+async fn each_broken_python_behaviour_fails_its_own_check() {
+    for (check, _) in CHECKS {
+        // `register` broken leaves nothing else to judge; run it with one check after it.
+        let only: Vec<&str> = if *check == "register" {
+            vec!["echo"]
+        } else {
+            vec![check]
+        };
+        let report = judge(&python(&only, Some(check))).await;
+        assert_eq!(
+            failed(&report),
+            [*check],
+            "CONFORM_BREAK={check}:\n{}",
+            report.table()
+        );
+    }
+}

@@ -310,7 +310,7 @@ pub(crate) async fn run(name: &str, ctx: &mut Ctx) -> Result<(), Failure> {
         "hop_in" => hop_in(ctx).await,
         "timer" => timer(ctx).await,
         "timer_rejected" => timer_rejected(ctx).await,
-        "conformant" => conformant(ctx),
+        "conformant" => conformant(ctx).await,
         "shutdown" => shutdown(ctx).await,
         other => fail(format!("a check named {other}"), "no such check"),
     }
@@ -835,14 +835,25 @@ async fn fallback(
     ctx: &Ctx,
     kind: &str,
     body: &Value,
+    run: Option<&str>,
 ) -> Result<triggers_sdk::wire::DlqEntry, Failure> {
     let subject = format!("triggers.v2.dlq.{SERVICE}.{kind}");
     let record = ctx
         .dlq(
-            DlqFilter::subject(subject.clone()).with_kind(kind),
+            // The entry for the kit's own message: by its run where its envelope names one.
+            match run {
+                Some(run) => DlqFilter::run(run).with_kind(kind),
+                None => DlqFilter::subject(subject.clone()).with_kind(kind),
+            },
             &format!("a DLQ entry of kind {kind} on {subject}"),
         )
         .await?;
+    if record.subject != subject {
+        return fail(
+            format!("the entry on {subject}"),
+            format!("on {}", record.subject),
+        );
+    }
     let Some(entry) = record.entry.clone() else {
         return fail("a DLQ entry that decodes", record.payload);
     };
@@ -859,7 +870,9 @@ async fn dlq_missing_envelope(ctx: &mut Ctx) -> Result<(), Failure> {
     let mut headers = Headers::new();
     headers.insert(names::NATS_MSG_ID, "conform-forged-missing-envelope");
     ctx.forge(&headers, body.to_string().as_bytes()).await?;
-    fallback(ctx, "missing_envelope", &body).await.map(|_| ())
+    fallback(ctx, "missing_envelope", &body, None)
+        .await
+        .map(|_| ())
 }
 
 async fn dlq_invalid_envelope(ctx: &mut Ctx) -> Result<(), Failure> {
@@ -869,7 +882,7 @@ async fn dlq_invalid_envelope(ctx: &mut Ctx) -> Result<(), Failure> {
     headers.insert(names::FLOW_VERSION, "x");
     let body = json!({"forged": "invalid_envelope"});
     ctx.forge(&headers, body.to_string().as_bytes()).await?;
-    let entry = fallback(ctx, "invalid_envelope", &body).await?;
+    let entry = fallback(ctx, "invalid_envelope", &body, Some(run)).await?;
     if entry.envelope.flow_run_id != run {
         return fail(
             format!("envelope.flow_run_id {run:?} (the headers that could be read)"),
@@ -883,7 +896,13 @@ async fn dlq_invalid_json(ctx: &mut Ctx) -> Result<(), Failure> {
     let version = ctx.deploy(echo_flow()).await?;
     let envelope = forged_envelope("conform-forged-invalid-json", "conform-echo", version, "in");
     ctx.forge(&envelope.to_headers(), b"not json").await?;
-    let entry = fallback(ctx, "invalid_json", &json!("not json")).await?;
+    let entry = fallback(
+        ctx,
+        "invalid_json",
+        &json!("not json"),
+        Some(&envelope.flow_run_id),
+    )
+    .await?;
     if entry.envelope.flow_run_id != envelope.flow_run_id {
         return fail(
             "the message's envelope in the entry",
@@ -898,7 +917,9 @@ async fn dlq_unknown_flow(ctx: &mut Ctx) -> Result<(), Failure> {
     let body = json!({"forged": "unknown_flow"});
     ctx.forge(&envelope.to_headers(), body.to_string().as_bytes())
         .await?;
-    fallback(ctx, "unknown_flow", &body).await.map(|_| ())
+    fallback(ctx, "unknown_flow", &body, Some(&envelope.flow_run_id))
+        .await
+        .map(|_| ())
 }
 
 async fn dlq_unknown_node(ctx: &mut Ctx) -> Result<(), Failure> {
@@ -912,7 +933,9 @@ async fn dlq_unknown_node(ctx: &mut Ctx) -> Result<(), Failure> {
     let body = json!({"forged": "unknown_node"});
     ctx.forge(&envelope.to_headers(), body.to_string().as_bytes())
         .await?;
-    fallback(ctx, "unknown_node", &body).await.map(|_| ())
+    fallback(ctx, "unknown_node", &body, Some(&envelope.flow_run_id))
+        .await
+        .map(|_| ())
 }
 
 async fn hop_out(ctx: &mut Ctx) -> Result<(), Failure> {
@@ -1065,7 +1088,14 @@ async fn timer_rejected(ctx: &mut Ctx) -> Result<(), Failure> {
     Ok(())
 }
 
-fn conformant(ctx: &mut Ctx) -> Result<(), Failure> {
+async fn conformant(ctx: &mut Ctx) -> Result<(), Failure> {
+    // Run alone (`--only conformant`), nothing but the registration would have been judged:
+    // wait for a heartbeat too.
+    let _ = ctx
+        .lab
+        .with_wait_timeout(Duration::from_secs(7).max(ctx.timeout))
+        .wait_for_heartbeat(SERVICE, |_| true)
+        .await;
     let errors: Vec<String> = ctx
         .lab
         .violations()
