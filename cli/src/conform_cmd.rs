@@ -55,17 +55,11 @@ pub(crate) fn run(args: ConformArgs) -> ExitCode {
         eprintln!(
             "error: no command to judge: give it after `--`, e.g. `triggers-lab conform -- python3 service.py`"
         );
-        return ExitCode::from(2);
+        return ExitCode::from(crate::exit::USAGE);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(3);
-        }
+    let runtime = match crate::exit::runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
     };
     let options = ConformOptions {
         command: args.command.clone(),
@@ -110,8 +104,10 @@ pub(crate) fn run(args: ConformArgs) -> ExitCode {
         Ok(Err(e)) => {
             eprintln!("error: {e}");
             return match e {
-                ConformError::NoCommand | ConformError::UnknownCheck(_) => ExitCode::from(2),
-                _ => ExitCode::from(3),
+                ConformError::NoCommand | ConformError::UnknownCheck(_) => {
+                    ExitCode::from(crate::exit::USAGE)
+                }
+                _ => ExitCode::from(crate::exit::ENVIRONMENT),
             };
         }
         Ok(Ok(report)) => report,

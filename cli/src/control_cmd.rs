@@ -11,7 +11,7 @@ use triggers_emulator::control::{ControlClient, StateSummary};
 
 use crate::discovery::{self, Instance};
 use crate::exit::{EnvironmentError, UsageError};
-use crate::lab_cmd::{ControlArgs, Target, resolve, status_word};
+use crate::lab_cmd::{ControlArgs, Target, control, print_timeline, status_word};
 use crate::out::outln;
 
 /// `--json`.
@@ -44,13 +44,8 @@ fn print_json(value: &impl Serialize) -> Result<()> {
     Ok(())
 }
 
-async fn client(args: &ControlArgs) -> Result<ControlClient> {
-    let Target { url, access } = resolve(args)?;
-    Ok(ControlClient::connect_with(&url, &access).await?)
-}
-
 async fn state(args: &ControlArgs) -> Result<StateSummary> {
-    Ok(client(args).await?.state().await?)
+    Ok(control(args).await?.state().await?)
 }
 
 /// `triggers-lab status`: every running `up`, and what each holds.
@@ -184,7 +179,7 @@ pub(crate) async fn runs(args: ControlArgs, command: RunsCommand) -> Result<()> 
             }
         }
         RunsCommand::Show { id, json } => {
-            let run = client(&args).await?.run(&id).await?;
+            let run = control(&args).await?.run(&id).await?;
             if json.json {
                 return print_json(&run);
             }
@@ -202,19 +197,7 @@ pub(crate) async fn runs(args: ControlArgs, command: RunsCommand) -> Result<()> 
             for t in &run.timers {
                 outln!("  timer {} due {}", t.node_id, t.due);
             }
-            for step in &run.timeline {
-                outln!(
-                    "  {:<12} {:<10} {}{}",
-                    step.node_id,
-                    step.status,
-                    step.service,
-                    if step.error.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {}", step.error)
-                    }
-                );
-            }
+            print_timeline(&run);
         }
     }
     Ok(())

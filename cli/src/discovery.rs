@@ -160,24 +160,7 @@ fn read(path: &Path) -> Result<Instance> {
 
 /// Whether process `pid` still runs.
 pub(crate) fn alive(pid: u32) -> bool {
-    #[cfg(unix)]
-    {
-        let Some(pid) = i32::try_from(pid)
-            .ok()
-            .and_then(rustix::process::Pid::from_raw)
-        else {
-            return false;
-        };
-        !matches!(
-            rustix::process::test_kill_process(pid),
-            Err(rustix::io::Errno::SRCH)
-        )
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = pid;
-        true
-    }
+    triggers_emulator::watchdog::process_alive(pid)
 }
 
 /// Where one `up` will write its file: checked before the server starts, so a refusal costs

@@ -9,9 +9,6 @@ use std::process::ExitCode;
 
 use triggers_emulator::nats::{NatsConfig, survey};
 
-/// Exit code when no backend works: the environment, not the code under test, is at fault.
-const EXIT_ENVIRONMENT: u8 = 3;
-
 /// `triggers-lab doctor [--prepare]`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct DoctorArgs {
@@ -25,15 +22,9 @@ pub(crate) struct DoctorArgs {
 }
 
 pub(crate) fn run(args: DoctorArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::exit::runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(EXIT_ENVIRONMENT);
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         let config = NatsConfig::default();
@@ -48,7 +39,7 @@ pub(crate) fn run(args: DoctorArgs) -> ExitCode {
                 }
                 Err(e) => {
                     eprintln!("error: {e}");
-                    return ExitCode::from(EXIT_ENVIRONMENT);
+                    return ExitCode::from(crate::exit::ENVIRONMENT);
                 }
             }
         }
@@ -56,14 +47,14 @@ pub(crate) fn run(args: DoctorArgs) -> ExitCode {
             Ok(found) => found,
             Err(e) => {
                 eprintln!("error: {e}");
-                return ExitCode::from(EXIT_ENVIRONMENT);
+                return ExitCode::from(crate::exit::ENVIRONMENT);
             }
         };
         if args.print_binary {
             eprintln!("{found}");
             match binary {
                 Some(path) => println!("{}", path.display()),
-                None => return ExitCode::from(EXIT_ENVIRONMENT),
+                None => return ExitCode::from(crate::exit::ENVIRONMENT),
             }
         } else {
             println!("{found}");
@@ -71,7 +62,7 @@ pub(crate) fn run(args: DoctorArgs) -> ExitCode {
         if found.works() {
             ExitCode::SUCCESS
         } else {
-            ExitCode::from(EXIT_ENVIRONMENT)
+            ExitCode::from(crate::exit::ENVIRONMENT)
         }
     })
 }

@@ -73,3 +73,15 @@ pub(crate) fn report(e: &anyhow::Error) -> ExitCode {
     eprintln!("error: {e:#}");
     ExitCode::from(code_of(e))
 }
+
+/// The multi-threaded Tokio runtime every async command runs on; when it cannot be built, the
+/// exit code to return (an environment problem), the reason already printed.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("error: cannot start the async runtime: {e}");
+            ExitCode::from(ENVIRONMENT)
+        })
+}

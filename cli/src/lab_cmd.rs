@@ -526,9 +526,27 @@ pub(crate) fn resolve(args: &ControlArgs) -> Result<Target> {
     }
 }
 
-async fn control(args: &ControlArgs) -> Result<ControlClient> {
+/// A control client on the `up` that `args` names.
+pub(crate) async fn control(args: &ControlArgs) -> Result<ControlClient> {
     let target = resolve(args)?;
     Ok(ControlClient::connect_with(&target.url, &target.access).await?)
+}
+
+/// A run's timeline, a node a line: id, status, service, and the error if any.
+pub(crate) fn print_timeline(run: &triggers_emulator::recorder::Run) {
+    for step in &run.timeline {
+        let error = if step.error.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", step.error)
+        };
+        outln!(
+            "  {:<12} {:<10} {}{error}",
+            step.node_id,
+            step.status,
+            step.service
+        );
+    }
 }
 
 pub(crate) async fn deploy(args: ControlArgs, file: PathBuf) -> Result<()> {
@@ -592,19 +610,7 @@ pub(crate) async fn trigger(
     loop {
         let run = client.run(&run_id).await?;
         if run.status.is_settled() {
-            for step in &run.timeline {
-                outln!(
-                    "  {:<12} {:<10} {}{}",
-                    step.node_id,
-                    step.status,
-                    step.service,
-                    if step.error.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {}", step.error)
-                    }
-                );
-            }
+            print_timeline(&run);
             outln!("run {run_id}: {}", status_word(run.status));
             if run.status == RunStatus::Failed {
                 return Err(VerdictFailed(format!("run {run_id} failed")).into());

@@ -176,15 +176,9 @@ fn main() -> ExitCode {
             Err(e) => exit::report(&e),
         },
         other => {
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
+            let runtime = match crate::exit::runtime() {
                 Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: cannot start the async runtime: {e}");
-                    return ExitCode::from(exit::ENVIRONMENT);
-                }
+                Err(code) => return code,
             };
             let (result, signal) = runtime.block_on(async move {
                 // Long-running commands stop cleanly on SIGINT/SIGTERM; the short ones keep the

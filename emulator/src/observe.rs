@@ -203,18 +203,12 @@ impl Shared {
         match LockedSubject::parse(subject) {
             Some(LockedSubject::Heartbeat) => {
                 if let Ok(hb) = Heartbeat::from_json(&payload) {
-                    let found: Vec<Violation> = runs::heartbeat(&registry.manifests, &hb)
-                        .into_iter()
-                        .map(|(rule, message)| {
-                            Violation::new(
-                                rule,
-                                subject,
-                                message,
-                                shared_headers.clone(),
-                                payload.clone(),
-                            )
-                        })
-                        .collect();
+                    let found = violations_of(
+                        runs::heartbeat(&registry.manifests, &hb),
+                        subject,
+                        &shared_headers,
+                        &payload,
+                    );
                     self.add_violations(&mut state, found);
                     if let Some(s) = state.services.get_mut(&hb.service) {
                         s.last_seen = Some(GoTime::now());
@@ -266,18 +260,12 @@ impl Shared {
                         },
                     );
                     if !from_emulator && let Some(env) = &env {
-                        let found: Vec<Violation> = runs::hop(&state.flows, env)
-                            .into_iter()
-                            .map(|(rule, message)| {
-                                Violation::new(
-                                    rule,
-                                    subject,
-                                    message,
-                                    shared_headers.clone(),
-                                    payload.clone(),
-                                )
-                            })
-                            .collect();
+                        let found = violations_of(
+                            runs::hop(&state.flows, env),
+                            subject,
+                            &shared_headers,
+                            &payload,
+                        );
                         self.add_violations(&mut state, found);
                     }
                     if !from_emulator && !key.is_empty() {
@@ -378,12 +366,7 @@ impl Shared {
                 ),
             ));
         }
-        let mut violations: Vec<Violation> = findings
-            .into_iter()
-            .map(|(rule, message)| {
-                Violation::new(rule, subject, message, headers.clone(), body.clone())
-            })
-            .collect();
+        let mut violations = violations_of(findings, subject, &headers, &body);
         if let Some(found) = reused {
             violations.push(key_reused(
                 &event.flow_run_id,
@@ -418,4 +401,19 @@ fn key_reused(
         headers,
         payload,
     )
+}
+
+/// Run-level findings about one message, as violations sharing its headers and payload.
+fn violations_of(
+    findings: Vec<runs::Finding>,
+    subject: &str,
+    headers: &SharedHeaders,
+    payload: &Body,
+) -> Vec<Violation> {
+    findings
+        .into_iter()
+        .map(|(rule, message)| {
+            Violation::new(rule, subject, message, headers.clone(), payload.clone())
+        })
+        .collect()
 }

@@ -98,3 +98,24 @@ pub async fn publish_js(
 #[doc = include_str!("../../docs/sdk.md")]
 #[cfg(doctest)]
 pub struct SdkGuide;
+
+/// The end of a fuzz or soak report: what made it partial, the first `shown` problems (and how
+/// many more), and the verdict.
+pub(crate) fn write_verdict(
+    f: &mut std::fmt::Formatter<'_>,
+    partial: &[String],
+    problems: &[String],
+    shown: usize,
+    passed: bool,
+) -> std::fmt::Result {
+    for p in partial {
+        writeln!(f, "PARTIAL: {p}")?;
+    }
+    for p in problems.iter().take(shown) {
+        writeln!(f, "problem: {p}")?;
+    }
+    if problems.len() > shown {
+        writeln!(f, "... and {} more problems", problems.len() - shown)?;
+    }
+    writeln!(f, "verdict: {}", if passed { "PASS" } else { "FAIL" })
+}

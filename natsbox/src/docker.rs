@@ -234,28 +234,6 @@ fn host_name() -> String {
     }
 }
 
-/// Whether the process `pid` of this machine still runs (a process we may not signal does).
-fn process_alive(pid: u32) -> bool {
-    #[cfg(unix)]
-    {
-        let Some(pid) = i32::try_from(pid)
-            .ok()
-            .and_then(rustix::process::Pid::from_raw)
-        else {
-            return false;
-        };
-        !matches!(
-            rustix::process::test_kill_process(pid),
-            Err(rustix::io::Errno::SRCH)
-        )
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = pid;
-        true
-    }
-}
-
 /// Force-removes every container matching the label filters that `remove_if` accepts; returns how
 /// many were removed.
 async fn remove_labelled(
@@ -299,7 +277,7 @@ pub(crate) async fn remove_stale(docker: &Docker) {
             labels
                 .get(OWNER_PID_LABEL)
                 .and_then(|pid| pid.parse::<u32>().ok())
-                .is_some_and(|pid| pid != me && !process_alive(pid))
+                .is_some_and(|pid| pid != me && !crate::watchdog::process_alive(pid))
         },
     );
     match timeout(SWEEP_TIMEOUT, sweep).await {
@@ -332,7 +310,7 @@ async fn remove_stale_networks(docker: &Docker, me: u32) {
             .and_then(|pid| pid.parse::<u32>().ok());
         if let Some(pid) = owner
             && pid != me
-            && !process_alive(pid)
+            && !crate::watchdog::process_alive(pid)
         {
             let _ = docker.remove_network(&name).await;
         }

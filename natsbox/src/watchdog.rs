@@ -86,6 +86,29 @@ impl Watchdog {
     }
 }
 
+/// Whether the process `pid` of this machine still runs (a process we may not signal does).
+#[must_use]
+pub fn process_alive(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Some(pid) = i32::try_from(pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+        else {
+            return false;
+        };
+        !matches!(
+            rustix::process::test_kill_process(pid),
+            Err(rustix::io::Errno::SRCH)
+        )
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
+    }
+}
+
 /// Whether any process of group `pgid` still runs. A zombie does not count: whether it is reaped
 /// is its parent's business (an init that does not reap would otherwise keep a group alive).
 #[must_use]

@@ -556,14 +556,13 @@ pub async fn fuzz(
         .subscribe(capture.clone())
         .await
         .map_err(|e| format!("cannot subscribe to {capture}: {e}"))?;
-    let probe = Probe {
+    let mut probe = Probe {
         lab,
         flow_id: &flow_id,
         sub: &mut sub,
         results: &results,
         timeout: config.run_timeout,
     };
-    let mut probe = probe;
     let mut generator = Generator::new(config.seed);
     let mut invalid_runs = 0;
     for run in 0..config.runs {

@@ -384,15 +384,9 @@ fn execute(
         interrupt,
         vars: common.vars.iter().cloned().collect(),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::exit::runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(exit::ENVIRONMENT);
-        }
+        Err(code) => return code,
     };
     let (report, signal) = runtime.block_on(async {
         // The first signal interrupts the run: steps stop, services and servers are stopped as

@@ -175,19 +175,6 @@ impl std::fmt::Display for SoakReport {
             self.nats_peak_rss_kib / 1024,
             self.elapsed
         )?;
-        for p in &self.partial {
-            writeln!(f, "PARTIAL: {p}")?;
-        }
-        for p in self.problems.iter().take(50) {
-            writeln!(f, "problem: {p}")?;
-        }
-        if self.problems.len() > 50 {
-            writeln!(f, "... and {} more problems", self.problems.len() - 50)?;
-        }
-        writeln!(
-            f,
-            "verdict: {}",
-            if self.passed() { "PASS" } else { "FAIL" }
-        )
+        crate::write_verdict(f, &self.partial, &self.problems, 50, self.passed())
     }
 }
