@@ -181,6 +181,15 @@ fn no_headers() -> SharedHeaders {
 }
 
 impl Record {
+    /// The first header named `name` (exactly: NATS header names are case-sensitive).
+    #[must_use]
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
     /// Roughly how many bytes the record holds, for the recorder's byte bound.
     #[must_use]
     pub fn size(&self) -> usize {

@@ -24,6 +24,7 @@ use serde_json::Value;
 
 use crate::flow::{self, Edge, Flow, Node, NodeType};
 use crate::runtime::action::{ActionContext, CallError};
+use crate::runtime::ledger;
 use crate::runtime::outcome::{Failure, Fatal, Target};
 use crate::runtime::service::Runtime;
 use crate::transport;
@@ -89,6 +90,12 @@ fn random_hex(bytes: usize) -> String {
     hex::encode(buf)
 }
 
+/// The identity of a node's failure in the DLQ ledger: the delivery, the edges taken inside it,
+/// the node.
+fn failure_identity(envelope: &Envelope, trail: &[&str], node: &Node) -> String {
+    ledger::identity(&[&outcome_key(envelope, trail), &node.id])
+}
+
 fn outcome_key(envelope: &Envelope, trail: &[&str]) -> String {
     let mut key = envelope.idempotency_key.clone();
     for edge in trail {
@@ -107,6 +114,7 @@ impl Runtime {
         let key = headers.get(names::IDEMPOTENCY_KEY).map(str::to_owned);
         let delivered = msg.info().map(|i| i.delivered).unwrap_or(1).max(1);
         let last = delivered >= i64::from(self.config.max_deliver);
+        let origin = ledger::stream_origin(&msg);
         if delivered > 1
             && let Some(k) = &key
             && self.lock_processed().contains_key(k)
@@ -118,7 +126,7 @@ impl Runtime {
         // Keep the message ours while it runs (retries with backoff can take long): an
         // in-progress ack every 10 s, from this task rather than one spawned per message.
         let result = {
-            let work = self.dispatch(&headers, &msg.payload);
+            let work = self.dispatch(&origin, &headers, &msg.payload);
             tokio::pin!(work);
             let mut tick = tokio::time::interval_at(
                 tokio::time::Instant::now() + PROGRESS_EVERY,
@@ -146,6 +154,7 @@ impl Runtime {
                         "delivery {delivered} of at most {}: an outcome could not be reported: {reason}",
                         self.config.max_deliver
                     ),
+                    &origin,
                 )
                 .await
             }
@@ -184,7 +193,14 @@ impl Runtime {
     }
 
     /// Runs one message through the flow. `Err` only when an outcome could not be reported.
-    pub(crate) async fn dispatch(&self, headers: &Headers, body: &[u8]) -> Result<(), Fatal> {
+    /// `origin` is the message's place in its stream: the identity of the failures found
+    /// before any node runs ([`ledger`]).
+    pub(crate) async fn dispatch(
+        &self,
+        origin: &str,
+        headers: &Headers,
+        body: &[u8],
+    ) -> Result<(), Fatal> {
         let envelope = match Envelope::from_headers(headers) {
             Ok(e) => e,
             Err(e) => {
@@ -195,7 +211,7 @@ impl Runtime {
                 };
                 let partial = partial_envelope(headers);
                 return self
-                    .dead_letter_fallback(kind, &partial, body, &e.to_string())
+                    .dead_letter_fallback(kind, &partial, body, &e.to_string(), origin)
                     .await;
             }
         };
@@ -208,6 +224,7 @@ impl Runtime {
                         &envelope,
                         body,
                         &format!("the body is not JSON: {e}"),
+                        origin,
                     )
                     .await;
             }
@@ -225,6 +242,7 @@ impl Runtime {
                         envelope.flow_version,
                         self.service()
                     ),
+                    origin,
                 )
                 .await;
         };
@@ -235,6 +253,7 @@ impl Runtime {
                     &envelope,
                     body,
                     &format!("flow {} has no node {:?}", flow.id, envelope.source_node_id),
+                    origin,
                 )
                 .await;
         };
@@ -269,6 +288,7 @@ impl Runtime {
                         flow.id,
                         self.service()
                     ),
+                    origin,
                 )
                 .await;
         }
@@ -282,6 +302,7 @@ impl Runtime {
                         &envelope,
                         body,
                         &reason,
+                        origin,
                     )
                     .await
                 }
@@ -291,6 +312,7 @@ impl Runtime {
                         &envelope,
                         body,
                         &reason,
+                        origin,
                     )
                     .await
                 }
@@ -408,6 +430,7 @@ impl Runtime {
                         envelope,
                         input.bytes(),
                         &format!("node {} ({}): {}", node.id, node.node_type, f.message),
+                        &failure_identity(envelope, &trail, node),
                     )
                     .await
                 }
@@ -433,7 +456,13 @@ impl Runtime {
             self.complete(envelope, &trail, node, started, status::FAILED, &msg)
                 .await?;
             return self
-                .dead_letter_fallback(FallbackKind::UnknownNode, envelope, input.bytes(), &msg)
+                .dead_letter_fallback(
+                    FallbackKind::UnknownNode,
+                    envelope,
+                    input.bytes(),
+                    &msg,
+                    &failure_identity(envelope, &trail, node),
+                )
                 .await;
         };
         let kept_key = outcome_key(envelope, &trail);
@@ -556,7 +585,14 @@ impl Runtime {
                 message
             };
             return self
-                .dead_letter_action(&action.name, kind, &attempt_envelope, input.bytes(), &err)
+                .dead_letter_action(
+                    &action.name,
+                    kind,
+                    &attempt_envelope,
+                    input.bytes(),
+                    &err,
+                    &failure_identity(envelope, &trail, node),
+                )
                 .await;
         }
     }
@@ -702,11 +738,25 @@ impl Runtime {
     ) -> Result<(), Fatal> {
         tracing::warn!(run = %hop.flow_run_id, node = %from.id, to = service, "{reason}");
         if from.node_type == NodeType::Action && self.actions.contains_key(&from.action) {
-            self.dead_letter_action(&from.action, dlq_kind::ROUTING_FAILED, hop, body, reason)
-                .await
+            // The hop's key names the hand-off: the delivery, the edges taken, the receiver.
+            self.dead_letter_action(
+                &from.action,
+                dlq_kind::ROUTING_FAILED,
+                hop,
+                body,
+                reason,
+                &hop.idempotency_key,
+            )
+            .await
         } else {
-            self.dead_letter_fallback(FallbackKind::NodeFailed, hop, body, reason)
-                .await
+            self.dead_letter_fallback(
+                FallbackKind::NodeFailed,
+                hop,
+                body,
+                reason,
+                &hop.idempotency_key,
+            )
+            .await
         }
     }
 }

@@ -39,6 +39,7 @@ mod bounded;
 mod builder;
 mod config;
 mod dispatch;
+mod ledger;
 mod limits;
 mod lookup;
 mod outcome;
@@ -48,6 +49,9 @@ mod service;
 pub use action::{ActionContext, ActionDef, ActionError, DEFAULT_RETRY, DEFAULT_TIMEOUT, Handler};
 pub use builder::{Service, ServiceBuilder};
 pub use config::{ENV_VARS, MAX_DELIVER, RuntimeConfig};
+pub use ledger::{
+    BUCKET as DLQ_LEDGER_BUCKET, MAX_AGE as DLQ_LEDGER_MAX_AGE, MAX_BYTES as DLQ_LEDGER_MAX_BYTES,
+};
 pub use limits::{
     MAX_ATTEMPTS, MAX_CONCURRENCY, MAX_DURATION, MAX_DURATION_MS, MAX_SUBSCRIPTION_CAPACITY,
     check_action,

@@ -71,7 +71,8 @@ impl Runtime {
             .map_err(Fatal)
     }
 
-    /// A DLQ entry on `triggers.v2.dlq.<service>.<action>`.
+    /// A DLQ entry on `triggers.v2.dlq.<service>.<action>`. `identity` names the failure the
+    /// same way in every execution of it ([`ledger`](super::ledger)).
     pub(crate) async fn dead_letter_action(
         &self,
         action: &str,
@@ -79,10 +80,11 @@ impl Runtime {
         envelope: &Envelope,
         body: &[u8],
         err_msg: &str,
+        identity: &str,
     ) -> Result<(), Fatal> {
         let subject =
             subject::dlq_action(self.service(), action).map_err(|e| Fatal(e.to_string()))?;
-        self.dead_letter(&subject, kind, envelope, body, err_msg)
+        self.dead_letter(&subject, kind, envelope, body, err_msg, identity)
             .await
     }
 
@@ -93,13 +95,17 @@ impl Runtime {
         envelope: &Envelope,
         body: &[u8],
         err_msg: &str,
+        identity: &str,
     ) -> Result<(), Fatal> {
         let subject =
             subject::dlq_fallback(self.service(), kind).map_err(|e| Fatal(e.to_string()))?;
-        self.dead_letter(&subject, kind.as_str(), envelope, body, err_msg)
+        self.dead_letter(&subject, kind.as_str(), envelope, body, err_msg, identity)
             .await
     }
 
+    /// Writes the entry with the instant its failure was first dead-lettered at (the ledger's),
+    /// as `occurred_at` and in the `Nats-Msg-Id`: the same failure run again after a crash
+    /// writes the same id, and the DLQ stream keeps one entry.
     async fn dead_letter(
         &self,
         subject: &str,
@@ -107,8 +113,9 @@ impl Runtime {
         envelope: &Envelope,
         body: &[u8],
         err_msg: &str,
+        identity: &str,
     ) -> Result<(), Fatal> {
-        let now = GoTime::now();
+        let now = self.first_instant(identity, GoTime::now()).await;
         tracing::warn!(subject, kind, run = %envelope.flow_run_id, "dead-lettered: {err_msg}");
         let entry = DlqEntry {
             kind: kind.to_owned(),

@@ -32,6 +32,8 @@ pub(crate) struct Stats {
     pub(crate) flows_gated: AtomicU64,
     /// Messages neither handled nor dead-lettered in `max_deliver` deliveries.
     pub(crate) given_up: AtomicU64,
+    /// DLQ entries whose instant came from the clock: the ledger was out of reach.
+    pub(crate) dlq_ledger_misses: AtomicU64,
 }
 
 /// What a running service dropped, refused or gave up on: [`RunningService::stats`].
@@ -54,6 +56,9 @@ pub struct RuntimeStats {
     pub handled_keys_evicted: u64,
     /// Kept action outcomes forgotten to stay within the cache's bound.
     pub outcomes_evicted: u64,
+    /// DLQ entries written without the DLQ ledger (its bucket was out of reach): such an entry
+    /// may be written twice if a crash makes another replica run its failure again.
+    pub dlq_ledger_misses: u64,
 }
 
 /// Subjects whose stream lookup is remembered at once.
@@ -78,6 +83,8 @@ pub(crate) struct Runtime {
     /// Whether a JetStream stream captures a subject, and when that was asked.
     pub(crate) captures: Mutex<BoundedMap<String, (bool, tokio::time::Instant)>>,
     pub(crate) stats: Stats,
+    /// The DLQ ledger's bucket, opened at the first dead-lettering ([`super::ledger`]).
+    pub(crate) ledger: tokio::sync::OnceCell<async_nats::jetstream::kv::Store>,
     pub(crate) durable_timer: bool,
     pub(crate) started_at: GoTime,
 }
@@ -317,6 +324,7 @@ impl Service {
             outcomes: Mutex::new(BoundedMap::new(config.max_kept_outcomes)),
             captures: Mutex::new(BoundedMap::new(MAX_CAPTURES)),
             stats: Stats::default(),
+            ledger: tokio::sync::OnceCell::new(),
             started_at: GoTime::now(),
             config,
             manifest: self.manifest,
@@ -620,6 +628,7 @@ impl RunningService {
             given_up: r.stats.given_up.load(Ordering::Relaxed),
             handled_keys_evicted: r.lock_processed().evicted(),
             outcomes_evicted: r.lock_outcomes().evicted(),
+            dlq_ledger_misses: r.stats.dlq_ledger_misses.load(Ordering::Relaxed),
         }
     }
 
