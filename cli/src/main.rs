@@ -9,6 +9,7 @@ mod exit;
 mod files;
 mod init_cmd;
 mod lab_cmd;
+mod load_cmd;
 mod manifest_cmd;
 mod nats_choice;
 mod out;
@@ -130,6 +131,10 @@ enum Command {
         #[command(flatten)]
         json: control_cmd::JsonArg,
     },
+    /// Drive a flow deployed on a running `up` with many runs (a fixed concurrency or rate) and
+    /// report throughput and latency percentiles, per run and per node.
+    #[command(after_help = exit::HELP)]
+    Load(load_cmd::LoadArgs),
     /// Move a running `up`'s virtual clock forward (e.g. 30s, 5m, 1h30m, 1d); due timers fire.
     #[command(after_help = exit::HELP)]
     Advance {
@@ -197,6 +202,7 @@ fn main() -> ExitCode {
                     } => {
                         lab_cmd::trigger(control, flow, payload, wait.then_some(wait_timeout)).await
                     }
+                    Command::Load(args) => load_cmd::load(args).await,
                     Command::Advance { control, duration } => {
                         lab_cmd::advance(control, duration).await
                     }

@@ -218,8 +218,13 @@ async fn a_failure_run_again_is_dead_lettered_once() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let first_id = lab.dlq()[0].header("Nats-Msg-Id").map(str::to_owned);
+    assert_eq!(
+        first.stats().dlq_ledger_misses,
+        0,
+        "the ledger was not used"
+    );
     first.shutdown().await;
-    let _second = replica().start().await.unwrap();
+    let second = replica().start().await.unwrap();
     let (records, _) = lab.records();
     let trigger = records
         .iter()
@@ -248,8 +253,14 @@ async fn a_failure_run_again_is_dead_lettered_once() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // The second replica's entry, had it been stored, would arrive within this.
+    // The second replica's entry, had it been stored, would arrive within this (the ledger
+    // answers at once, or the entry is written with the clock after its 10 s patience).
     tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        second.stats().dlq_ledger_misses,
+        0,
+        "the ledger was not used"
+    );
     let dlq = lab.dlq();
     assert_eq!(
         dlq.len(),

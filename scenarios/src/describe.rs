@@ -109,6 +109,18 @@ pub fn label(step: &Step) -> String {
             f.runs.unwrap_or(crate::model::DEFAULT_FUZZ_RUNS),
             f.seed.unwrap_or(1)
         ),
+        Step::Load(l) => format!(
+            "load {} ({} runs, {})",
+            l.flow,
+            l.runs.unwrap_or(crate::model::DEFAULT_LOAD_RUNS),
+            match (l.rate, l.concurrency) {
+                (Some(r), _) => format!("rate {r}/s"),
+                (None, c) => format!(
+                    "concurrency {}",
+                    c.unwrap_or(crate::model::DEFAULT_LOAD_CONCURRENCY)
+                ),
+            }
+        ),
     }
 }
 

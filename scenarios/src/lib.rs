@@ -32,6 +32,7 @@ mod flowfile;
 pub mod fuzz;
 mod interrupt;
 mod load;
+pub mod loadgen;
 pub mod model;
 pub mod report;
 mod runner;

@@ -785,6 +785,32 @@ impl Checker<'_> {
                     ));
                 }
             }
+            Step::Load(l) => {
+                if !ctx.flows.contains(l.flow.as_str()) {
+                    return Err(self.err(at, format!("no flow {:?} in `flows`", l.flow)));
+                }
+                let runs = l.runs.unwrap_or(crate::model::DEFAULT_LOAD_RUNS);
+                if runs == 0 || runs > crate::loadgen::MAX_RUNS {
+                    return Err(self.err(
+                        at,
+                        format!(
+                            "runs: {runs} is out of range (1 to {})",
+                            crate::loadgen::MAX_RUNS
+                        ),
+                    ));
+                }
+                if l.rate.is_some() && l.concurrency.is_some() {
+                    return Err(self.err(
+                        at,
+                        "give `rate` (runs started per second) or `concurrency` (runs in flight), not both",
+                    ));
+                }
+                if l.payload.is_some() && l.payloads_file.is_some() {
+                    return Err(self.err(at, "give `payload` or `payloads_file`, not both"));
+                }
+                crate::loadgen::check_pace(crate::loadgen::pace_of(l))
+                    .map_err(|e| self.err(at, e))?;
+            }
         }
         Ok(())
     }

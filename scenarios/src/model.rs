@@ -427,7 +427,65 @@ pub enum Step {
     StopService(String),
     /// Fuzz an action with inputs generated from its registered `input_schema`.
     Fuzz(FuzzStep),
+    /// Drive a deployed flow with many runs and check how it held up.
+    Load(LoadStep),
 }
+
+/// `load`: `runs` runs of a deployed flow, at a fixed `concurrency` (default 4) or `rate` (runs
+/// per second), each sent `payload` (with `{{i}}` replaced by the run's number) or the payloads of
+/// `payloads_file` in turn; reports throughput and latency percentiles (per run and per node) and
+/// fails unless every run settled in time and `expect` holds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadStep {
+    /// The flow id (deployed by an earlier step).
+    pub flow: String,
+    /// How many runs (default 100).
+    #[serde(default)]
+    pub runs: Option<u64>,
+    /// At most this many runs in flight (default 4).
+    #[serde(default)]
+    pub concurrency: Option<usize>,
+    /// Runs started per second (instead of `concurrency`).
+    #[serde(default)]
+    pub rate: Option<f64>,
+    /// The payload of every run (default `{}`).
+    #[serde(default)]
+    pub payload: Option<Value>,
+    /// A file of payloads (a JSON array, or one JSON value per line), relative to the scenario.
+    #[serde(default)]
+    pub payloads_file: Option<String>,
+    /// How long each run may take to settle (default: the scenario's `step_timeout`).
+    #[serde(default)]
+    pub run_timeout: Option<Dur>,
+    /// What must hold beyond every run settling in time.
+    #[serde(default)]
+    pub expect: LoadExpect,
+}
+
+/// `load`'s `expect`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadExpect {
+    /// Runs that may fail (default 0).
+    #[serde(default)]
+    pub max_failed: u64,
+    /// DLQ entries the failed runs may write (default: no bound of its own; failed runs are
+    /// bounded by `max_failed`).
+    #[serde(default)]
+    pub max_dlq: Option<u64>,
+    /// The runs' p99 latency (trigger to settled) must be below this. In CI, a generous ceiling.
+    #[serde(default)]
+    pub p99_below: Option<Dur>,
+    /// Settled runs per second at least.
+    #[serde(default)]
+    pub min_throughput: Option<f64>,
+}
+
+/// Runs a `load` step makes when it does not say.
+pub const DEFAULT_LOAD_RUNS: u64 = 100;
+/// Runs a `load` step keeps in flight when it names neither `concurrency` nor `rate`.
+pub const DEFAULT_LOAD_CONCURRENCY: usize = 4;
 
 /// `fuzz`: inputs generated from the action's registered `input_schema` (edges first), each
 /// through a flow of its own; fails on a DLQ entry, a failed or stuck run, a result that does not

@@ -50,6 +50,7 @@ pub(crate) fn run<'a>(lab: &'a mut Lab<'_>, step: &'a Step) -> LocalBoxFuture<'a
         Step::RestartNatsNode(n) => nats_node(lab, NodeOp::Restart, n).boxed_local(),
         Step::StopService(name) => stop_service(lab, name).boxed_local(),
         Step::Fuzz(f) => fuzz(lab, f).boxed_local(),
+        Step::Load(l) => load(lab, l).boxed_local(),
     }
 }
 
@@ -448,5 +449,35 @@ async fn fuzz(lab: &Lab<'_>, f: &crate::model::FuzzStep) -> StepResult {
         Err(report.describe())
     } else {
         Ok(report.describe())
+    }
+}
+
+async fn load(lab: &Lab<'_>, l: &crate::model::LoadStep) -> StepResult {
+    use crate::loadgen::{LoadConfig, Payloads};
+    let payloads = match (&l.payload, &l.payloads_file) {
+        (_, Some(file)) => {
+            let path = lab.scenario.base_dir.join(file);
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("payloads_file: cannot read {}: {e}", path.display()))?;
+            Payloads::from_text(&text)
+                .map_err(|e| format!("payloads_file: {}, {e}", path.display()))?
+        }
+        (Some(p), None) => Payloads::Template(p.clone()),
+        (None, None) => Payloads::Template(serde_json::json!({})),
+    };
+    let config = LoadConfig {
+        flow: l.flow.clone(),
+        runs: l.runs.unwrap_or(crate::model::DEFAULT_LOAD_RUNS),
+        pace: crate::loadgen::pace_of(l),
+        payloads,
+        run_timeout: l.run_timeout.map_or(lab.scenario.step_timeout, |d| d.0),
+    };
+    let report = crate::loadgen::run_load(lab.em(), &config, &mut |_, _| {}).await?;
+    let table = report.table();
+    let broken = crate::loadgen::unmet(&report, &l.expect);
+    if broken.is_empty() {
+        Ok(table)
+    } else {
+        Err(format!("{}\n{table}", broken.join("; ")))
     }
 }

@@ -24,6 +24,8 @@ pub(crate) const FILES: &[(&str, &str)] = &[
     embed!("scenarios/flow-lab/flow-lab-scripted.scenario.yaml"),
     embed!("scenarios/flow-lab/graceful-shutdown.scenario.yaml"),
     embed!("scenarios/flow-lab/http-output.scenario.yaml"),
+    embed!("scenarios/flow-lab/load.scenario.yaml"),
+    embed!("scenarios/flow-lab/load-payloads.jsonl"),
     embed!("scenarios/flow-lab/manifest-hash-mismatch.scenario.yaml"),
     embed!("scenarios/flow-lab/nats-restart.scenario.yaml"),
     embed!("scenarios/flow-lab/poison-message.scenario.yaml"),

@@ -83,7 +83,8 @@ async fn open(js: &jetstream::Context) -> Result<kv::Store, String> {
             history: 1,
             max_age: MAX_AGE,
             max_bytes: MAX_BYTES,
-            max_value_size: 64,
+            // The server counts headers in a message's size: room for them beside the digits.
+            max_value_size: 1024,
             storage: jetstream::stream::StorageType::File,
             ..Default::default()
         })
