@@ -12,6 +12,7 @@ use serde_json::Value;
 use triggers_emulator::control::{ControlAccess, ControlClient, ControlToken};
 use triggers_emulator::recorder::RunStatus;
 use triggers_emulator::recorder::{Record, RecordKind};
+use triggers_emulator::recording::RecordingHeader;
 use triggers_emulator::{ClockMode, Emulator, EmulatorConfig, HashMismatchPolicy, NatsServer};
 use triggers_sdk::transport::DropCounter;
 
@@ -60,7 +61,8 @@ pub(crate) struct UpArgs {
     /// services given as commands are left out.
     #[arg(long = "services", value_name = "SCENARIO")]
     services: Vec<PathBuf>,
-    /// Write every recorded event to FILE as JSON lines.
+    /// Write every recorded event to FILE as JSON lines, after a header line with the format
+    /// (`{"triggers_lab_recording": 1, ...}`).
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
     /// The clock Durable Timers run on.
@@ -249,10 +251,18 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     // Line-buffered: each record is written whole as it comes, so `tail -f` never shows half a
     // line.
     let mut record_file = match &args.record {
-        Some(path) => Some(std::io::LineWriter::new(
-            std::fs::File::create(path)
-                .with_context(|| format!("cannot create {}", path.display()))?,
-        )),
+        Some(path) => {
+            let mut f = std::io::LineWriter::new(
+                std::fs::File::create(path)
+                    .with_context(|| format!("cannot create {}", path.display()))?,
+            );
+            // The header first, so that a reader knows the format before the first record
+            // (triggers_emulator::recording).
+            let header = RecordingHeader::new(env!("CARGO_PKG_VERSION")).to_line()?;
+            f.write_all(header.as_bytes())?;
+            f.write_all(b"\n")?;
+            Some(f)
+        }
         None => None,
     };
     let mut records = emulator.subscribe_records();

@@ -13,6 +13,7 @@ mod load_cmd;
 mod manifest_cmd;
 mod nats_choice;
 mod out;
+mod report_cmd;
 mod run_cmd;
 mod signals;
 
@@ -72,6 +73,9 @@ enum Command {
     /// Run scenario files (or folders of them), each on its own nats-server and emulator.
     #[command(after_help = exit::HELP)]
     Run(run_cmd::RunArgs),
+    /// Reports of `run`: `report merge` joins the JSON reports of a sharded run into one.
+    #[command(subcommand, after_help = exit::HELP)]
+    Report(report_cmd::ReportCommand),
     /// Judge a service (any language) against the flow protocol: `conform -- COMMAND...`.
     Conform(conform_cmd::ConformArgs),
     /// What this machine offers for a nats-server, what will be chosen and why; exit 3 when
@@ -158,6 +162,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Manifest(cmd) => manifest_cmd::run(cmd),
         Command::Run(args) => run_cmd::run(args),
+        Command::Report(cmd) => report_cmd::run(cmd),
         Command::Demo(args) => run_cmd::demo(args),
         Command::Conform(args) => conform_cmd::run(args),
         Command::Doctor(args) => doctor::run(args),
@@ -216,6 +221,7 @@ fn main() -> ExitCode {
                     }
                     Command::Manifest(_)
                     | Command::Run(_)
+                    | Command::Report(_)
                     | Command::Demo(_)
                     | Command::Init(_)
                     | Command::Completions { .. }

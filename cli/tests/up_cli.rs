@@ -222,6 +222,18 @@ fn up_answers_registrations_and_control_commands_then_stops_on_sigint() {
     assert_eq!(status.code(), Some(130), "{status}");
     assert!(!file.exists());
     let records = std::fs::read_to_string(&record).unwrap();
+    // A versioned recording: the header, then records the reader takes.
+    assert!(
+        records.starts_with(r#"{"triggers_lab_recording":1,"#),
+        "{records}"
+    );
+    let recording = triggers_emulator::recording::read_recording(&record).unwrap();
+    assert_eq!(recording.format, 1);
+    assert_eq!(
+        recording.header.unwrap().tool_version,
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(!recording.records.is_empty());
     for kind in [
         "\"kind\":\"registration\"",
         "\"kind\":\"deploy\"",

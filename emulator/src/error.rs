@@ -159,3 +159,62 @@ pub enum ControlError {
     #[error("unreadable reply from the emulator: {0}")]
     BadReply(String),
 }
+
+/// A recording (`triggers-lab up --record FILE`) that cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordingError {
+    /// The file cannot be opened or read.
+    #[error("cannot read the recording {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line of a recording with a header is not a record (or the header is malformed).
+    #[error("{path}:{line}:{column}: not a record: {message}")]
+    Line {
+        /// The file.
+        path: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What serde found wrong.
+        message: String,
+    },
+    /// A file without a header line whose lines are not records of today's shape: not a
+    /// recording, or one too old to read.
+    #[error(
+        "{path}:{line}:{column}: not a recording: there is no header line ({{\"triggers_lab_recording\": N, ...}}), so it was read as a format-0 recording, and this line is not a record of that shape: {message}"
+    )]
+    NotARecording {
+        /// The file.
+        path: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What serde found wrong.
+        message: String,
+    },
+    /// A recording of a format this crate does not read.
+    #[error(
+        "{path}: a recording of format {found}{}; this triggers-lab ({}) reads formats 0 and {supported}: read it with {}",
+        .written_by.as_ref().map(|v| format!(" (written by triggers-lab {v})")).unwrap_or_default(),
+        env!("CARGO_PKG_VERSION"),
+        .written_by.as_ref().map(|v| format!("triggers-lab {v} or newer")).unwrap_or_else(|| "the triggers-lab that wrote it".to_owned())
+    )]
+    Format {
+        /// The header's `triggers_lab_recording`, as written.
+        found: String,
+        /// The header's `tool_version`, when it has one.
+        written_by: Option<String>,
+        /// The file.
+        path: String,
+        /// The newest format this crate reads.
+        supported: u32,
+    },
+}

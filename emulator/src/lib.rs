@@ -39,6 +39,7 @@ mod error;
 mod harness;
 mod observe;
 pub mod recorder;
+pub mod recording;
 mod registration;
 pub mod release;
 mod run;
@@ -55,7 +56,7 @@ pub use emulator::{
     DLQ_STREAM, Deployment, EVENTS_STREAM, Emulator, EmulatorConfig, FiredTimer,
     HashMismatchPolicy, RunId, TriggerOptions, describe_violations,
 };
-pub use error::{ControlError, EmulatorError, HarnessError, NatsError, WaitError};
+pub use error::{ControlError, EmulatorError, HarnessError, NatsError, RecordingError, WaitError};
 pub use harness::Harness;
 pub use nats::{Backend, ChosenBackend, NatsConfig, NatsServer, SkippedBackend};
 pub use release::{ReleaseCode, ReleaseProblem};

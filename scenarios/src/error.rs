@@ -69,3 +69,65 @@ pub enum ReportError {
     #[error("cannot write the JSON report: {0}")]
     Json(#[from] serde_json::Error),
 }
+
+/// A JSON report (`triggers-lab run --json`) that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportReadError {
+    /// The file cannot be opened or read.
+    #[error("cannot read the report {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// It is not a JSON report: malformed JSON, or a field of the wrong shape.
+    #[error(
+        "{path}:{line}:{column}: not a triggers-lab JSON report (the file `run --json` writes): {message}"
+    )]
+    Parse {
+        /// The file.
+        path: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What serde found wrong.
+        message: String,
+    },
+    /// A report of a format this triggers-lab does not know (written by a newer one).
+    #[error(
+        "{path}: a JSON report of format {found}; this triggers-lab reads formats 0 to {supported}: read it with the triggers-lab that wrote it, or a newer one"
+    )]
+    Format {
+        /// The file.
+        path: String,
+        /// Its `format`.
+        found: u64,
+        /// The newest this one reads.
+        supported: u32,
+    },
+}
+
+/// Shard reports that cannot be merged into one.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    /// The same scenario is in two reports (or twice in one).
+    #[error(
+        "scenario {name:?} ({file}) is in both {first} and {second}: merge the reports of one sharded run, each shard once"
+    )]
+    Duplicate {
+        /// Its name.
+        name: String,
+        /// Its file.
+        file: String,
+        /// The report it was first found in.
+        first: String,
+        /// The report it was found again in.
+        second: String,
+    },
+    /// No report to merge.
+    #[error("no report to merge: give the JSON reports of the shards")]
+    Empty,
+}

@@ -33,23 +33,25 @@ pub mod fuzz;
 mod interrupt;
 mod load;
 pub mod loadgen;
+pub mod merge;
 pub mod model;
 pub mod report;
 mod runner;
 mod scripted;
+pub mod shard;
 mod steps;
 mod suite;
 mod vars;
 
 pub use describe::label;
-pub use error::{LoadError, ReportError};
+pub use error::{LoadError, MergeError, ReportError, ReportReadError};
 pub use flowfile::{did_you_mean, read_flow, suggest_in_message};
 pub use interrupt::Interrupt;
 pub use load::{
     DEFAULT_STEP_TIMEOUT, DEFAULT_TIMEOUT, FlowDef, SCENARIO_SUFFIXES, Scenario, StepAt, discover,
     is_scenario_file, load_file, load_str,
 };
-pub use report::{Outcome, ScenarioReport, StepReport, SuiteReport, Totals};
+pub use report::{Outcome, ScenarioReport, ShardInfo, StepReport, SuiteReport, Totals};
 pub use runner::{Event, EventFn, RunOptions, WatchFn, run_scenario};
 pub use scripted::{Call, ScriptedServices};
 pub use suite::{Filter, load_all, run_suite};

@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::ReportError;
 
 /// How a scenario or a step ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// Everything it expected arrived.
@@ -37,12 +37,28 @@ impl Outcome {
     }
 }
 
+/// The version of the JSON report's shape, written as its `format` field. A report without one
+/// is read as format 0: the same shape, written before the field existed.
+pub const REPORT_FORMAT: u32 = 1;
+
 fn millis<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64((d.as_secs_f64() * 1_000_000.0).round() / 1000.0)
 }
 
+/// `duration_ms` back: written to the microsecond, so read to the microsecond.
+fn from_millis<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let ms = f64::deserialize(d)?;
+    if !ms.is_finite() || !(0.0..=1e15).contains(&ms) {
+        return Err(serde::de::Error::custom(format!(
+            "{ms} is not a duration in milliseconds (0 or more)"
+        )));
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Ok(Duration::from_micros((ms * 1000.0).round() as u64))
+}
+
 /// One step's result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StepReport {
     /// 1-based position in the scenario.
     pub index: usize,
@@ -53,15 +69,19 @@ pub struct StepReport {
     /// How it ended.
     pub outcome: Outcome,
     /// How long it took.
-    #[serde(rename = "duration_ms", serialize_with = "millis")]
+    #[serde(
+        rename = "duration_ms",
+        serialize_with = "millis",
+        deserialize_with = "from_millis"
+    )]
     pub duration: Duration,
     /// What it did or found (a run id, a version, "3 timer(s) fired"...), or why it failed.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,
 }
 
 /// Why a scenario failed.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Failure {
     /// The step (1-based), or none for setup, the conformance check or teardown.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -75,7 +95,7 @@ pub struct Failure {
 }
 
 /// The end of an external service's output.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ServiceOutput {
     /// The service.
     pub service: String,
@@ -84,19 +104,23 @@ pub struct ServiceOutput {
 }
 
 /// One scenario's result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScenarioReport {
     /// Its name.
     pub name: String,
     /// Its file.
     pub file: String,
     /// What it checks.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
     /// Passed or failed.
     pub outcome: Outcome,
     /// Wall time, setup and teardown included.
-    #[serde(rename = "duration_ms", serialize_with = "millis")]
+    #[serde(
+        rename = "duration_ms",
+        serialize_with = "millis",
+        deserialize_with = "from_millis"
+    )]
     pub duration: Duration,
     /// The nats-server it ran on.
     pub nats: String,
@@ -110,11 +134,11 @@ pub struct ScenarioReport {
     /// fails: what it checked was incomplete.
     pub dropped_messages: u64,
     /// External services' output (the last lines).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<ServiceOutput>,
     /// Earlier attempts that failed, oldest first (`triggers-lab run --retries N`): a scenario
     /// that passed after one is flaky.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_attempts: Vec<Failure>,
 }
 
@@ -223,18 +247,40 @@ pub struct Totals {
 }
 
 /// A run of several scenarios.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SuiteReport {
     /// Each scenario, in file order.
     pub scenarios: Vec<ScenarioReport>,
     /// Wall time of the whole run.
-    #[serde(rename = "duration_ms", serialize_with = "millis")]
+    #[serde(
+        rename = "duration_ms",
+        serialize_with = "millis",
+        deserialize_with = "from_millis"
+    )]
     pub duration: Duration,
     /// Scenarios run at once.
     pub jobs: usize,
     /// Why the run was stopped early (`SIGINT`, `SIGTERM`), if it was.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<String>,
+    /// The shard of the selection this run was (`triggers-lab run --shard K/N`), if it was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardInfo>,
+}
+
+/// Which part of a selection of scenarios a run was: what `triggers-lab report merge` needs to
+/// put shards back in the order one unsharded run would have.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    /// Which shard, 1-based.
+    pub index: usize,
+    /// Of how many.
+    pub count: usize,
+    /// How many scenarios the whole selection holds (every shard together).
+    pub selected: usize,
+    /// For each scenario of this report, in order, its 0-based place in the whole selection as
+    /// an unsharded run would run it.
+    pub positions: Vec<usize>,
 }
 
 impl SuiteReport {
@@ -291,11 +337,13 @@ impl SuiteReport {
         // The totals first, so a tool (or `jq .totals`) need not count the scenarios itself.
         #[derive(Serialize)]
         struct WithTotals<'a> {
+            format: u32,
             totals: Totals,
             #[serde(flatten)]
             report: &'a SuiteReport,
         }
         Ok(serde_json::to_string_pretty(&WithTotals {
+            format: REPORT_FORMAT,
             totals: self.totals(),
             report: self,
         })?)
@@ -435,6 +483,7 @@ mod tests {
             duration: Duration::from_millis(20),
             jobs: 1,
             interrupted: None,
+            shard: None,
         };
         assert!(report.scenarios[0].flaky());
         assert!(!report.scenarios[1].flaky());

@@ -92,5 +92,6 @@ pub async fn run_suite(scenarios: Vec<Scenario>, jobs: usize, options: &RunOptio
         duration: started.elapsed(),
         jobs,
         interrupted: options.interrupt.reason(),
+        shard: None,
     }
 }

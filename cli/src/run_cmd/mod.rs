@@ -4,6 +4,7 @@
 
 mod demo;
 mod progress;
+mod select;
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -14,8 +15,9 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Args, ValueEnum};
 use triggers_scenarios::report::seconds;
+use triggers_scenarios::shard::Shard;
 use triggers_scenarios::{
-    Event, Filter, Interrupt, Outcome, RunOptions, Scenario, SuiteReport, WatchFn,
+    Event, Filter, Interrupt, Outcome, RunOptions, Scenario, ShardInfo, SuiteReport, WatchFn,
 };
 
 use crate::exit;
@@ -36,9 +38,17 @@ pub(crate) struct RunArgs {
     /// Only scenarios whose name or file matches (a regular expression, or else a substring).
     #[arg(long, value_name = "PATTERN")]
     filter: Option<String>,
-    /// List the scenarios that would run (after --filter), and run none.
+    /// List the scenarios that would run (after --filter and --shard), and run none.
     #[arg(long)]
     list: bool,
+    /// Run only shard K of N (e.g. 2/4) of the selected scenarios: the same split on every
+    /// machine; `triggers-lab report merge` joins the shards' JSON reports.
+    #[arg(long, value_name = "K/N", value_parser = parse_shard)]
+    shard: Option<Shard>,
+    /// With --shard: balance the shards by each scenario's duration in this JSON report (one
+    /// `--json` wrote) instead of by count.
+    #[arg(long, value_name = "REPORT.json", requires = "shard")]
+    durations: Option<PathBuf>,
     /// Write a JUnit XML report to FILE (`-` for standard output).
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
@@ -108,6 +118,11 @@ fn parse_jobs(text: &str) -> Result<usize, String> {
     }
 }
 
+/// `--shard K/N`.
+fn parse_shard(text: &str) -> Result<Shard, String> {
+    text.parse()
+}
+
 /// `--var KEY=VALUE`.
 fn parse_var(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
@@ -158,8 +173,23 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
         return ExitCode::from(exit::USAGE);
     }
     let filter = args.filter.as_deref().map(Filter::new);
+    let durations = match &args.durations {
+        Some(path) => match select::durations(path) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                eprintln!("error: --durations: {e}");
+                return ExitCode::from(exit::USAGE);
+            }
+        },
+        None => None,
+    };
+    let selection = Selection {
+        filter,
+        shard: args.shard,
+        durations,
+    };
     if args.list {
-        return list(&args.paths, filter.as_ref());
+        return list(&args.paths, &selection);
     }
     let outputs = Outputs {
         junit: args.junit.as_deref(),
@@ -170,12 +200,12 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
         brief: false,
     };
     if !args.watch {
-        return execute(&args.paths, &args.common, filter.as_ref(), &outputs);
+        return execute(&args.paths, &args.common, &selection, &outputs);
     }
     // --watch: run, then wait for a change to any file under the paths, and run again.
     loop {
         let before = snapshot(&args.paths);
-        let code = execute(&args.paths, &args.common, filter.as_ref(), &outputs);
+        let code = execute(&args.paths, &args.common, &selection, &outputs);
         if code == ExitCode::from(130) || code == ExitCode::from(143) {
             return code;
         }
@@ -230,16 +260,43 @@ fn snapshot(paths: &[PathBuf]) -> BTreeMap<PathBuf, Option<SystemTime>> {
 }
 
 /// `--list`: the scenarios, one a line, name then file.
-fn list(paths: &[PathBuf], filter: Option<&Filter>) -> ExitCode {
-    let scenarios = match load(paths, filter) {
+fn list(paths: &[PathBuf], selection: &Selection) -> ExitCode {
+    let (scenarios, shard) = match load(paths, selection) {
         Ok(s) => s,
         Err(code) => return code,
     };
     for s in &scenarios {
         outln!("{}  ({}, {} steps)", s.name, s.file, s.steps.len());
     }
-    eprintln!("{} scenario(s)", scenarios.len());
+    match &shard {
+        Some(shard) => eprintln!("{}", shard_line(shard)),
+        None => eprintln!("{} scenario(s)", scenarios.len()),
+    }
     ExitCode::SUCCESS
+}
+
+/// `shard 1/2: 8 of 16 scenarios`.
+fn shard_line(shard: &ShardInfo) -> String {
+    format!(
+        "shard {}/{}: {} of {} scenarios{}",
+        shard.index,
+        shard.count,
+        shard.positions.len(),
+        shard.selected,
+        if shard.positions.is_empty() {
+            " (an empty shard: nothing to run)"
+        } else {
+            ""
+        }
+    )
+}
+
+/// Which of the scenarios found run: `--filter`, then `--shard` (balanced by `--durations`).
+#[derive(Default)]
+struct Selection {
+    filter: Option<Filter>,
+    shard: Option<Shard>,
+    durations: Option<select::Durations>,
 }
 
 pub(crate) fn demo(args: DemoArgs) -> ExitCode {
@@ -272,7 +329,7 @@ pub(crate) fn demo(args: DemoArgs) -> ExitCode {
         brief: !args.common.verbose,
         ..Default::default()
     };
-    let code = execute(&[scenarios], &args.common, None, &outputs);
+    let code = execute(&[scenarios], &args.common, &Selection::default(), &outputs);
     outln!(
         "\nNext: read a scenario (scenarios/flow-lab/*.scenario.yaml in the repository), write your\n\
          own (docs/scenarios.md, or `triggers-lab init`), and run them with `triggers-lab run PATH`."
@@ -280,8 +337,13 @@ pub(crate) fn demo(args: DemoArgs) -> ExitCode {
     code
 }
 
-/// Loads the scenarios, printing what is wrong with them; the exit code when nothing can run.
-fn load(paths: &[PathBuf], filter: Option<&Filter>) -> Result<Vec<Scenario>, ExitCode> {
+/// Loads the scenarios and keeps the selected ones (with, for a shard, which part of the
+/// selection they are), printing what is wrong with them; the exit code when nothing can run.
+fn load(
+    paths: &[PathBuf],
+    selection: &Selection,
+) -> Result<(Vec<Scenario>, Option<ShardInfo>), ExitCode> {
+    let filter = selection.filter.as_ref();
     let scenarios = match triggers_scenarios::load_all(paths) {
         Ok(s) => s,
         Err(errors) => {
@@ -311,16 +373,23 @@ fn load(paths: &[PathBuf], filter: Option<&Filter>) -> Result<Vec<Scenario>, Exi
         );
         return Err(ExitCode::from(exit::USAGE));
     }
-    Ok(scenarios)
+    Ok(match selection.shard {
+        Some(shard) => {
+            let (scenarios, info) =
+                select::shard(paths, scenarios, shard, selection.durations.as_ref());
+            (scenarios, Some(info))
+        }
+        None => (scenarios, None),
+    })
 }
 
 fn execute(
     paths: &[PathBuf],
     common: &CommonArgs,
-    filter: Option<&Filter>,
+    selection: &Selection,
     outputs: &Outputs<'_>,
 ) -> ExitCode {
-    let scenarios = match load(paths, filter) {
+    let (scenarios, shard) = match load(paths, selection) {
         Ok(s) => s,
         Err(code) => return code,
     };
@@ -328,16 +397,28 @@ fn execute(
         Some(MessageFormat::Json) => Format::Json,
         _ => Format::Human,
     };
-    let choice = nats_choice::choose(common.backend, common.nats.as_deref(), "run");
-    if let Some(note) = &choice.note {
-        eprintln!("note: {note}");
-    }
-    eprintln!("{}", choice.said);
     // Standard output may carry a report or JSON messages, which must stay machine-readable.
     let machine_stdout = format == Format::Json
         || [outputs.junit, outputs.json]
             .iter()
             .any(|p| p.is_some_and(|p| p.as_os_str() == "-"));
+    if scenarios.is_empty() {
+        // An empty shard (more shards than scenarios): nothing to run, and that is no failure;
+        // its reports are still written, so that `report merge` finds every shard's.
+        let report = SuiteReport {
+            scenarios: Vec::new(),
+            duration: Duration::ZERO,
+            jobs: common.jobs,
+            interrupted: None,
+            shard,
+        };
+        return finish(&report, outputs, machine_stdout, None);
+    }
+    let choice = nats_choice::choose(common.backend, common.nats.as_deref(), "run");
+    if let Some(note) = &choice.note {
+        eprintln!("note: {note}");
+    }
+    eprintln!("{}", choice.said);
     let mut progress = Progress::new(
         std::io::stderr().is_terminal(),
         outputs.verbose || common.verbose,
@@ -413,14 +494,50 @@ fn execute(
     });
     // Services and servers are stopped; give the runtime's leftovers a moment, not forever.
     runtime.shutdown_timeout(Duration::from_secs(2));
+    let report = SuiteReport { shard, ..report };
+    finish(&report, outputs, machine_stdout, signal)
+}
+
+/// Writes the reports and prints the summary; the exit code of the run.
+fn finish(
+    report: &SuiteReport,
+    outputs: &Outputs<'_>,
+    machine_stdout: bool,
+    signal: Option<crate::signals::Sig>,
+) -> ExitCode {
     let mut code = if report.failed() == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(exit::FAILED)
     };
+    if !write_reports(report, outputs.junit, outputs.json) {
+        code = ExitCode::from(exit::FAILED);
+    }
+    // The summary goes where the results went.
+    let colour = !machine_stdout && out::colour_stdout();
+    let summary = summary(report, colour);
+    if machine_stdout {
+        eprint!("{summary}");
+    } else {
+        out!("{summary}");
+    }
+    match signal {
+        Some(sig) => sig.exit_code(),
+        None => code,
+    }
+}
+
+/// Writes the JUnit and JSON reports asked for (`-`: standard output), saying where; false when
+/// one could not be written (the reason printed).
+pub(crate) fn write_reports(
+    report: &SuiteReport,
+    junit: Option<&Path>,
+    json: Option<&Path>,
+) -> bool {
+    let mut written_all = true;
     for (path, text) in [
-        (outputs.junit, outputs.junit.map(|_| report.to_junit())),
-        (outputs.json, outputs.json.map(|_| report.to_json())),
+        (junit, junit.map(|_| report.to_junit())),
+        (json, json.map(|_| report.to_json())),
     ] {
         let (Some(path), Some(text)) = (path, text) else {
             continue;
@@ -429,7 +546,7 @@ fn execute(
             Ok(t) => t,
             Err(e) => {
                 eprintln!("error: cannot write the report {}: {e}", path.display());
-                code = ExitCode::from(exit::FAILED);
+                written_all = false;
                 continue;
             }
         };
@@ -447,22 +564,11 @@ fn execute(
             Ok(()) => eprintln!("report: {}", path.display()),
             Err(e) => {
                 eprintln!("error: cannot write {}: {e}", path.display());
-                code = ExitCode::from(exit::FAILED);
+                written_all = false;
             }
         }
     }
-    // The summary goes where the results went.
-    let colour = !machine_stdout && out::colour_stdout();
-    let summary = summary(&report, colour);
-    if machine_stdout {
-        eprint!("{summary}");
-    } else {
-        out!("{summary}");
-    }
-    match signal {
-        Some(sig) => sig.exit_code(),
-        None => code,
-    }
+    written_all
 }
 
 /// `--retries N`: each failed scenario again, one at a time, until it passes or N retries are
@@ -524,7 +630,7 @@ async fn retry_failed(
     }
 }
 
-fn summary(report: &SuiteReport, colour: bool) -> String {
+pub(crate) fn summary(report: &SuiteReport, colour: bool) -> String {
     let mut text = String::new();
     text.push('\n');
     let names = |keep: &dyn Fn(&triggers_scenarios::ScenarioReport) -> bool| {
@@ -566,6 +672,10 @@ fn summary(report: &SuiteReport, colour: bool) -> String {
             },
             report.count(Outcome::NotRun)
         ));
+    }
+    if let Some(shard) = &report.shard {
+        text.push_str(&shard_line(shard));
+        text.push('\n');
     }
     text.push_str(&format!(
         "ran {} scenario(s) in {} with -j {}\n",
