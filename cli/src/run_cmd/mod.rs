@@ -383,6 +383,7 @@ fn execute(
         watch,
         interrupt,
         vars: common.vars.iter().cloned().collect(),
+        coverage: None,
     };
     let runtime = match crate::exit::runtime() {
         Ok(rt) => rt,
