@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use clap::{Args, ValueEnum};
+use triggers_scenarios::coverage::Coverage;
 use triggers_scenarios::report::seconds;
 use triggers_scenarios::{
     Event, Filter, Interrupt, Outcome, RunOptions, Scenario, SuiteReport, WatchFn,
@@ -45,6 +46,14 @@ pub(crate) struct RunArgs {
     /// Write a JSON report to FILE (`-` for standard output).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Write the flow coverage (JSON, `"format": 1`) of every scenario run to FILE: per flow
+    /// version, the nodes that ran, the edges taken, each node's outcomes and each condition's
+    /// results. A summary is printed at the end.
+    #[arg(long, value_name = "FILE")]
+    coverage: Option<PathBuf>,
+    /// Write the flow coverage as Markdown (for CI pages) to FILE.
+    #[arg(long = "coverage-md", value_name = "FILE")]
+    coverage_md: Option<PathBuf>,
     /// How results are printed: `human`, or `json` (one JSON object a line on standard output,
     /// for tools).
     #[arg(long, value_enum, default_value = "human", value_name = "FORMAT")]
@@ -132,6 +141,8 @@ pub(crate) struct DemoArgs {
 struct Outputs<'a> {
     junit: Option<&'a Path>,
     json: Option<&'a Path>,
+    coverage: Option<&'a Path>,
+    coverage_md: Option<&'a Path>,
     format: Option<MessageFormat>,
     tui: bool,
     verbose: bool,
@@ -147,13 +158,13 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
         );
         return ExitCode::from(exit::USAGE);
     }
-    let stdout_reports = [&args.junit, &args.json]
+    let stdout_reports = [&args.junit, &args.json, &args.coverage, &args.coverage_md]
         .iter()
         .filter(|p| p.as_deref().is_some_and(|p| p.as_os_str() == "-"))
         .count();
     if stdout_reports > 1 || (stdout_reports == 1 && args.message_format == MessageFormat::Json) {
         eprintln!(
-            "error: only one of --junit -, --json - and --message-format json can have standard output"
+            "error: only one of --junit -, --json -, --coverage -, --coverage-md - and --message-format json can have standard output"
         );
         return ExitCode::from(exit::USAGE);
     }
@@ -164,6 +175,8 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
     let outputs = Outputs {
         junit: args.junit.as_deref(),
         json: args.json.as_deref(),
+        coverage: args.coverage.as_deref(),
+        coverage_md: args.coverage_md.as_deref(),
         format: Some(args.message_format),
         tui: args.tui,
         verbose: false,
@@ -335,9 +348,14 @@ fn execute(
     eprintln!("{}", choice.said);
     // Standard output may carry a report or JSON messages, which must stay machine-readable.
     let machine_stdout = format == Format::Json
-        || [outputs.junit, outputs.json]
-            .iter()
-            .any(|p| p.is_some_and(|p| p.as_os_str() == "-"));
+        || [
+            outputs.junit,
+            outputs.json,
+            outputs.coverage,
+            outputs.coverage_md,
+        ]
+        .iter()
+        .any(|p| p.is_some_and(|p| p.as_os_str() == "-"));
     let mut progress = Progress::new(
         std::io::stderr().is_terminal(),
         outputs.verbose || common.verbose,
@@ -383,7 +401,8 @@ fn execute(
         watch,
         interrupt,
         vars: common.vars.iter().cloned().collect(),
-        coverage: None,
+        coverage: (outputs.coverage.is_some() || outputs.coverage_md.is_some())
+            .then(|| Arc::new(Mutex::new(Coverage::new()))),
     };
     let runtime = match crate::exit::runtime() {
         Ok(rt) => rt,
@@ -419,9 +438,27 @@ fn execute(
     } else {
         ExitCode::from(exit::FAILED)
     };
+    let coverage = options
+        .coverage
+        .as_ref()
+        .map(|c| c.lock().unwrap_or_else(|p| p.into_inner()).clone());
     for (path, text) in [
         (outputs.junit, outputs.junit.map(|_| report.to_junit())),
         (outputs.json, outputs.json.map(|_| report.to_json())),
+        (
+            outputs.coverage,
+            coverage
+                .as_ref()
+                .filter(|_| outputs.coverage.is_some())
+                .map(Coverage::to_json),
+        ),
+        (
+            outputs.coverage_md,
+            coverage
+                .as_ref()
+                .filter(|_| outputs.coverage_md.is_some())
+                .map(|c| Ok(c.to_markdown())),
+        ),
     ] {
         let (Some(path), Some(text)) = (path, text) else {
             continue;
@@ -454,7 +491,14 @@ fn execute(
     }
     // The summary goes where the results went.
     let colour = !machine_stdout && out::colour_stdout();
-    let summary = summary(&report, colour);
+    let mut summary = summary(&report, colour);
+    if let Some(coverage) = &coverage {
+        // Before the scenario counts, which stay the last line.
+        summary.insert_str(
+            summary.rfind("\nran ").map_or(0, |i| i + 1),
+            &format!("flow coverage:\n{}", coverage.summary()),
+        );
+    }
     if machine_stdout {
         eprint!("{summary}");
     } else {
