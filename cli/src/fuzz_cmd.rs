@@ -117,6 +117,7 @@ pub(crate) async fn fuzz(args: FuzzArgs) -> Result<()> {
         }
     );
     let terminal = std::io::stderr().is_terminal();
+    let mut shrunk = 0u32;
     let mut on_progress = |p: FuzzProgress| match p {
         FuzzProgress::Passed { run, runs } => {
             let done = run + 1;
@@ -137,7 +138,13 @@ pub(crate) async fn fuzz(args: FuzzArgs) -> Result<()> {
             );
         }
         FuzzProgress::Shrunk { input } => {
-            eprintln!("  still fails: {input}");
+            // One line a step would bury the verdict: a terminal sees the latest, a log the count.
+            shrunk += 1;
+            if terminal {
+                let text = input.to_string();
+                let cut: String = text.chars().take(100).collect();
+                eprint!("\r\x1b[2K  shrinking, step {shrunk}: still fails on {cut}");
+            }
         }
     };
     let report = fuzz_target(&control, &services_side, &config, &mut on_progress)
@@ -145,6 +152,9 @@ pub(crate) async fn fuzz(args: FuzzArgs) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("the fuzz campaign could not run: {e}"))?;
     if terminal {
         eprint!("\r\x1b[2K");
+    }
+    if shrunk > 0 {
+        eprintln!("shrunk in {shrunk} step(s)");
     }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
