@@ -144,3 +144,68 @@ async fn only_the_branch_that_ran_is_covered_and_conditions_say_how_they_went() 
         "{md}"
     );
 }
+
+/// Outcomes that only the DLQ tells apart: a timed-out and a panicked action (the shipped
+/// `timeouts-and-panics` scenario), each also a `failed` event and a dead-lettered input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_and_panics_are_told_apart_by_their_dlq_entries() {
+    let file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("flow-lab/timeouts-and-panics.scenario.yaml");
+    let scenario = triggers_scenarios::load_file(&file).unwrap_or_else(|e| panic!("{e}"));
+    let coverage = Arc::new(Mutex::new(Coverage::new()));
+    let options = RunOptions {
+        nats: NatsConfig {
+            backend: Backend::Binary,
+            ..Default::default()
+        },
+        coverage: Some(coverage.clone()),
+        ..Default::default()
+    };
+    let report = run_suite(vec![scenario], 1, &options).await;
+    assert!(
+        report.scenarios[0].passed(),
+        "{}",
+        report.scenarios[0].failure_text()
+    );
+    let coverage = coverage.lock().unwrap().clone();
+    let step = |flow: &str| {
+        coverage
+            .flow(flow, 1)
+            .and_then(|f| f.nodes.iter().find(|n| n.id == "step"))
+            .unwrap_or_else(|| panic!("no {flow}.step in {coverage:#?}"))
+            .outcomes
+    };
+    let slow = step("slow");
+    assert_eq!(
+        (
+            slow.retrying,
+            slow.failed,
+            slow.timed_out,
+            slow.panicked,
+            slow.dead_lettered
+        ),
+        (1, 1, 1, 0, 1),
+        "{slow:?}"
+    );
+    let boom = step("boom");
+    assert_eq!(
+        (
+            boom.failed,
+            boom.timed_out,
+            boom.panicked,
+            boom.dead_lettered
+        ),
+        (1, 0, 1, 1),
+        "{boom:?}"
+    );
+    let fine = step("fine");
+    assert_eq!((fine.succeeded, fine.failed, fine.dead_lettered), (1, 0, 0));
+    for f in &coverage.flows {
+        assert_eq!(
+            (f.nodes_covered, f.edges_covered),
+            (2, 1),
+            "{}",
+            f.summary_line()
+        );
+    }
+}
