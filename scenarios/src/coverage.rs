@@ -14,7 +14,8 @@
 //! delivery to it, or a timer armed). Limits: a delivery that was lost leaves `b` unreached and
 //! the edge counts as not taken; an event the emulator did not see (a run evicted beyond
 //! `max_runs`, a slow consumer's dropped messages) is not counted; when two edges lead from the
-//! same node to the same successor, both count.
+//! same node to the same successor, both count. An action's DLQ entries (which tell a timeout
+//! and a panic apart) go to the action nodes of that service and action that failed in the run.
 //!
 //! The JSON format is versioned (`"format": 1`) and documented field by field in
 //! `docs/scenarios.md`, section Coverage.
@@ -269,7 +270,9 @@ impl FlowCoverage {
                 id.clone(),
                 here.succeeded + here.failed + here.skipped + here.dead_lettered + armed,
             );
-            if node.node_type == NodeType::Action.as_str() {
+            // An action's DLQ entry follows its `failed` event: only a node that failed here owns
+            // one (two nodes of the same action that both failed each count both entries).
+            if node.node_type == NodeType::Action.as_str() && here.failed > 0 {
                 for d in dlq
                     .iter()
                     .filter(|d| d.service == node.service && d.action == node.action)
