@@ -7,6 +7,7 @@ mod discovery;
 mod doctor;
 mod exit;
 mod files;
+mod fuzz_cmd;
 mod init_cmd;
 mod lab_cmd;
 mod load_cmd;
@@ -139,6 +140,11 @@ enum Command {
     /// report throughput and latency percentiles, per run and per node.
     #[command(after_help = exit::HELP)]
     Load(load_cmd::LoadArgs),
+    /// Fuzz an action of a service registered with a running `up`: inputs from its input
+    /// schema, each judged; the first failure is shrunk to a minimal input, with the seed that
+    /// reproduces it.
+    #[command(after_help = exit::HELP)]
+    Fuzz(fuzz_cmd::FuzzArgs),
     /// Move a running `up`'s virtual clock forward (e.g. 30s, 5m, 1h30m, 1d); due timers fire.
     #[command(after_help = exit::HELP)]
     Advance {
@@ -208,6 +214,7 @@ fn main() -> ExitCode {
                         lab_cmd::trigger(control, flow, payload, wait.then_some(wait_timeout)).await
                     }
                     Command::Load(args) => load_cmd::load(args).await,
+                    Command::Fuzz(args) => fuzz_cmd::fuzz(args).await,
                     Command::Advance { control, duration } => {
                         lab_cmd::advance(control, duration).await
                     }

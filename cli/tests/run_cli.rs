@@ -118,3 +118,53 @@ fn exit_codes_and_reports() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("with -j 1"));
 }
+
+#[test]
+fn coverage_of_a_shipped_scenario_as_json_and_markdown_with_a_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("cov/coverage.json");
+    let md = dir.path().join("cov/coverage.md");
+    let scenario = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios/delivery/timer-after-condition-and-mapping.scenario.yaml");
+    let out = bin()
+        .args(["run", "--backend", "binary", "--coverage"])
+        .arg(&json)
+        .arg("--coverage-md")
+        .arg(&md)
+        .arg(&scenario)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("flow coverage:\n  remind v1: nodes 7/7, edges 6/6 (2 run(s))\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("coverage: 2 flow version(s), nodes 13/13 (100 %), edges 11/11 (100 %)\nran 1 scenario(s)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.trim_end().ends_with("scenarios: 1 passed, 0 failed"),
+        "{stdout}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["format"], 1);
+    let paid = report["flows"][0]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == "paid")
+        .unwrap();
+    assert_eq!(
+        paid["condition"],
+        serde_json::json!({"passed": 1, "stopped": 1})
+    );
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(md.starts_with("## Flow coverage\n"), "{md}");
+    assert!(
+        md.contains("| `remind v1` | `paid` | 1 | 1 | yes |"),
+        "{md}"
+    );
+}

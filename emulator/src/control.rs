@@ -18,12 +18,13 @@
 //! | `state` | `{}` | [`StateSummary`] |
 //! | `deploy` | `{"flow": Flow}` | the released flow and broadcast subject, or `{"problems": [...]}` in the error |
 //! | `check_release` | `{"flow": Flow}` | the resolved flow |
-//! | `trigger` | `{"flow_id", "payload", "entry"?}` | `{"run_id"}` |
+//! | `trigger` | `{"flow_id", "payload", "entry"?, "payload_json"?}` | `{"run_id"}`; `payload_json`, when given, is the payload's exact JSON text, sent as is (a 64-bit integer stays exact) instead of `payload` |
 //! | `advance` | `{"duration_ms"}` | the timers fired |
 //! | `runs` | `{}` | every run |
 //! | `run` | `{"run_id"}` | the run |
 //! | `records` | `{"since": seq, "limit": n}` | records after `since` |
 //! | `violations` | `{}` | every conformance violation |
+//! | `services` | `{}` | every registered service by name, with its whole manifest (schemas included) |
 
 use std::time::Duration;
 
@@ -246,6 +247,8 @@ struct TriggerRequest {
     payload: Value,
     #[serde(default)]
     entry: Option<String>,
+    #[serde(default)]
+    payload_json: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -352,9 +355,17 @@ async fn handle(
         }
         "trigger" => {
             let req: TriggerRequest = parse(payload).map_err(err)?;
-            let bytes =
-                triggers_sdk::wire::json::to_vec(&triggers_sdk::wire::json::GoAny(&req.payload))
-                    .map_err(|e| err(e.to_string()))?;
+            let bytes = match req.payload_json {
+                Some(text) => {
+                    serde_json::from_str::<serde::de::IgnoredAny>(&text)
+                        .map_err(|e| err(format!("payload_json is not JSON: {e}")))?;
+                    text.into_bytes()
+                }
+                None => {
+                    triggers_sdk::wire::json::to_vec(&triggers_sdk::wire::json::GoAny(&req.payload))
+                        .map_err(|e| err(e.to_string()))?
+                }
+            };
             let run = emulator
                 .trigger_bytes(
                     &req.flow_id,
@@ -405,8 +416,13 @@ async fn handle(
             max,
             "read them from `records` (kind `violation`) a page at a time with a small `limit`",
         ),
+        "services" => to_json(
+            &emulator.services(),
+            max,
+            "the manifests are too large to send at once; read them from the records (kind `registration`)",
+        ),
         other => Err(err(format!(
-            "unknown control op {other:?}; ops: state, deploy, check_release, trigger, advance, runs, run, records, violations"
+            "unknown control op {other:?}; ops: state, deploy, check_release, trigger, advance, runs, run, records, violations, services"
         ))),
     }
 }
@@ -688,6 +704,47 @@ impl ControlClient {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned())
+    }
+
+    /// Starts a run with `payload_json` sent exactly as written (a 64-bit integer stays exact);
+    /// returns its id.
+    ///
+    /// # Errors
+    /// When the call fails, or the text is not JSON.
+    pub async fn trigger_json(
+        &self,
+        flow_id: &str,
+        payload_json: &str,
+    ) -> Result<String, ControlError> {
+        let v: Value = self
+            .call(
+                "trigger",
+                json!({"flow_id": flow_id, "payload_json": payload_json}),
+            )
+            .await?;
+        Ok(v.get("run_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned())
+    }
+
+    /// Every registered service with its whole manifest.
+    ///
+    /// # Errors
+    /// When the call fails.
+    pub async fn services(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, crate::recorder::ServiceState>, ControlError>
+    {
+        self.call("services", json!({})).await
+    }
+
+    /// Every conformance violation, as JSON (`severity`, `rule`, `message`, ...).
+    ///
+    /// # Errors
+    /// When the call fails.
+    pub async fn violations(&self) -> Result<Vec<Value>, ControlError> {
+        self.call("violations", json!({})).await
     }
 
     /// Advances the virtual clock; returns the timers fired and the new time.

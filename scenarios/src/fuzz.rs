@@ -5,6 +5,7 @@
 //! error), and a failing input shrunk to a minimal one that still fails. The same seed gives the
 //! same inputs, so a failure is reproduced by its seed.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -13,9 +14,11 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use serde_json::{Map, Number, Value, json};
 use triggers_emulator::conformance::Severity;
-use triggers_emulator::recorder::RunStatus;
+use triggers_emulator::control::ControlClient;
+use triggers_emulator::recorder::{RecordKind, Run, RunStatus};
 use triggers_emulator::{Emulator, TriggerOptions};
 use triggers_sdk::flow::Flow;
+use triggers_sdk::wire::Manifest;
 use triggers_sdk::wire::json;
 
 /// Strings a fuzzer is for: empty, blank, control characters, quotes, markup, non-ASCII,
@@ -482,9 +485,202 @@ pub fn shrink(v: &Value) -> Vec<Value> {
     out
 }
 
+/// What a fuzz campaign drives: an emulator in this process ([`Emulator`]), or a running
+/// `triggers-lab up` through its control API ([`ControlClient`]). Errors are messages for the
+/// user.
+#[allow(async_fn_in_trait)] // the campaign runs on the caller's task: no `Send` bound needed
+pub trait FuzzTarget {
+    /// Every registered service's manifest, by name.
+    async fn manifests(&self) -> Result<BTreeMap<String, Manifest>, String>;
+    /// Deploys the campaign's flow.
+    async fn deploy(&self, flow: Flow) -> Result<(), String>;
+    /// Starts a run with exactly these JSON bytes; its id.
+    async fn trigger(&self, flow_id: &str, payload: Vec<u8>) -> Result<String, String>;
+    /// The run once settled; `None` when it has not within `timeout`.
+    async fn settled(&self, run_id: &str, timeout: Duration) -> Option<Run>;
+    /// The run's first DLQ entry (kind, error), waiting up to `timeout` for one.
+    async fn dead_letter(&self, run_id: &str, timeout: Duration) -> Option<(String, String)>;
+    /// The run in a line or two, for a failure's reason.
+    async fn describe_run(&self, run_id: &str) -> String;
+    /// Every conformance error so far (`rule: message`).
+    async fn errors(&self) -> Vec<String>;
+}
+
+impl FuzzTarget for Emulator {
+    async fn manifests(&self) -> Result<BTreeMap<String, Manifest>, String> {
+        Ok(self
+            .services()
+            .into_iter()
+            .map(|(name, s)| (name, s.manifest))
+            .collect())
+    }
+
+    async fn deploy(&self, flow: Flow) -> Result<(), String> {
+        Emulator::deploy(self, flow)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn trigger(&self, flow_id: &str, payload: Vec<u8>) -> Result<String, String> {
+        self.trigger_bytes(flow_id, payload, TriggerOptions::default())
+            .await
+            .map(|r| r.0)
+            .map_err(|e| e.to_string())
+    }
+
+    async fn settled(&self, run_id: &str, timeout: Duration) -> Option<Run> {
+        self.with_wait_timeout(timeout)
+            .wait_run_settled(run_id)
+            .await
+            .ok()
+    }
+
+    async fn dead_letter(&self, run_id: &str, timeout: Duration) -> Option<(String, String)> {
+        self.with_wait_timeout(timeout)
+            .wait_dlq(triggers_emulator::DlqFilter::run(run_id))
+            .await
+            .ok()
+            .and_then(|r| r.entry)
+            .map(|e| (e.kind, e.err_msg))
+    }
+
+    async fn describe_run(&self, run_id: &str) -> String {
+        Emulator::describe_run(self, run_id).replace('\n', "; ")
+    }
+
+    async fn errors(&self) -> Vec<String> {
+        self.violations()
+            .into_iter()
+            .filter(|v| v.severity == Severity::Error)
+            .map(|v| format!("{}: {}", v.rule, v.message))
+            .collect()
+    }
+}
+
+/// How often a running `up` is asked whether a run has settled.
+const POLL: Duration = Duration::from_millis(50);
+
+impl FuzzTarget for ControlClient {
+    async fn manifests(&self) -> Result<BTreeMap<String, Manifest>, String> {
+        Ok(self
+            .services()
+            .await
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|(name, s)| (name, s.manifest))
+            .collect())
+    }
+
+    async fn deploy(&self, flow: Flow) -> Result<(), String> {
+        ControlClient::deploy(self, &flow)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn trigger(&self, flow_id: &str, payload: Vec<u8>) -> Result<String, String> {
+        let text = String::from_utf8(payload).map_err(|e| e.to_string())?;
+        self.trigger_json(flow_id, &text)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn settled(&self, run_id: &str, timeout: Duration) -> Option<Run> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Ok(run) = self.run(run_id).await
+                && run.status.is_settled()
+            {
+                return Some(run);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    async fn dead_letter(&self, run_id: &str, timeout: Duration) -> Option<(String, String)> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Ok(run) = self.run(run_id).await
+                && let Some(&seq) = run.dlq.first()
+            {
+                let records = self.records(seq.saturating_sub(1), 1).await.ok()?;
+                return records.into_iter().find_map(|r| match r.kind {
+                    RecordKind::Dlq { entry: Some(e), .. } if r.seq == seq => {
+                        Some((e.kind, e.err_msg))
+                    }
+                    _ => None,
+                });
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    async fn describe_run(&self, run_id: &str) -> String {
+        match self.run(run_id).await {
+            Ok(run) => {
+                let steps: Vec<String> = run.timeline.iter().map(ToString::to_string).collect();
+                format!(
+                    "run {run_id} {:?}, pending {:?}; {}",
+                    run.status,
+                    run.pending.keys().collect::<Vec<_>>(),
+                    steps.join("; ")
+                )
+            }
+            Err(e) => format!("run {run_id}: {e}"),
+        }
+    }
+
+    async fn errors(&self) -> Vec<String> {
+        self.violations()
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|v| v["severity"] == "error")
+            .map(|v| {
+                format!(
+                    "{}: {}",
+                    v["rule"].as_str().unwrap_or_default(),
+                    v["message"].as_str().unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+}
+
+/// Progress of a campaign, for a terminal.
+#[derive(Debug, Clone)]
+pub enum FuzzProgress {
+    /// Input `run` (0-based) of `runs` passed.
+    Passed {
+        /// Which.
+        run: u32,
+        /// Of how many.
+        runs: u32,
+    },
+    /// Input `run` failed; shrinking starts.
+    Failed {
+        /// Which.
+        run: u32,
+        /// Why.
+        reason: String,
+    },
+    /// A smaller input that still fails.
+    Shrunk {
+        /// It.
+        input: Value,
+    },
+}
+
 /// Runs a fuzz campaign against `config.service`'s `config.action` on `lab`: deploys a flow of
 /// its own for the action, sends `config.runs` inputs, and stops at the first failure, which it
-/// shrinks.
+/// shrinks. `client` must reach the services' subjects (the action's result is read there).
 ///
 /// # Errors
 /// When the campaign cannot run at all: the service or action is not registered, the flow is
@@ -494,16 +690,28 @@ pub async fn fuzz(
     client: &async_nats::Client,
     config: &FuzzConfig,
 ) -> Result<FuzzReport, String> {
-    let services = lab.services();
-    let service = services.get(&config.service).ok_or_else(|| {
+    fuzz_target(lab, client, config, &mut |_| {}).await
+}
+
+/// [`fuzz`] against any [`FuzzTarget`] (a running `up`, say), telling `progress` as it goes.
+///
+/// # Errors
+/// As [`fuzz`].
+pub async fn fuzz_target<T: FuzzTarget>(
+    lab: &T,
+    client: &async_nats::Client,
+    config: &FuzzConfig,
+    progress: &mut dyn FnMut(FuzzProgress),
+) -> Result<FuzzReport, String> {
+    let services = lab.manifests().await?;
+    let manifest = services.get(&config.service).ok_or_else(|| {
         format!(
             "service {:?} has not registered (registered: {:?})",
             config.service,
             services.keys().collect::<Vec<_>>()
         )
     })?;
-    let action = service
-        .manifest
+    let action = manifest
         .actions
         .iter()
         .find(|a| a.name == config.action)
@@ -512,12 +720,7 @@ pub async fn fuzz(
                 "{} has no action {:?} (it has {:?})",
                 config.service,
                 config.action,
-                service
-                    .manifest
-                    .actions
-                    .iter()
-                    .map(|a| &a.name)
-                    .collect::<Vec<_>>()
+                manifest.actions.iter().map(|a| &a.name).collect::<Vec<_>>()
             )
         })?;
     let input_schema = action
@@ -556,6 +759,10 @@ pub async fn fuzz(
         .subscribe(capture.clone())
         .await
         .map_err(|e| format!("cannot subscribe to {capture}: {e}"))?;
+    // The subscription is in place before the first run's output can come.
+    triggers_sdk::transport::round_trip(client)
+        .await
+        .map_err(|e| format!("cannot subscribe to {capture}: {e}"))?;
     let mut probe = Probe {
         lab,
         flow_id: &flow_id,
@@ -580,6 +787,10 @@ pub async fn fuzz(
         };
         let expect_invalid = bad && !jsonschema::is_valid(&input_schema, &input);
         if let Err(reason) = probe.judge(&input, expect_invalid).await? {
+            progress(FuzzProgress::Failed {
+                run,
+                reason: reason.clone(),
+            });
             let mut minimal = input.clone();
             let mut why = reason;
             // Greedy shrinking, bounded: take the first smaller input that still fails, the
@@ -596,6 +807,9 @@ pub async fn fuzz(
                         continue;
                     }
                     if let Err(r) = probe.judge(&candidate, expect_invalid).await? {
+                        progress(FuzzProgress::Shrunk {
+                            input: candidate.clone(),
+                        });
                         minimal = candidate;
                         why = r;
                         continue 'shrinking;
@@ -615,6 +829,10 @@ pub async fn fuzz(
                 }),
             });
         }
+        progress(FuzzProgress::Passed {
+            run,
+            runs: config.runs,
+        });
     }
     Ok(FuzzReport {
         runs: config.runs,
@@ -624,50 +842,38 @@ pub async fn fuzz(
     })
 }
 
-struct Probe<'a> {
-    lab: &'a Emulator,
+struct Probe<'a, T> {
+    lab: &'a T,
     flow_id: &'a str,
     sub: &'a mut async_nats::Subscriber,
     results: &'a jsonschema::Validator,
     timeout: Duration,
 }
 
-impl Probe<'_> {
+impl<T: FuzzTarget> Probe<'_, T> {
     /// Sends one input; `Ok(Err(reason))` when the service got it wrong.
     async fn judge(&mut self, input: &Value, invalid: bool) -> Result<Result<(), String>, String> {
-        let errors_before = self.errors();
+        let errors_before = self.lab.errors().await;
         // The exact JSON (an i64 stays an integer), not Go's float64 view of it.
         let bytes = serde_json::to_vec(input).map_err(|e| e.to_string())?;
         let run = self
             .lab
-            .trigger_bytes(self.flow_id, bytes, TriggerOptions::default())
+            .trigger(self.flow_id, bytes)
             .await
             .map_err(|e| format!("cannot trigger {}: {e}", self.flow_id))?;
-        let settled = match self
-            .lab
-            .with_wait_timeout(self.timeout)
-            .wait_run_settled(&run)
-            .await
-        {
-            Ok(r) => r,
-            Err(_) => {
-                return Ok(Err(format!(
-                    "the run did not settle within {:?} (a hang, or a lost message): {}",
-                    self.timeout,
-                    self.lab.describe_run(&run.0).replace('\n', "; ")
-                )));
-            }
+        let Some(settled) = self.lab.settled(&run, self.timeout).await else {
+            return Ok(Err(format!(
+                "the run did not settle within {:?} (a hang, or a lost message): {}",
+                self.timeout,
+                self.lab.describe_run(&run).await
+            )));
         };
         // The run settles when its node fails; the DLQ entry follows the failed event.
         let dead: Option<(String, String)> =
             if settled.status != RunStatus::Succeeded || !settled.dlq.is_empty() {
                 self.lab
-                    .with_wait_timeout(Duration::from_secs(2).min(self.timeout))
-                    .wait_dlq(triggers_emulator::DlqFilter::run(&run.0))
+                    .dead_letter(&run, Duration::from_secs(2).min(self.timeout))
                     .await
-                    .ok()
-                    .and_then(|r| r.entry)
-                    .map(|e| (e.kind, e.err_msg))
             } else {
                 None
             };
@@ -691,7 +897,7 @@ impl Probe<'_> {
             return Ok(Err(format!(
                 "the run {:?}: {}",
                 settled.status,
-                self.lab.describe_run(&run.0).replace('\n', "; ")
+                self.lab.describe_run(&run).await
             )));
         }
         // The captured result: the output node's message for this run.
@@ -700,7 +906,7 @@ impl Probe<'_> {
                 Ok(Some(msg)) => {
                     let headers = triggers_sdk::transport::from_nats(msg.headers.as_ref());
                     if headers.get(triggers_sdk::wire::header::names::FLOW_RUN_ID)
-                        == Some(run.0.as_str())
+                        == Some(run.as_str())
                     {
                         break serde_json::from_slice::<Value>(&msg.payload).ok();
                     }
@@ -718,7 +924,7 @@ impl Probe<'_> {
                 e.instance_path()
             )));
         }
-        let errors = self.errors();
+        let errors = self.lab.errors().await;
         if errors.len() > errors_before.len() {
             return Ok(Err(format!(
                 "conformance error(s): {}",
@@ -726,15 +932,6 @@ impl Probe<'_> {
             )));
         }
         Ok(Ok(()))
-    }
-
-    fn errors(&self) -> Vec<String> {
-        self.lab
-            .violations()
-            .into_iter()
-            .filter(|v| v.severity == Severity::Error)
-            .map(|v| format!("{}: {}", v.rule, v.message))
-            .collect()
     }
 }
 

@@ -24,6 +24,7 @@
 //! ```
 
 pub mod conform;
+pub mod coverage;
 mod describe;
 mod error;
 mod expect;

@@ -48,6 +48,9 @@ pub struct RunOptions {
     pub interrupt: Interrupt,
     /// Values for `${vars.<name>}` (`triggers-lab run --var name=value`).
     pub vars: BTreeMap<String, String>,
+    /// Where each scenario adds the flow coverage its emulator observed, just before its
+    /// nats-server stops (`triggers-lab run --coverage`); none: not collected.
+    pub coverage: Option<crate::coverage::CoverageCollector>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -385,6 +388,12 @@ pub async fn run_scenario(
                 .collect();
             if report.failure.is_some() && !interrupted {
                 report.outcome = Outcome::Failed;
+            }
+            if let Some(coverage) = &options.coverage {
+                coverage
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .observe_emulator(lab.em());
             }
             // Gracefully, so a Docker container is stopped and removed, a binary's store deleted,
             // before the next scenario (or the exit) comes.

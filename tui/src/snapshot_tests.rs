@@ -133,6 +133,23 @@ fn pages() {
     snapshot("service_page", &model);
 }
 
+/// Nodes no run reached in this session are dimmed and marked `○`, with a legend: `refund`'s
+/// output (its one run is still retrying the action); none of `order` v3 (its runs reached each,
+/// the timer's resume included).
+#[test]
+fn nodes_not_run_yet() {
+    let model = full();
+    let ran = &model.ran[&("order".to_owned(), 3)];
+    assert_eq!(ran.len(), 6, "{ran:?}");
+    let ran: Vec<_> = model.ran[&("refund".to_owned(), 1)].iter().collect();
+    assert_eq!(ran, ["refund", "rin"]);
+    let mut model = full();
+    keys(&mut model, "2j");
+    snapshot("flows_not_run", &model);
+    keys(&mut model, "\n");
+    snapshot("flow_page_not_run", &model);
+}
+
 #[test]
 fn overlays() {
     let mut model = full();

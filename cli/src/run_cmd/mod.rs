@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use clap::{Args, ValueEnum};
+use triggers_scenarios::coverage::Coverage;
 use triggers_scenarios::report::seconds;
 use triggers_scenarios::shard::Shard;
 use triggers_scenarios::{
@@ -55,6 +56,14 @@ pub(crate) struct RunArgs {
     /// Write a JSON report to FILE (`-` for standard output).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Write the flow coverage (JSON, `"format": 1`) of every scenario run to FILE: per flow
+    /// version, the nodes that ran, the edges taken, each node's outcomes and each condition's
+    /// results. A summary is printed at the end.
+    #[arg(long, value_name = "FILE")]
+    coverage: Option<PathBuf>,
+    /// Write the flow coverage as Markdown (for CI pages) to FILE.
+    #[arg(long = "coverage-md", value_name = "FILE")]
+    coverage_md: Option<PathBuf>,
     /// How results are printed: `human`, or `json` (one JSON object a line on standard output,
     /// for tools).
     #[arg(long, value_enum, default_value = "human", value_name = "FORMAT")]
@@ -147,6 +156,8 @@ pub(crate) struct DemoArgs {
 struct Outputs<'a> {
     junit: Option<&'a Path>,
     json: Option<&'a Path>,
+    coverage: Option<&'a Path>,
+    coverage_md: Option<&'a Path>,
     format: Option<MessageFormat>,
     tui: bool,
     verbose: bool,
@@ -162,13 +173,13 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
         );
         return ExitCode::from(exit::USAGE);
     }
-    let stdout_reports = [&args.junit, &args.json]
+    let stdout_reports = [&args.junit, &args.json, &args.coverage, &args.coverage_md]
         .iter()
         .filter(|p| p.as_deref().is_some_and(|p| p.as_os_str() == "-"))
         .count();
     if stdout_reports > 1 || (stdout_reports == 1 && args.message_format == MessageFormat::Json) {
         eprintln!(
-            "error: only one of --junit -, --json - and --message-format json can have standard output"
+            "error: only one of --junit -, --json -, --coverage -, --coverage-md - and --message-format json can have standard output"
         );
         return ExitCode::from(exit::USAGE);
     }
@@ -194,6 +205,8 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
     let outputs = Outputs {
         junit: args.junit.as_deref(),
         json: args.json.as_deref(),
+        coverage: args.coverage.as_deref(),
+        coverage_md: args.coverage_md.as_deref(),
         format: Some(args.message_format),
         tui: args.tui,
         verbose: false,
@@ -399,9 +412,14 @@ fn execute(
     };
     // Standard output may carry a report or JSON messages, which must stay machine-readable.
     let machine_stdout = format == Format::Json
-        || [outputs.junit, outputs.json]
-            .iter()
-            .any(|p| p.is_some_and(|p| p.as_os_str() == "-"));
+        || [
+            outputs.junit,
+            outputs.json,
+            outputs.coverage,
+            outputs.coverage_md,
+        ]
+        .iter()
+        .any(|p| p.is_some_and(|p| p.as_os_str() == "-"));
     if scenarios.is_empty() {
         // An empty shard (more shards than scenarios): nothing to run, and that is no failure;
         // its reports are still written, so that `report merge` finds every shard's.
@@ -412,7 +430,9 @@ fn execute(
             interrupted: None,
             shard,
         };
-        return finish(&report, outputs, machine_stdout, None);
+        let coverage =
+            (outputs.coverage.is_some() || outputs.coverage_md.is_some()).then(Coverage::new);
+        return finish(&report, coverage.as_ref(), outputs, machine_stdout, None);
     }
     let choice = nats_choice::choose(common.backend, common.nats.as_deref(), "run");
     if let Some(note) = &choice.note {
@@ -464,6 +484,8 @@ fn execute(
         watch,
         interrupt,
         vars: common.vars.iter().cloned().collect(),
+        coverage: (outputs.coverage.is_some() || outputs.coverage_md.is_some())
+            .then(|| Arc::new(Mutex::new(Coverage::new()))),
     };
     let runtime = match crate::exit::runtime() {
         Ok(rt) => rt,
@@ -495,12 +517,17 @@ fn execute(
     // Services and servers are stopped; give the runtime's leftovers a moment, not forever.
     runtime.shutdown_timeout(Duration::from_secs(2));
     let report = SuiteReport { shard, ..report };
-    finish(&report, outputs, machine_stdout, signal)
+    let coverage = options
+        .coverage
+        .as_ref()
+        .map(|c| c.lock().unwrap_or_else(|p| p.into_inner()).clone());
+    finish(&report, coverage.as_ref(), outputs, machine_stdout, signal)
 }
 
 /// Writes the reports and prints the summary; the exit code of the run.
 fn finish(
     report: &SuiteReport,
+    coverage: Option<&Coverage>,
     outputs: &Outputs<'_>,
     machine_stdout: bool,
     signal: Option<crate::signals::Sig>,
@@ -513,9 +540,34 @@ fn finish(
     if !write_reports(report, outputs.junit, outputs.json) {
         code = ExitCode::from(exit::FAILED);
     }
+    if let Some(coverage) = coverage {
+        for (path, text) in [
+            (
+                outputs.coverage,
+                outputs.coverage.map(|_| coverage.to_json()),
+            ),
+            (
+                outputs.coverage_md,
+                outputs.coverage_md.map(|_| Ok(coverage.to_markdown())),
+            ),
+        ] {
+            if let (Some(path), Some(text)) = (path, text)
+                && !write_output(path, text)
+            {
+                code = ExitCode::from(exit::FAILED);
+            }
+        }
+    }
     // The summary goes where the results went.
     let colour = !machine_stdout && out::colour_stdout();
-    let summary = summary(report, colour);
+    let mut summary = summary(report, colour);
+    if let Some(coverage) = coverage {
+        // Before the scenario counts, which stay the last line.
+        summary.insert_str(
+            summary.rfind("\nran ").map_or(0, |i| i + 1),
+            &format!("flow coverage:\n{}", coverage.summary()),
+        );
+    }
     if machine_stdout {
         eprint!("{summary}");
     } else {
@@ -539,36 +591,43 @@ pub(crate) fn write_reports(
         (junit, junit.map(|_| report.to_junit())),
         (json, json.map(|_| report.to_json())),
     ] {
-        let (Some(path), Some(text)) = (path, text) else {
-            continue;
-        };
-        let text = match text {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("error: cannot write the report {}: {e}", path.display());
-                written_all = false;
-                continue;
-            }
-        };
-        if path.as_os_str() == "-" {
-            out!("{text}\n");
-            continue;
-        }
-        let written = (|| {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)?;
-            }
-            std::fs::write(path, text)
-        })();
-        match written {
-            Ok(()) => eprintln!("report: {}", path.display()),
-            Err(e) => {
-                eprintln!("error: cannot write {}: {e}", path.display());
-                written_all = false;
-            }
+        if let (Some(path), Some(text)) = (path, text) {
+            written_all &= write_output(path, text);
         }
     }
     written_all
+}
+
+/// Writes one report to `path` (`-`: standard output), saying where; false when it could not be
+/// written (the reason printed).
+fn write_output<E: std::fmt::Display>(path: &Path, text: Result<String, E>) -> bool {
+    let text = match text {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: cannot write the report {}: {e}", path.display());
+            return false;
+        }
+    };
+    if path.as_os_str() == "-" {
+        out!("{text}\n");
+        return true;
+    }
+    let written = (|| {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(path, text)
+    })();
+    match written {
+        Ok(()) => {
+            eprintln!("report: {}", path.display());
+            true
+        }
+        Err(e) => {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            false
+        }
+    }
 }
 
 /// `--retries N`: each failed scenario again, one at a time, until it passes or N retries are

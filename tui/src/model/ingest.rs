@@ -97,6 +97,10 @@ impl Model {
                 }
                 let node = entry.as_deref().unwrap_or("trigger");
                 engine_step(run, event.seq, node, "service-in", "triggered", clock);
+                let version = run.flow_version;
+                if let Some(entry) = &entry {
+                    self.note_ran(flow_id, version, entry, "triggered");
+                }
                 run_changed = true;
             }
             Some(RecordKind::TimerArmed {
@@ -106,6 +110,8 @@ impl Model {
                     run.timers += 1;
                     engine_step(run, event.seq, node_id, "timer", "armed", clock);
                     refresh_status(run, clock);
+                    let (flow_id, version) = (run.flow_id.clone(), run.flow_version);
+                    self.note_ran(&flow_id, version, node_id, "armed");
                     run_changed = true;
                 }
             }
@@ -115,6 +121,8 @@ impl Model {
                 if let Some(run) = self.existing_run_mut(run_id) {
                     run.timers = run.timers.saturating_sub(1);
                     engine_step(run, event.seq, node_id, "timer", "fired", clock);
+                    let (flow_id, version) = (run.flow_id.clone(), run.flow_version);
+                    self.note_ran(&flow_id, version, node_id, "fired");
                     run_changed = true;
                 }
             }
@@ -269,6 +277,12 @@ impl Model {
             return;
         }
         let passive = self.mode == Mode::Passive;
+        self.note_ran(
+            &event.flow_id,
+            event.flow_version,
+            &event.node_id,
+            &event.status,
+        );
         let flow = self.flows.get(&event.flow_id).and_then(|f| f.flow.clone());
         let run = self.run_mut(
             &event.flow_run_id,
@@ -389,6 +403,9 @@ impl Model {
 
     /// Replaces a run with the emulator's full account of it (fetched on drill-in).
     pub(crate) fn apply_run(&mut self, run: Run) {
+        for e in &run.timeline {
+            self.note_ran(&run.flow_id, run.flow_version, &e.node_id, &e.status);
+        }
         let row = self.run_mut(&run.id, &run.flow_id, run.flow_version, run.started_at);
         row.from_emulator = true;
         row.flow_version = run.flow_version;
@@ -520,6 +537,31 @@ impl MaxTime for Option<GoTime> {
             }),
             (a, b) => a.or(b),
         }
+    }
+}
+
+impl Model {
+    /// Remembers for the rest of the session that `node` of the flow version ran (its graph
+    /// marks the nodes no run reached). A dead-lettered delivery is not running; a timer that
+    /// fired also ran the service-in it resumes into, which sends no event of its own.
+    fn note_ran(&mut self, flow_id: &str, version: i64, node: &str, status: &str) {
+        if status == "dead_lettered" || flow_id.is_empty() {
+            return;
+        }
+        let mut ran = vec![node.to_owned()];
+        if status == "fired"
+            && let Some(flow) = self.flows.get(flow_id).and_then(|f| f.flow.as_ref())
+        {
+            ran.extend(
+                flow.successors(node)
+                    .filter(|(_, n)| n.node_type == NodeType::ServiceIn)
+                    .map(|(_, n)| n.id.clone()),
+            );
+        }
+        self.ran
+            .entry((flow_id.to_owned(), version))
+            .or_default()
+            .extend(ran);
     }
 }
 

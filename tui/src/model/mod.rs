@@ -382,6 +382,9 @@ pub struct Model {
     pub(crate) services: BTreeMap<String, ServiceRow>,
     pub(crate) flows: BTreeMap<String, FlowRow>,
     pub(crate) runs: Ring<RunRow>,
+    /// The nodes that ran, per flow id and version, over the whole session (runs dropped off
+    /// `runs` included): the flow graph marks the others as not run yet.
+    pub(crate) ran: BTreeMap<(String, i64), BTreeSet<String>>,
     pub(crate) run_index: HashMap<String, u64>,
     pub(crate) events: Ring<Event>,
     pub(crate) dlq: Ring<DlqRow>,
@@ -434,6 +437,7 @@ impl Model {
             services: BTreeMap::new(),
             flows: BTreeMap::new(),
             runs: Ring::new(config.run_capacity),
+            ran: BTreeMap::new(),
             run_index: HashMap::new(),
             events: Ring::new(config.event_capacity),
             dlq: Ring::new(config.entry_capacity),

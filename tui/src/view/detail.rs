@@ -183,11 +183,7 @@ fn page_content(model: &Model, detail: &Detail) -> (String, Vec<Line<'static>>) 
             ];
             match &f.flow {
                 Some(flow) => {
-                    lines.extend(
-                        flow_graph(flow)
-                            .into_iter()
-                            .map(|l| Line::raw(format!("  {l}"))),
-                    );
+                    lines.extend(graph_lines(model, flow, "  "));
                     lines.push(Line::raw(""));
                     lines.push(section(t, "Nodes"));
                     for n in &flow.body.nodes {
@@ -334,9 +330,13 @@ fn node_label(n: &Node) -> String {
     }
 }
 
+/// What marks a node no run reached in this session, in the graph and its legend.
+pub(crate) const NOT_RUN: &str = "○";
+
 /// The flow as a tree of text from its entry points: each edge `└─▶`, a node reached again
-/// marked `↺`, nodes no entry reaches listed as roots of their own.
-pub(crate) fn flow_graph(flow: &Flow) -> Vec<String> {
+/// marked `↺`, nodes no entry reaches listed as roots of their own. With `ran` (the nodes some
+/// run reached), the others are marked [`NOT_RUN`]; each line says whether it was.
+pub(crate) fn flow_graph(flow: &Flow, ran: Option<&BTreeSet<String>>) -> Vec<(String, bool)> {
     let mut out = Vec::new();
     let mut seen = BTreeSet::new();
     let entries: Vec<&Node> = flow.entry_points().collect();
@@ -345,10 +345,41 @@ pub(crate) fn flow_graph(flow: &Flow) -> Vec<String> {
         if seen.contains(root.id.as_str()) {
             continue;
         }
-        walk(flow, root, "", None, &mut seen, &mut out);
+        walk(flow, root, "", None, ran, &mut seen, &mut out);
     }
     if out.is_empty() {
-        out.push("(no nodes)".into());
+        out.push(("(no nodes)".into(), false));
+    }
+    out
+}
+
+/// The flow graph of `flow` as the views show it: nodes no run of this version reached in this
+/// session dimmed and marked, with a legend when there are any.
+pub(crate) fn graph_lines(model: &Model, flow: &Flow, indent: &str) -> Vec<Line<'static>> {
+    let t = model.theme;
+    let ran = model.ran.get(&(flow.id.clone(), flow.version));
+    let empty = BTreeSet::new();
+    let lines = flow_graph(flow, Some(ran.unwrap_or(&empty)));
+    let any_not_run = lines.iter().any(|(_, not_run)| *not_run);
+    let mut out: Vec<Line<'static>> = lines
+        .into_iter()
+        .map(|(text, not_run)| {
+            let text = format!("{indent}{text}");
+            if not_run {
+                Line::styled(text, t.dim())
+            } else {
+                Line::raw(text)
+            }
+        })
+        .collect();
+    if any_not_run {
+        out.push(Line::styled(
+            format!(
+                "{indent}{NOT_RUN} not run yet (no run of v{} reached it this session)",
+                flow.version
+            ),
+            t.dim(),
+        ));
     }
     out
 }
@@ -358,8 +389,9 @@ fn walk<'a>(
     node: &'a Node,
     prefix: &str,
     branch: Option<(bool, bool)>,
+    ran: Option<&BTreeSet<String>>,
     seen: &mut BTreeSet<&'a str>,
-    out: &mut Vec<String>,
+    out: &mut Vec<(String, bool)>,
 ) {
     // `branch`: (is the last child, the edge carries a mapping).
     let (lead, child_prefix) = match branch {
@@ -374,11 +406,20 @@ fn walk<'a>(
     } else {
         ""
     };
+    let not_run = ran.is_some_and(|r| !r.contains(&node.id));
     if !seen.insert(node.id.as_str()) {
-        out.push(format!("{lead}↺ {}{mapping}", node.id));
+        out.push((format!("{lead}↺ {}{mapping}", node.id), not_run));
         return;
     }
-    out.push(format!("{lead}{}{mapping}", node_label(node)));
+    let mark = if not_run {
+        format!("{NOT_RUN} ")
+    } else {
+        String::new()
+    };
+    out.push((
+        format!("{lead}{mark}{}{mapping}", node_label(node)),
+        not_run,
+    ));
     if out.len() > 500 {
         return; // a flow this large is read on its page, not drawn
     }
@@ -390,6 +431,7 @@ fn walk<'a>(
             next,
             &child_prefix,
             Some((i + 1 == n, edge.mapping.is_some())),
+            ran,
             seen,
             out,
         );

@@ -186,10 +186,7 @@ fn flows(model: &Model, frame: &mut Frame, area: Rect) {
         .and_then(|pos| model.flows.values().nth(pos as usize));
     let lines: Vec<Line> = match selected {
         Some(f) => match &f.flow {
-            Some(flow) => detail::flow_graph(flow)
-                .into_iter()
-                .map(Line::raw)
-                .collect(),
+            Some(flow) => detail::graph_lines(model, flow, ""),
             None => vec![Line::raw(
                 "The flow's body has not been seen (only its version).",
             )],
