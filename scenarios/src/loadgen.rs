@@ -382,7 +382,7 @@ pub fn unmet(report: &LoadReport, expect: &crate::model::LoadExpect) -> Vec<Stri
     }
     if report.failed > expect.max_failed {
         broken.push(format!(
-            "{} runs failed (expect.max_failed: {})",
+            "{} runs failed, at most {} may (the step's expect.max_failed, the command's --max-failed)",
             report.failed, expect.max_failed
         ));
     }
@@ -398,7 +398,7 @@ pub fn unmet(report: &LoadReport, expect: &crate::model::LoadExpect) -> Vec<Stri
         let p99 = Duration::from_micros(report.run_latency.p99_us);
         if p99 >= bound.0 {
             broken.push(format!(
-                "the runs' p99 latency is {}, not below {bound} (expect.p99_below)",
+                "the runs' p99 latency is {}, not below {bound} (expect.p99_below, --p99-below)",
                 ms(report.run_latency.p99_us)
             ));
         }
