@@ -291,3 +291,26 @@ steps:
     assert_eq!(json["scenarios"][0]["steps"][1]["outcome"], "passed");
     assert!(json["scenarios"][0]["duration_ms"].as_f64().unwrap() > 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_load_scenario_fails_when_fewer_failures_are_allowed_and_names_them() {
+    let s = edited(
+        "load.scenario.yaml",
+        "expect: {max_failed: 5, max_dlq: 5}",
+        "expect: {max_failed: 4, max_dlq: 5}",
+    );
+    let report = run_one(s).await;
+    let message = failure(&report);
+    assert!(
+        message.contains("5 runs failed, at most 4 may"),
+        "{message}"
+    );
+    // The report comes with it: the failing node and the runs that failed, by number.
+    assert!(message.contains("node reserve"), "{message}");
+    assert!(message.contains("5 failed"), "{message}");
+    assert!(
+        message.contains("run #9 ") && message.contains("the warehouse is unreachable"),
+        "{message}"
+    );
+    assert!(message.contains("5 DLQ entries"), "{message}");
+}
