@@ -196,6 +196,33 @@ fn action(service: &str, spec: &ActionSpec, replica: usize, calls: Calls) -> Act
     let mut def = ActionDef::dynamic(spec.name.clone(), &input, &result, handler)
         .timeout(spec.timeout())
         .retry(spec.retry());
+    // A declared input schema is enforced as registered (normalised as the wire contract says,
+    // which keeps types and required fields, not bounds), as a typed action's input type is: an
+    // input that breaks it is dead-lettered as `invalid_input` and the behaviour never sees it.
+    if spec.input.is_some()
+        && let Ok(registered) = triggers_sdk::wire::schema::normalize(&input)
+        && let Ok(validator) = jsonschema::validator_for(&Value::Object(registered))
+    {
+        def = def.check_input(move |value| {
+            let problems: Vec<String> = validator
+                .iter_errors(value)
+                .take(3)
+                .map(|e| {
+                    let at = e.instance_path().to_string();
+                    if at.is_empty() {
+                        e.to_string()
+                    } else {
+                        format!("{at}: {e}")
+                    }
+                })
+                .collect();
+            if problems.is_empty() {
+                Ok(())
+            } else {
+                Err(problems.join("; "))
+            }
+        });
+    }
     let derivable = || {
         triggers_sdk::wire::schema::normalize(&result)
             .ok()

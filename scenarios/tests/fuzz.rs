@@ -119,3 +119,42 @@ async fn a_correct_action_passes_and_dead_letters_what_breaks_its_schema() {
     assert!(err.contains("charge"), "{err}");
     service.shutdown().await;
 }
+
+/// A scripted stand-in enforces the input schema it declares, as a typed action does: the step
+/// with `invalid: true` passes against it (every input that breaks the schema dead-lettered as
+/// `invalid_input`, the behaviour never called with one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scripted_service_dead_letters_inputs_that_break_its_declared_schema() {
+    let text = r#"
+name: scripted fuzz
+services:
+  - name: till
+    actions:
+      - name: charge
+        input:
+          type: object
+          properties:
+            amount: {type: integer, minimum: 1, maximum: 1000}
+            note: {type: string, maxLength: 8}
+          required: [amount]
+        behavior:
+          return: {charged: true}
+steps:
+  - expect_registration: {service: till}
+  - fuzz: {service: till, action: charge, runs: 40, seed: 3, invalid: true}
+"#;
+    let scenario =
+        triggers_scenarios::load_str("scripted-fuzz.yaml", text, std::path::Path::new("."))
+            .unwrap_or_else(|e| panic!("{e}"));
+    let report = triggers_scenarios::run_suite(
+        vec![scenario],
+        1,
+        &triggers_scenarios::RunOptions::default(),
+    )
+    .await;
+    let s = &report.scenarios[0];
+    assert!(s.passed(), "{}\n{}", s.summary_line(), s.failure_text());
+    let detail = &s.steps[1].detail;
+    assert!(detail.contains("breaking the schema on purpose"), "{detail}");
+    assert!(detail.contains("no failure"), "{detail}");
+}

@@ -255,6 +255,25 @@ impl ActionDef {
         }
     }
 
+    /// Refuses the inputs `check` rejects, before the handler runs: such a message is
+    /// dead-lettered as `invalid_input` with `check`'s reason, and not retried, as an input that
+    /// does not fit a typed action's input type is. For [`ActionDef::dynamic`] actions, whose
+    /// input is any JSON: check it against the schema they declare.
+    #[must_use]
+    pub fn check_input<F>(mut self, check: F) -> Self
+    where
+        F: Fn(&Value) -> Result<(), String> + Send + Sync + 'static,
+    {
+        let inner = self.handler;
+        self.handler = Arc::new(
+            move |input: Value, ctx: ActionContext| match check(&input) {
+                Ok(()) => inner(input, ctx),
+                Err(reason) => Box::pin(async move { Err(CallError::InvalidInput(reason)) }),
+            },
+        );
+        self
+    }
+
     /// The per-attempt timeout (default 30 s).
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
