@@ -33,6 +33,7 @@ pub mod fuzz;
 mod interrupt;
 mod load;
 pub mod model;
+mod recover;
 pub mod report;
 mod runner;
 mod scripted;
@@ -41,7 +42,7 @@ mod suite;
 mod vars;
 
 pub use describe::label;
-pub use error::{LoadError, ReportError};
+pub use error::{LoadError, LoadErrors, ReportError, SHOWN_ERRORS, write_capped};
 pub use flowfile::{did_you_mean, read_flow, suggest_in_message};
 pub use interrupt::Interrupt;
 pub use load::{

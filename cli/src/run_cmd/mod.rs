@@ -285,12 +285,14 @@ fn load(paths: &[PathBuf], filter: Option<&Filter>) -> Result<Vec<Scenario>, Exi
     let scenarios = match triggers_scenarios::load_all(paths) {
         Ok(s) => s,
         Err(errors) => {
-            for e in &errors {
-                eprintln!("{e}");
-            }
+            let errors = triggers_scenarios::LoadErrors(errors);
+            eprintln!("{errors}");
+            let files: std::collections::BTreeSet<&str> =
+                errors.iter().map(|e| e.file.as_str()).collect();
             eprintln!(
-                "error: {} scenario file(s) could not be read; nothing was run",
-                errors.len()
+                "error: {} problem(s) in {} file(s); nothing was run",
+                errors.len(),
+                files.len()
             );
             return Err(ExitCode::from(exit::USAGE));
         }
