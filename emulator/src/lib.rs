@@ -41,6 +41,7 @@ mod observe;
 pub mod recorder;
 mod registration;
 pub mod release;
+mod resend;
 mod run;
 mod timers;
 mod wait;
@@ -59,6 +60,7 @@ pub use error::{ControlError, EmulatorError, HarnessError, NatsError, WaitError}
 pub use harness::Harness;
 pub use nats::{Backend, ChosenBackend, NatsConfig, NatsServer, SkippedBackend};
 pub use release::{ReleaseCode, ReleaseProblem};
+pub use resend::Resent;
 pub use wait::{DlqFilter, DlqRecord};
 
 /// The user guide, `docs/emulator.md`, so that its Rust examples are compiled (and those that need

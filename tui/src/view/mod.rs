@@ -43,6 +43,10 @@ pub(crate) const KEYS: &[(&str, &str)] = &[
         "r",
         "re-trigger the selected run with its payload (emulator modes)",
     ),
+    (
+        "R",
+        "re-send the selected DLQ entry to its service (emulator modes)",
+    ),
     ("y", "copy the selected id (run, DLQ entry, flow, service)"),
     ("H", "hide / show heartbeats in Traffic"),
     (
@@ -233,6 +237,13 @@ fn draw_hint(model: &Model, frame: &mut Frame, area: Rect) {
     }
     if model.mode.can_drive() {
         hint.push_str("  t trigger  a advance");
+        let on_dlq = match &model.page {
+            Some(page) => matches!(page.detail, crate::model::Detail::Dlq(_)),
+            None => model.open_run.is_none() && model.tab == Tab::Dlq,
+        };
+        if on_dlq {
+            hint.push_str("  R re-send");
+        }
     }
     hint.push_str("  q quit");
     frame.render_widget(Line::styled(hint, t.dim()), area);
