@@ -344,7 +344,7 @@ fn run_watch_runs_again_on_a_change_and_ctrl_c_stops_it() {
         });
     }
     let mut seen = Vec::new();
-    let mut wait_for = |what: &str, seen: &mut Vec<String>| {
+    let wait_for = |what: &str, seen: &mut Vec<String>| {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
