@@ -107,7 +107,7 @@ fn run_tui_starts_and_quits_leaving_the_terminal_as_it_was() {
 fn the_progress_line_fits_columns_on_one_row() {
     let dir = tempfile::tempdir().unwrap();
     // Wide characters first: each takes two columns, so counting characters would overflow.
-    let long = "支払いのシナリオ: an order with a name too long for a narrow terminal";
+    let long = "支払いのシナリオ, an order with a name too long for a narrow terminal";
     for i in 0..2 {
         std::fs::write(
             dir.path().join(format!("{i}.scenario.yaml")),
