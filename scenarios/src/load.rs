@@ -123,7 +123,8 @@ pub(crate) fn parse_yaml<T: serde::de::DeserializeOwned>(
 /// A serde path as the file's keys: without the root's `.`, and without the `value` of the
 /// position-keeping wrapper around list items (`steps[0].value.sleep` is `steps[0].sleep`).
 fn key_path(path: &str) -> String {
-    if path == "." {
+    // `?`: the parser stopped before any key (a syntax error), so there is no path to name.
+    if path == "." || path == "?" {
         return String::new();
     }
     path.replace("].value", "]")
