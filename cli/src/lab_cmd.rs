@@ -385,6 +385,15 @@ fn log_line(r: &Record) -> Option<String> {
             flow_id,
             status,
         } => format!("run {:<9} {flow_id} run {run_id}", status_word(*status)),
+        RecordKind::Resend {
+            run_id,
+            dlq_msg_id,
+            nodes,
+        } => format!(
+            "resent       {dlq_msg_id} to {} run {run_id} ({})",
+            r.subject,
+            nodes.join(", ")
+        ),
         RecordKind::Dlq { entry, .. } => format!(
             "DLQ          {} {}",
             r.subject,

@@ -71,18 +71,33 @@ pub(crate) fn terminal_width() -> usize {
         .unwrap_or(80)
 }
 
-/// `line` cut to fit in `width` columns (one character per column: names are ASCII), with `…`
-/// where it was cut. A line exactly as wide as the terminal would wrap on some terminals, so it
-/// is kept one column short.
+/// `line` cut to fit in `width` terminal columns, counted by display width (a wide character
+/// takes two, a combining one none), with `…` where it was cut; control characters (a tab, a
+/// newline in a scenario's name) become spaces, so the line stays one row. A line exactly as
+/// wide as the terminal would wrap on some terminals, so it is kept one column short.
 pub(crate) fn fit(line: &str, width: usize) -> String {
+    use unicode_width::UnicodeWidthChar;
     let room = width.saturating_sub(1).max(1);
-    if line.chars().count() <= room {
-        return line.to_owned();
+    let clean: String = line
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if unicode_width::UnicodeWidthStr::width(clean.as_str()) <= room {
+        return clean;
     }
-    line.chars()
-        .take(room.saturating_sub(1))
-        .collect::<String>()
-        + "…"
+    // Room for the `…` (one column) after what is kept.
+    let mut out = String::new();
+    let mut used = 0;
+    for c in clean.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w > room.saturating_sub(1) {
+            break;
+        }
+        used += w;
+        out.push(c);
+    }
+    out.push('…');
+    out
 }
 
 #[cfg(test)]
@@ -96,5 +111,22 @@ mod tests {
         assert_eq!(cut.chars().count(), 39);
         assert!(cut.ends_with('…'));
         assert_eq!(fit("abcdef", 1).chars().count(), 1);
+    }
+
+    #[test]
+    fn fit_counts_display_columns_not_characters() {
+        use unicode_width::UnicodeWidthStr;
+        for width in [2, 3, 40, 80, 200] {
+            for line in [
+                "支払いシナリオ".repeat(40),
+                "e\u{301}".repeat(300),
+                "🚀 launch ".repeat(40),
+                "tab\there\nnewline ".repeat(30),
+            ] {
+                let cut = fit(&line, width);
+                assert!(cut.width() < width, "{cut:?} at {width}");
+                assert!(!cut.chars().any(char::is_control), "{cut:?}");
+            }
+        }
     }
 }

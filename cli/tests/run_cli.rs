@@ -44,13 +44,57 @@ fn a_malformed_file_gives_file_line_column_and_exit_code_2() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     let at = format!("{}:3:", bad.display());
     assert!(stderr.contains(&at), "{stderr}");
-    assert!(stderr.contains("unknown field `az`"), "{stderr}");
+    assert!(
+        stderr.contains("unknown key `az`: did you mean `as`?"),
+        "{stderr}"
+    );
     assert!(stderr.contains("nothing was run"), "{stderr}");
     // A duplicate key, and a YAML 1.1 boolean, are refused too.
     std::fs::write(&bad, "name: a\nname: b\nsteps: []\n").unwrap();
     let out = bin().arg("run").arg(&bad).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("{}:2:", bad.display())));
+}
+
+/// Three problems of three kinds (a misspelt key, a bad duration, a service that does not
+/// exist): all three reported, each at its line, and nothing runs.
+#[test]
+fn every_problem_of_a_file_is_reported_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("three.scenario.yaml");
+    std::fs::write(
+        &bad,
+        "name: three problems\n\
+         services:\n  - name: shop\n    actions: [{name: charge}]\n\
+         steps:\n  - expect_registration: {servce: shop}\n\
+         \x20 - advance: a while\n\
+         \x20 - stop_service: shp\n",
+    )
+    .unwrap();
+    let out = bin().arg("run").arg(&bad).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let f = bad.display();
+    for (line, what) in [
+        (6, "unknown key `servce`: did you mean `service`?"),
+        (7, "steps[1].advance: \"a while\" is not a duration"),
+        (
+            8,
+            "no service \"shp\" in `services` (did you mean \"shop\"?)",
+        ),
+    ] {
+        let at = format!("{f}:{line}:");
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.starts_with(&at) && l.contains(what)),
+            "no {what:?} at line {line}:\n{stderr}"
+        );
+    }
+    assert!(
+        stderr.contains("3 problem(s) in 1 file(s); nothing was run"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -287,3 +287,91 @@ fn a_sigkilled_up_takes_its_nats_server_and_store_with_it() {
     wait_until("the orphaned nats-server to die", || !alive(server));
     wait_until("its store to be removed", || stores() == 0);
 }
+
+/// Every process whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let child: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let ppid: u32 = stat
+                .rsplit(')')
+                .next()?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            (ppid == pid && alive(child)).then_some(child)
+        })
+        .collect()
+}
+
+/// `run --watch`: a first run, a second one when the scenario changes, and Ctrl-C while it
+/// waits for the next change ends it with 130, nothing of its runs left behind.
+#[test]
+fn run_watch_runs_again_on_a_change_and_ctrl_c_stops_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("w.scenario.yaml");
+    let scenario = |name: &str| {
+        format!(
+            "name: {name}\nsteps:\n  - register:\n      manifest:\n        protocol_version: 1.0.0\n        service: shop\n        service_version: 1.0.0\n        actions: []\n        service_sources: [{{name: nats, transport: nats, default: shop.inbound}}]\n        supports_nodes: []\n  - expect_registration: {{service: shop}}\n"
+        )
+    };
+    std::fs::write(&file, scenario("first")).unwrap();
+    let mut child = bin()
+        .args(["run", "--watch", "--backend", "binary"])
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    for stream in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stream)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = tx.send(line);
+            }
+        });
+    }
+    let mut seen = Vec::new();
+    let wait_for = |what: &str, seen: &mut Vec<String>| {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    let hit = line.contains(what);
+                    seen.push(line);
+                    if hit {
+                        return;
+                    }
+                }
+                Err(_) => panic!("no line with {what:?}; saw:\n{}", seen.join("\n")),
+            }
+        }
+    };
+    wait_for("PASS first", &mut seen);
+    wait_for("watching", &mut seen);
+    std::fs::write(&file, scenario("second")).unwrap();
+    wait_for("PASS second", &mut seen);
+    wait_for("watching", &mut seen);
+    // Between runs: the run's servers are stopped already.
+    let pid = child.id();
+    wait_until("no child process of the watcher", || {
+        children_of(pid).is_empty()
+    });
+    signal(&child, Signal::INT);
+    let status = wait_exit(&mut child);
+    assert_eq!(status.code(), Some(130), "{}", seen.join("\n"));
+    assert!(children_of(pid).is_empty());
+}

@@ -252,6 +252,11 @@ struct TriggerRequest {
 }
 
 #[derive(Deserialize)]
+struct ResendRequest {
+    msg_id: String,
+}
+
+#[derive(Deserialize)]
 struct AdvanceRequest {
     duration_ms: u64,
 }
@@ -379,6 +384,14 @@ async fn handle(
                 .map_err(|e| err(e.to_string()))?;
             to_json(&json!({"run_id": run.0}), max, "")
         }
+        "resend_dlq" => {
+            let req: ResendRequest = parse(payload).map_err(err)?;
+            let resent = emulator
+                .resend_dlq(&req.msg_id)
+                .await
+                .map_err(|e| err(e.to_string()))?;
+            to_json(&resent, max, "")
+        }
         "advance" => {
             let req: AdvanceRequest = parse(payload).map_err(err)?;
             let fired = emulator
@@ -422,7 +435,7 @@ async fn handle(
             "the manifests are too large to send at once; read them from the records (kind `registration`)",
         ),
         other => Err(err(format!(
-            "unknown control op {other:?}; ops: state, deploy, check_release, trigger, advance, runs, run, records, violations, services"
+            "unknown control op {other:?}; ops: state, deploy, check_release, trigger, resend_dlq, advance, runs, run, records, violations, services"
         ))),
     }
 }
@@ -745,6 +758,15 @@ impl ControlClient {
     /// When the call fails.
     pub async fn violations(&self) -> Result<Vec<Value>, ControlError> {
         self.call("violations", json!({})).await
+    }
+
+    /// Re-sends the DLQ entry whose `Nats-Msg-Id` is `msg_id` to its service
+    /// ([`Emulator::resend_dlq`]).
+    ///
+    /// # Errors
+    /// When the call fails, or the entry cannot be re-sent (the reason is the error's text).
+    pub async fn resend_dlq(&self, msg_id: &str) -> Result<crate::Resent, ControlError> {
+        self.call("resend_dlq", json!({ "msg_id": msg_id })).await
     }
 
     /// Advances the virtual clock; returns the timers fired and the new time.

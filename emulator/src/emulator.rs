@@ -225,6 +225,8 @@ pub(crate) struct State {
     pub(crate) dropped_violations: u64,
     /// `Nats-Msg-Id`s of the emulator's own publishes on inbound subjects.
     pub(crate) own_msg_ids: BoundedSet<String>,
+    /// How many times each idempotency key was re-sent from the DLQ (`:resend:<n>`).
+    pub(crate) resends: HashMap<String, u32>,
     /// The bytes of the emulator's own broadcasts not yet seen on the wire: a broadcast from
     /// anyone else is a peer's, and judged.
     pub(crate) own_broadcasts: BoundedSet<Vec<u8>>,
@@ -452,6 +454,7 @@ impl Emulator {
                 violations: VecDeque::new(),
                 dropped_violations: 0,
                 own_msg_ids: BoundedSet::new(OWN_IDS_KEPT),
+                resends: HashMap::new(),
                 own_broadcasts: BoundedSet::new(1024),
                 fences: 0,
             }),

@@ -38,6 +38,14 @@ pub enum EmulatorError {
         /// Why.
         reason: String,
     },
+    /// A DLQ entry that cannot be re-sent, and why.
+    #[error("DLQ entry {msg_id:?} cannot be re-sent: {why}")]
+    NotResendable {
+        /// The entry's `Nats-Msg-Id`.
+        msg_id: String,
+        /// Why not.
+        why: String,
+    },
     /// `advance` on the real clock.
     #[error(
         "the emulator runs on the real clock, which cannot be advanced; use ClockMode::Virtual"

@@ -42,6 +42,7 @@ pub mod recorder;
 pub mod recording;
 mod registration;
 pub mod release;
+mod resend;
 mod run;
 mod timers;
 mod wait;
@@ -60,6 +61,7 @@ pub use error::{ControlError, EmulatorError, HarnessError, NatsError, RecordingE
 pub use harness::Harness;
 pub use nats::{Backend, ChosenBackend, NatsConfig, NatsServer, SkippedBackend};
 pub use release::{ReleaseCode, ReleaseProblem};
+pub use resend::Resent;
 pub use wait::{DlqFilter, DlqRecord};
 
 /// The user guide, `docs/emulator.md`, so that its Rust examples are compiled (and those that need

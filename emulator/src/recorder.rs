@@ -253,6 +253,16 @@ pub enum RecordKind {
         /// Its `Nats-Msg-Id`.
         msg_id: String,
     },
+    /// A DLQ entry re-sent to its service (`Emulator::resend_dlq`): the record's subject,
+    /// headers and payload are the new delivery's.
+    Resend {
+        /// The run.
+        run_id: String,
+        /// The DLQ entry's `Nats-Msg-Id`.
+        dlq_msg_id: String,
+        /// The nodes the run waits on again.
+        nodes: Vec<String>,
+    },
     /// A flow deployed.
     Deploy {
         /// The flow.
@@ -368,6 +378,7 @@ impl RecordKind {
             RecordKind::Heartbeat { .. } => "heartbeat",
             RecordKind::Completion { .. } => "completion",
             RecordKind::Dlq { .. } => "dlq",
+            RecordKind::Resend { .. } => "resend",
             RecordKind::Deploy { .. } => "deploy",
             RecordKind::DeployRefused { .. } => "deploy_refused",
             RecordKind::Broadcast { .. } => "broadcast",

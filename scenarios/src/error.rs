@@ -50,6 +50,61 @@ impl fmt::Display for LoadError {
     }
 }
 
+/// How many problems [`LoadErrors`] shows before it says how many more there are: enough to
+/// fix a file in one go, few enough that the first ones stay on the screen.
+pub const SHOWN_ERRORS: usize = 20;
+
+/// Every problem found in a scenario file (at least one), in the order of the file.
+///
+/// It displays one [`LoadError`] a line, the first [`SHOWN_ERRORS`] of them, then
+/// `and N more problem(s)`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct LoadErrors(pub Vec<LoadError>);
+
+impl LoadErrors {
+    /// The problems as a list.
+    #[must_use]
+    pub fn into_vec(self) -> Vec<LoadError> {
+        self.0
+    }
+}
+
+impl std::ops::Deref for LoadErrors {
+    type Target = [LoadError];
+    fn deref(&self) -> &[LoadError] {
+        &self.0
+    }
+}
+
+impl From<LoadError> for LoadErrors {
+    fn from(e: LoadError) -> Self {
+        LoadErrors(vec![e])
+    }
+}
+
+impl fmt::Display for LoadErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_capped(f, &self.0)
+    }
+}
+
+/// Writes `errors` one a line, the first [`SHOWN_ERRORS`], then how many more there are.
+///
+/// # Errors
+/// Those of the writer.
+pub fn write_capped(f: &mut dyn fmt::Write, errors: &[LoadError]) -> fmt::Result {
+    for (i, e) in errors.iter().take(SHOWN_ERRORS).enumerate() {
+        if i > 0 {
+            writeln!(f)?;
+        }
+        write!(f, "{e}")?;
+    }
+    if errors.len() > SHOWN_ERRORS {
+        write!(f, "\nand {} more problem(s)", errors.len() - SHOWN_ERRORS)?;
+    }
+    Ok(())
+}
+
 /// A report could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {

@@ -184,12 +184,26 @@ pub fn suggest_in_message(message: &str) -> String {
     let Some((word, expected)) = rest.split_once('`') else {
         return message.to_owned();
     };
-    let names: Vec<&str> = expected
+    let mut names: Vec<&str> = expected
         .split('`')
         .skip(1)
         .step_by(2)
         .filter(|n| !n.is_empty())
         .collect();
+    if names.is_empty() {
+        // The YAML parser lists them without quotes: `, expected one of a, b, c`.
+        let Some(list) = expected
+            .strip_prefix(", expected one of ")
+            .or_else(|| expected.strip_prefix(", expected "))
+        else {
+            return message.to_owned();
+        };
+        names = list
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .collect();
+    }
     if names.is_empty() {
         return message.to_owned();
     }

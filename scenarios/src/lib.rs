@@ -36,6 +36,7 @@ mod load;
 pub mod loadgen;
 pub mod merge;
 pub mod model;
+mod recover;
 pub mod report;
 mod runner;
 mod scripted;
@@ -45,7 +46,9 @@ mod suite;
 mod vars;
 
 pub use describe::label;
-pub use error::{LoadError, MergeError, ReportError, ReportReadError};
+pub use error::{
+    LoadError, LoadErrors, MergeError, ReportError, ReportReadError, SHOWN_ERRORS, write_capped,
+};
 pub use flowfile::{did_you_mean, read_flow, suggest_in_message};
 pub use interrupt::Interrupt;
 pub use load::{

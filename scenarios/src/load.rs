@@ -15,7 +15,7 @@ use triggers_sdk::runtime::check_action;
 use triggers_sdk::transport::check_header;
 use triggers_sdk::wire::{Manifest, ResultEvent, subject};
 
-use crate::error::LoadError;
+use crate::error::{LoadError, LoadErrors};
 use crate::model::{
     ActionSpec, Behavior, Conformance, EmulatorSpec, NatsSpec, NodeRef, ScenarioFile, ServiceSpec,
     Short, Step, StubSpec,
@@ -123,7 +123,8 @@ pub(crate) fn parse_yaml<T: serde::de::DeserializeOwned>(
 /// A serde path as the file's keys: without the root's `.`, and without the `value` of the
 /// position-keeping wrapper around list items (`steps[0].value.sleep` is `steps[0].sleep`).
 fn key_path(path: &str) -> String {
-    if path == "." {
+    // `?`: the parser stopped before any key (a syntax error), so there is no path to name.
+    if path == "." || path == "?" {
         return String::new();
     }
     path.replace("].value", "]")
@@ -199,8 +200,8 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
 /// Reads and checks one scenario file.
 ///
 /// # Errors
-/// The first problem found, with file, line and column.
-pub fn load_file(path: &Path) -> Result<Scenario, LoadError> {
+/// Every problem found, each with file, line and column (see [`load_str`]).
+pub fn load_file(path: &Path) -> Result<Scenario, LoadErrors> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|e| LoadError::file(&name, format!("cannot read: {e}")))?;
@@ -218,27 +219,65 @@ pub fn load_file(path: &Path) -> Result<Scenario, LoadError> {
 /// where its relative paths start.
 ///
 /// # Errors
-/// The first problem found, with file, line and column.
-pub fn load_str(file: &str, text: &str, base_dir: &Path) -> Result<Scenario, LoadError> {
-    let raw: ScenarioFile = parse_yaml(file, text)?;
-    Checker { file, base_dir }.check(raw)
+/// Every problem found, in the order of the file, each with file, line and column: every
+/// service, action, flow, stub and step is checked even when an earlier one is wrong. A YAML
+/// syntax error is the one exception: what follows it cannot be read, so it comes alone.
+pub fn load_str(file: &str, text: &str, base_dir: &Path) -> Result<Scenario, LoadErrors> {
+    let errors = match parse_yaml::<ScenarioFile>(file, text) {
+        Ok(raw) => match Checker::new(file, base_dir).check(raw) {
+            Ok(scenario) => return Ok(scenario),
+            Err(errors) => errors,
+        },
+        Err(first) => crate::recover::every_problem(file, text, base_dir, first),
+    };
+    Err(LoadErrors(in_file_order(file, errors)))
 }
 
-struct Checker<'a> {
+/// The scenario file's own problems by position (those without one last), then those of the
+/// flow files it names, each file's in the order found.
+fn in_file_order(file: &str, mut errors: Vec<LoadError>) -> Vec<LoadError> {
+    errors.sort_by_key(|e| (e.file != file, e.line == 0, e.line, e.column));
+    errors.dedup();
+    errors
+}
+
+pub(crate) struct Checker<'a> {
     file: &'a str,
     base_dir: &'a Path,
+    /// What the pieces left out of the check (they could not be read) name: the services,
+    /// flows, stubs and runs that the rest uses are not missing.
+    pub(crate) elided_names: BTreeSet<String>,
+    /// Steps were left out of the check, so no steps is not a problem of its own.
+    pub(crate) steps_elided: bool,
 }
 
 fn pos<T>(s: &Spanned<T>) -> (u64, u64) {
     (s.referenced.line(), s.referenced.column())
 }
 
-impl Checker<'_> {
+impl<'a> Checker<'a> {
+    pub(crate) fn new(file: &'a str, base_dir: &'a Path) -> Self {
+        Checker {
+            file,
+            base_dir,
+            elided_names: BTreeSet::new(),
+            steps_elided: false,
+        }
+    }
+
     fn err(&self, at: (u64, u64), message: impl Into<String>) -> LoadError {
         LoadError::at(self.file, at.0, at.1, message)
     }
 
-    fn check(&self, raw: ScenarioFile) -> Result<Scenario, LoadError> {
+    /// The services' names, with those of services that could not be read.
+    fn service_names<'s>(&'s self, ctx: &'s StepCtx<'_>) -> impl Iterator<Item = &'s str> {
+        ctx.services
+            .iter()
+            .map(|s| s.name.as_str())
+            .chain(self.elided_names.iter().map(String::as_str))
+    }
+
+    pub(crate) fn check(&self, raw: ScenarioFile) -> Result<Scenario, Vec<LoadError>> {
         let name = raw.name.clone().unwrap_or_else(|| {
             let file_name = Path::new(self.file)
                 .file_name()
@@ -250,46 +289,66 @@ impl Checker<'_> {
                 .find_map(|s| file_name.strip_suffix(s).filter(|n| !n.is_empty()))
                 .map_or_else(|| file_name.clone(), str::to_owned)
         });
+        // Every item is checked, each reporting its first problem: one bad service does not
+        // hide the next one's.
+        let mut errors = Vec::new();
         let mut stubs = Vec::new();
         let mut stub_names = BTreeSet::new();
         for s in &raw.http_stubs {
             if !stub_names.insert(s.value.name.clone()) {
-                return Err(self.err(
+                errors.push(self.err(
                     pos(s),
                     format!("a second HTTP stub named {:?}", s.value.name),
                 ));
+                continue;
             }
             if !s.value.path.starts_with('/') {
-                return Err(self.err(
+                errors.push(self.err(
                     pos(s),
                     format!("stub path {:?} must start with /", s.value.path),
                 ));
+            } else if let Err(m) = check_stub(&s.value) {
+                errors.push(self.err(pos(s), m));
             }
-            check_stub(&s.value).map_err(|m| self.err(pos(s), m))?;
             stubs.push(s.value.clone());
         }
+        stub_names.extend(self.elided_names.iter().cloned());
         let mut services = Vec::new();
         let mut service_names = BTreeSet::new();
         for s in &raw.services {
-            self.check_service(s)?;
+            self.check_service(s, &mut errors);
             if !service_names.insert(s.value.name.clone()) {
-                return Err(self.err(pos(s), format!("a second service named {:?}", s.value.name)));
+                errors.push(self.err(pos(s), format!("a second service named {:?}", s.value.name)));
+                continue;
             }
             services.push(s.value.clone());
         }
         let mut flows: Vec<FlowDef> = Vec::new();
+        let mut flow_ids: BTreeSet<String> = BTreeSet::new();
         for f in &raw.flows {
-            let def = self.check_flow(f, &stub_names)?;
-            if flows.iter().any(|d| d.id == def.id) {
-                return Err(self.err(pos(f), format!("a second flow with id {:?}", def.id)));
+            match self.check_flow(f, &stub_names) {
+                Ok(def) => {
+                    if !flow_ids.insert(def.id.clone()) {
+                        errors
+                            .push(self.err(pos(f), format!("a second flow with id {:?}", def.id)));
+                    }
+                    flows.push(def);
+                }
+                Err(mut e) => {
+                    // A flow with a problem still has its id: steps that deploy it are not
+                    // wrong as well.
+                    if let Some(id) = f.value.get("id").and_then(Value::as_str) {
+                        flow_ids.insert(id.to_owned());
+                    }
+                    errors.append(&mut e);
+                }
             }
-            flows.push(def);
         }
-        let flow_ids: BTreeSet<&str> = flows.iter().map(|f| f.id.as_str()).collect();
-        let mut runs = BTreeSet::new();
+        let flow_ids: BTreeSet<&str> = flow_ids.iter().map(String::as_str).collect();
+        let mut runs = self.elided_names.clone();
         let mut steps = Vec::new();
-        if raw.steps.is_empty() {
-            return Err(LoadError::file(
+        if raw.steps.is_empty() && !self.steps_elided {
+            errors.push(LoadError::file(
                 self.file,
                 "`steps` is empty: a scenario needs at least one step",
             ));
@@ -302,12 +361,17 @@ impl Checker<'_> {
                 stubs: &stub_names,
                 nats_nodes: raw.nats.nodes(),
             };
-            self.check_step(&s.value, &ctx, &mut runs)?;
+            if let Err(e) = self.check_step(&s.value, &ctx, &mut runs) {
+                errors.push(e);
+            }
             steps.push(StepAt {
                 step: s.value.clone(),
                 line: s.referenced.line(),
                 column: s.referenced.column(),
             });
+        }
+        if !errors.is_empty() {
+            return Err(errors);
         }
         Ok(Scenario {
             name,
@@ -326,7 +390,23 @@ impl Checker<'_> {
         })
     }
 
-    fn check_service(&self, s: &Spanned<ServiceSpec>) -> Result<(), LoadError> {
+    fn check_service(&self, s: &Spanned<ServiceSpec>, errors: &mut Vec<LoadError>) {
+        if let Err(e) = self.check_service_itself(s) {
+            errors.push(e);
+            return;
+        }
+        let mut names = BTreeSet::new();
+        for a in &s.value.actions {
+            if !names.insert(a.value.name.clone()) {
+                errors.push(self.err(pos(a), format!("a second action named {:?}", a.value.name)));
+            } else if let Err(e) = self.check_action(&s.value.name, a) {
+                errors.push(e);
+            }
+        }
+    }
+
+    /// The service's own keys, not its actions.
+    fn check_service_itself(&self, s: &Spanned<ServiceSpec>) -> Result<(), LoadError> {
         let spec = &s.value;
         let at = pos(s);
         subject::check_service(&spec.name)
@@ -381,13 +461,6 @@ impl Checker<'_> {
             && sources.is_empty()
         {
             return Err(self.err(at, "`sources` is empty: a service needs a NATS source (leave the key out for <name>.inbound)"));
-        }
-        let mut names = BTreeSet::new();
-        for a in &spec.actions {
-            if !names.insert(a.value.name.clone()) {
-                return Err(self.err(pos(a), format!("a second action named {:?}", a.value.name)));
-            }
-            self.check_action(&spec.name, a)?;
         }
         Ok(())
     }
@@ -464,27 +537,27 @@ impl Checker<'_> {
         &self,
         f: &Spanned<Value>,
         stubs: &BTreeSet<String>,
-    ) -> Result<FlowDef, LoadError> {
+    ) -> Result<FlowDef, Vec<LoadError>> {
         let at = pos(f);
         let (value, origin, file_name) = match &f.value {
             Value::Object(map) if map.contains_key("file") => {
                 if map.len() > 1 {
                     let extra: Vec<&String> = map.keys().filter(|k| *k != "file").collect();
-                    return Err(self.err(
+                    return Err(vec![self.err(
                         at,
                         format!("a flow given by `file` takes no other keys (found {extra:?})"),
-                    ));
+                    )]);
                 }
                 let Some(rel) = map.get("file").and_then(Value::as_str) else {
-                    return Err(self.err(at, "`file` must be a path"));
+                    return Err(vec![self.err(at, "`file` must be a path")]);
                 };
                 let path = self.base_dir.join(rel);
                 let shown = path.display().to_string();
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|e| self.err(at, format!("cannot read the flow file {shown}: {e}")))?;
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    vec![self.err(at, format!("cannot read the flow file {shown}: {e}"))]
+                })?;
                 // As `triggers-lab deploy` reads it: every key checked, at its own line.
-                let value = crate::flowfile::read_flow_value(&shown, &text)
-                    .map_err(|errors| errors.into_iter().next().expect("at least one error"))?;
+                let value = crate::flowfile::read_flow_value(&shown, &text)?;
                 (value, shown.clone(), Some(shown))
             }
             Value::Object(_) => (
@@ -493,18 +566,19 @@ impl Checker<'_> {
                 None,
             ),
             _ => {
-                return Err(self.err(
+                return Err(vec![self.err(
                     at,
                     "a flow is `{file: path}` or a flow written inline ({id, nodes, edges})",
-                ));
+                )]);
             }
         };
         let fail = |message: String| match &file_name {
             Some(name) => LoadError::file(name, message),
             None => self.err(at, message),
         };
-        if let Some((_, message)) = crate::flowfile::key_problems(&value).into_iter().next() {
-            return Err(fail(message));
+        let problems = crate::flowfile::key_problems(&value);
+        if !problems.is_empty() {
+            return Err(problems.into_iter().map(|(_, m)| fail(m)).collect());
         }
         let probe = vars::substitute(&value, &|name| {
             // `--var` values are known only when the scenario runs.
@@ -516,19 +590,19 @@ impl Checker<'_> {
                 .contains(stub)
                 .then(|| format!("http://127.0.0.1:9/{stub}"))
         })
-        .map_err(|e| fail(format!("{e} (declare it under http_stubs)")))?;
+        .map_err(|e| vec![fail(format!("{e} (declare it under http_stubs)"))])?;
         let flow: Flow = serde_path_to_error::deserialize(probe).map_err(|e| {
-            fail(format!(
+            vec![fail(format!(
                 "not a flow: {}{}",
                 e.inner(),
                 at_path(&e.path().to_string())
-            ))
+            ))]
         })?;
         if flow.version < 1 {
-            return Err(fail(format!(
+            return Err(vec![fail(format!(
                 "flow {:?}: version: is {}, must be 1 or more (leave it out for 1; a redeploy gets the next)",
                 flow.id, flow.version
-            )));
+            ))]);
         }
         Ok(FlowDef {
             id: flow.id,
@@ -545,13 +619,14 @@ impl Checker<'_> {
     ) -> Result<(), LoadError> {
         let at = ctx.at;
         let flow = |id: &str| -> Result<(), LoadError> {
-            if ctx.flows.contains(id) {
+            if ctx.flows.contains(id) || self.elided_names.contains(id) {
                 Ok(())
             } else {
                 Err(self.err(
                     at,
                     format!(
-                        "no flow {id:?} in `flows` (there are {:?})",
+                        "no flow {id:?} in `flows`{} (there are {:?})",
+                        mean(id, ctx.flows.iter().copied()),
                         ctx.flows.iter().collect::<Vec<_>>()
                     ),
                 ))
@@ -564,7 +639,8 @@ impl Checker<'_> {
                 Err(self.err(
                     at,
                     format!(
-                        "no run named {name:?}: name one with `as:` on an earlier trigger (named so far: {:?})",
+                        "no run named {name:?}{}: name one with `as:` on an earlier trigger (named so far: {:?})",
+                        mean(name, runs.iter().map(String::as_str)),
                         runs.iter().collect::<Vec<_>>()
                     ),
                 ))
@@ -600,14 +676,16 @@ impl Checker<'_> {
                 }
             }
             Step::Trigger(t) => {
-                flow(&t.flow)?;
-                if t.payload.is_some() && t.raw.is_some() {
-                    return Err(self.err(at, "give `payload` (JSON) or `raw` (bytes), not both"));
-                }
+                // The run's name first: a trigger with a problem still names its run, and the
+                // steps that use it are not wrong as well.
                 if let Some(name) = &t.name
                     && !runs.insert(name.clone())
                 {
                     return Err(self.err(at, format!("a second run named {name:?}")));
+                }
+                flow(&t.flow)?;
+                if t.payload.is_some() && t.raw.is_some() {
+                    return Err(self.err(at, "give `payload` (JSON) or `raw` (bytes), not both"));
                 }
             }
             Step::Advance(_) | Step::Sleep(_) | Step::RestartNats(_) => {}
@@ -629,11 +707,15 @@ impl Checker<'_> {
                         ));
                     }
                     NodeRef::LeaderOf { leader_of }
-                        if !ctx.services.iter().any(|s| &s.name == leader_of) =>
+                        if !ctx.services.iter().any(|s| &s.name == leader_of)
+                            && !self.elided_names.contains(leader_of) =>
                     {
                         return Err(self.err(
                             at,
-                            format!("`leader_of: {leader_of}` names no service of the scenario"),
+                            format!(
+                                "`leader_of: {leader_of}` names no service of the scenario{}",
+                                mean(leader_of, self.service_names(ctx))
+                            ),
                         ));
                     }
                     NodeRef::Number(_) | NodeRef::LeaderOf { .. } => {}
@@ -704,6 +786,7 @@ impl Checker<'_> {
                     ));
                 }
             }
+            Step::ExpectCalls(c) if self.elided_names.contains(&c.service) => {}
             Step::ExpectCalls(c) => {
                 let Some(service) = ctx
                     .services
@@ -730,7 +813,14 @@ impl Checker<'_> {
             }
             Step::ExpectHttp(h) => {
                 if !ctx.stubs.contains(&h.stub) {
-                    return Err(self.err(at, format!("no HTTP stub {:?} in `http_stubs`", h.stub)));
+                    return Err(self.err(
+                        at,
+                        format!(
+                            "no HTTP stub {:?} in `http_stubs`{}",
+                            h.stub,
+                            mean(&h.stub, ctx.stubs.iter().map(String::as_str))
+                        ),
+                    ));
                 }
             }
             Step::ExpectViolation(Short(v)) => {
@@ -758,13 +848,29 @@ impl Checker<'_> {
                 }
             }
             Step::StopService(name) => {
-                if !ctx.services.iter().any(|s| s.name == *name) {
-                    return Err(self.err(at, format!("no service {name:?} in `services`")));
+                if !ctx.services.iter().any(|s| s.name == *name)
+                    && !self.elided_names.contains(name)
+                {
+                    return Err(self.err(
+                        at,
+                        format!(
+                            "no service {name:?} in `services`{}",
+                            mean(name, self.service_names(ctx))
+                        ),
+                    ));
                 }
             }
+            Step::Fuzz(f) if self.elided_names.contains(&f.service) => {}
             Step::Fuzz(f) => {
                 let Some(service) = ctx.services.iter().find(|s| s.name == f.service) else {
-                    return Err(self.err(at, format!("no service {:?} in `services`", f.service)));
+                    return Err(self.err(
+                        at,
+                        format!(
+                            "no service {:?} in `services`{}",
+                            f.service,
+                            mean(&f.service, self.service_names(ctx))
+                        ),
+                    ));
                 };
                 if !service.is_external()
                     && !service.actions.iter().any(|a| a.value.name == f.action)
@@ -823,6 +929,14 @@ struct StepCtx<'a> {
     stubs: &'a BTreeSet<String>,
     /// Servers of the scenario's `nats:` (1 unless a cluster).
     nats_nodes: usize,
+}
+
+/// ` (did you mean "x"?)` when one of `names` is close to `word`, else nothing.
+fn mean<'a>(word: &str, names: impl Iterator<Item = &'a str>) -> String {
+    let names: Vec<&str> = names.collect();
+    crate::flowfile::did_you_mean(word, &names)
+        .map(|n| format!(" (did you mean {n:?}?)"))
+        .unwrap_or_default()
 }
 
 /// ` at <path>` for a serde path, nothing for the root.
@@ -891,17 +1005,17 @@ mod tests {
             (
                 "steps:\n  - deploy: {flow: f, bogus: 1}\n",
                 "s.yaml:2:",
-                "unknown field `bogus`",
+                "unknown key `bogus`",
             ),
             (
                 "steps:\n  - deplo: f\n",
                 "s.yaml:2:5:",
-                "unknown variant `deplo`",
+                "unknown step or value `deplo`: did you mean `deploy`?",
             ),
             (
                 "conformance: yes\nsteps: []\n",
                 "s.yaml:1:14:",
-                "unknown variant `yes`",
+                "unknown step or value `yes`",
             ),
             (
                 "emulator: {auto_advance: yes}\nsteps: []\n",
@@ -914,7 +1028,7 @@ mod tests {
                 "s.yaml:2:14:",
                 "not a duration",
             ),
-            ("stepz: []\n", "s.yaml:1:1:", "unknown field `stepz`"),
+            ("stepz: []\n", "s.yaml:1:1:", "unknown key `stepz`"),
             (
                 "steps:\n  - restart_nats: {now: true}\n",
                 "s.yaml:2:",

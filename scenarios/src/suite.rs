@@ -45,7 +45,8 @@ impl Filter {
 /// `*.scenario.yaml` (see [`discover`](crate::discover)).
 ///
 /// # Errors
-/// Every file that cannot be read or accepted, each with file, line and column.
+/// Every problem of every file that cannot be read or accepted, each with file, line and
+/// column.
 pub fn load_all(paths: &[PathBuf]) -> Result<Vec<Scenario>, Vec<LoadError>> {
     let files = load::discover(paths).map_err(|e| vec![e])?;
     let mut scenarios = Vec::new();
@@ -53,7 +54,7 @@ pub fn load_all(paths: &[PathBuf]) -> Result<Vec<Scenario>, Vec<LoadError>> {
     for f in files {
         match load::load_file(&f) {
             Ok(s) => scenarios.push(s),
-            Err(e) => errors.push(e),
+            Err(e) => errors.extend(e.into_vec()),
         }
     }
     if errors.is_empty() {

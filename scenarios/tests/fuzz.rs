@@ -155,6 +155,9 @@ steps:
     let s = &report.scenarios[0];
     assert!(s.passed(), "{}\n{}", s.summary_line(), s.failure_text());
     let detail = &s.steps[1].detail;
-    assert!(detail.contains("breaking the schema on purpose"), "{detail}");
+    assert!(
+        detail.contains("breaking the schema on purpose"),
+        "{detail}"
+    );
     assert!(detail.contains("no failure"), "{detail}");
 }

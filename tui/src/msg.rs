@@ -72,6 +72,8 @@ pub enum Cmd {
         /// Its input.
         payload: Value,
     },
+    /// Re-send a DLQ entry (by its `Nats-Msg-Id`) to its service as a new delivery.
+    ResendDlq(String),
     /// Advance the emulator's virtual clock.
     Advance(Duration),
     /// Fetch a run's full timeline from the emulator.

@@ -160,6 +160,18 @@ impl Source {
                     .map(|run| format!("triggered {flow_id}: run {run}"))
                     .map_err(|e| format!("trigger {flow_id}: {e}")),
             )),
+            (Source::Control(c), Cmd::ResendDlq(id)) => Some(done(
+                c.resend_dlq(&id)
+                    .await
+                    .map(|r| resent(&r))
+                    .map_err(|e| format!("re-send {id}: {e}")),
+            )),
+            (Source::InProcess(e), Cmd::ResendDlq(id)) => Some(done(
+                e.resend_dlq(&id)
+                    .await
+                    .map(|r| resent(&r))
+                    .map_err(|e| format!("re-send {id}: {e}")),
+            )),
             (Source::Control(c), Cmd::Advance(by)) => Some(done(
                 c.advance(by)
                     .await
@@ -187,6 +199,16 @@ impl Source {
             }
         }
     }
+}
+
+fn resent(r: &triggers_emulator::Resent) -> String {
+    format!(
+        "re-sent to {} as {}: run {} waits on {} again",
+        r.subject,
+        r.idempotency_key,
+        r.run_id,
+        r.nodes.join(", ")
+    )
 }
 
 fn advanced(by: Duration, fired: usize) -> String {

@@ -155,6 +155,7 @@ fn on_key(model: &mut Model, key: KeyEvent) -> Option<Cmd> {
         KeyCode::Char('F') => model.follow = !model.follow,
         KeyCode::Char('t') => start_trigger(model),
         KeyCode::Char('r') => retrigger(model),
+        KeyCode::Char('R') => return resend(model),
         KeyCode::Char('y') => return copy_id(model),
         KeyCode::Char('H') => {
             model.hide_heartbeats = !model.hide_heartbeats;
@@ -316,6 +317,38 @@ fn retrigger(model: &mut Model) {
         input,
         error: None,
     });
+}
+
+/// `R`: the selected (or open) DLQ entry re-sent to its service as a new delivery.
+fn resend(model: &mut Model) -> Option<Cmd> {
+    if !model.mode.can_drive() {
+        notice(
+            model,
+            "passive observer: read-only (no emulator to re-send with)",
+            true,
+        );
+        return None;
+    }
+    let item = match &model.page {
+        Some(Page {
+            detail: Detail::Dlq(item),
+            ..
+        }) => Some(*item),
+        Some(_) => None,
+        None if model.open_run.is_none() && model.current_list() == ListId::Dlq => {
+            model.selected_item(ListId::Dlq)
+        }
+        None => None,
+    };
+    let Some(entry) = item.and_then(|i| model.dlq.get_abs(i)) else {
+        notice(
+            model,
+            "R re-sends a DLQ entry: select one in DLQ first",
+            true,
+        );
+        return None;
+    };
+    Some(Cmd::ResendDlq(entry.msg_id.clone()))
 }
 
 /// `y`: the selected row's id (a run id, a DLQ entry's message id, a flow id, a service name)

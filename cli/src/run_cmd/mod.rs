@@ -226,13 +226,43 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
             "\nwatching {} for changes (Ctrl-C stops)…",
             describe_paths(&args.paths)
         );
-        loop {
-            std::thread::sleep(Duration::from_millis(500));
-            if snapshot(&args.paths) != before {
-                break;
-            }
+        if let Some(sig) = wait_for_change(&args.paths, &before) {
+            return sig.exit_code();
         }
     }
+}
+
+/// Waits until a file under `paths` differs from `before`, or a stop signal comes: that signal.
+/// The signals are listened for here too: once a run has listened, SIGINT no longer ends the
+/// process by itself, so a Ctrl-C between runs would otherwise go unheard.
+fn wait_for_change(
+    paths: &[PathBuf],
+    before: &BTreeMap<PathBuf, Option<SystemTime>>,
+) -> Option<crate::signals::Sig> {
+    let runtime = match crate::exit::runtime() {
+        Ok(rt) => rt,
+        Err(_) => loop {
+            std::thread::sleep(Duration::from_millis(500));
+            if snapshot(paths) != *before {
+                return None;
+            }
+        },
+    };
+    let sig = runtime.block_on(async {
+        let signals = Signals::listen();
+        loop {
+            tokio::select! {
+                sig = signals.recv() => return Some(sig),
+                () = tokio::time::sleep(Duration::from_millis(500)) => {
+                    if snapshot(paths) != *before {
+                        return None;
+                    }
+                }
+            }
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    sig
 }
 
 fn describe_paths(paths: &[PathBuf]) -> String {
@@ -360,12 +390,14 @@ fn load(
     let scenarios = match triggers_scenarios::load_all(paths) {
         Ok(s) => s,
         Err(errors) => {
-            for e in &errors {
-                eprintln!("{e}");
-            }
+            let errors = triggers_scenarios::LoadErrors(errors);
+            eprintln!("{errors}");
+            let files: std::collections::BTreeSet<&str> =
+                errors.iter().map(|e| e.file.as_str()).collect();
             eprintln!(
-                "error: {} scenario file(s) could not be read; nothing was run",
-                errors.len()
+                "error: {} problem(s) in {} file(s); nothing was run",
+                errors.len(),
+                files.len()
             );
             return Err(ExitCode::from(exit::USAGE));
         }

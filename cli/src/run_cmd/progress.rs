@@ -79,6 +79,13 @@ impl Progress {
         if !self.tty || self.quiet || self.running.is_empty() {
             return;
         }
+        eprint!("\r\x1b[2K{}", self.line(out::terminal_width()));
+        let _ = std::io::stderr().flush();
+        self.line_shown = true;
+    }
+
+    /// The progress line for a terminal `width` columns wide: always one row.
+    fn line(&self, width: usize) -> String {
         let running: Vec<String> = self
             .running
             .values()
@@ -96,9 +103,7 @@ impl Progress {
             self.total,
             running.join(", ")
         );
-        eprint!("\r\x1b[2K{}", out::fit(&line, out::terminal_width()));
-        let _ = std::io::stderr().flush();
-        self.line_shown = true;
+        out::fit(&line, width)
     }
 
     /// Prints `text` now, or keeps it for the end of scenario `index` when buffered.
@@ -263,4 +268,40 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
         }
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use unicode_width::UnicodeWidthStr;
+
+    #[test]
+    fn the_progress_line_fits_every_width_on_one_row() {
+        let mut p = Progress::new(true, false, false, 4, Format::Human);
+        p.total = 12;
+        let names = [
+            (
+                "an order is charged twice and refunded once",
+                "step 3/9: wait_settled r1",
+            ),
+            ("支払いのシナリオ、二重請求のテスト", "step 1/2: trigger"),
+            ("rocket 🚀 launch with a\ttab and a\nnewline", ""),
+            ("e\u{301}clair", "step 2/2: expect_dlq"),
+        ];
+        for (i, (name, step)) in names.iter().enumerate() {
+            p.running
+                .insert(i, ((*name).to_owned(), (*step).to_owned()));
+        }
+        for width in [40, 80, 200] {
+            let line = p.line(width);
+            assert!(
+                line.width() < width,
+                "{} columns at {width}: {line:?}",
+                line.width()
+            );
+            assert!(!line.contains(['\n', '\r', '\t']), "{line:?}");
+        }
+        // Wide enough, nothing is cut.
+        assert!(!p.line(400).contains('…'));
+    }
 }

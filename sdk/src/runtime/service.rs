@@ -234,6 +234,12 @@ impl Service {
     pub async fn start(self) -> Result<RunningService, StartError> {
         let config = self.config.resolve()?;
         let drops = config.drops.clone();
+        // Counts (re)connections: after one, the server may be a new one that has never heard
+        // of this service, so it registers again (see `reregister`).
+        let (connections, reconnected) = watch::channel(0u64);
+        let connections = Arc::new(connections);
+        // Only a connection that follows a loss is a reconnection: the first one is start()'s.
+        let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut options = async_nats::ConnectOptions::new()
             .name(format!("triggers {}", self.manifest.service))
             .connection_timeout(Duration::from_secs(5))
@@ -242,13 +248,20 @@ impl Service {
                 // Every subscription of the connection (broadcasts, the consumers' pulls) is
                 // watched: a message NATS drops for a slow reader is counted and logged.
                 let drops = drops.clone();
+                let connections = connections.clone();
+                let lost = lost.clone();
                 async move {
+                    use std::sync::atomic::Ordering;
                     match event {
                         async_nats::Event::Disconnected => {
+                            lost.store(true, Ordering::SeqCst);
                             tracing::warn!("NATS connection lost; reconnecting")
                         }
                         async_nats::Event::Connected => {
-                            tracing::info!("NATS connection (re)established")
+                            tracing::info!("NATS connection (re)established");
+                            if lost.swap(false, Ordering::SeqCst) {
+                                connections.send_modify(|n| *n += 1);
+                            }
                         }
                         other if drops.observe(&other, "service runtime") => {}
                         other => tracing::debug!("NATS event: {other}"),
@@ -339,6 +352,11 @@ impl Service {
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(follow_broadcasts(runtime.clone(), broadcasts)));
         tasks.push(tokio::spawn(heartbeats(runtime.clone(), stop.subscribe())));
+        tasks.push(tokio::spawn(reregister(
+            runtime.clone(),
+            reconnected,
+            stop.subscribe(),
+        )));
         for (name, consumer) in consumers {
             tasks.push(tokio::spawn(consume(
                 runtime.clone(),
@@ -510,6 +528,84 @@ async fn heartbeats(runtime: Arc<Runtime>, mut stop: watch::Receiver<bool>) {
         tokio::select! {
             _ = tick.tick() => runtime.publish_heartbeat(false).await,
             _ = stop.changed() => return,
+        }
+    }
+}
+
+/// How often a registration after a reconnect is tried before giving up until the next one,
+/// and the pauses between tries: doubling from the first to the last (about 40 s in all, enough
+/// for `triggers-lab up` to start its emulator after its server).
+const REREGISTER_ATTEMPTS: u32 = 12;
+const REREGISTER_FIRST_PAUSE: Duration = Duration::from_millis(100);
+const REREGISTER_MAX_PAUSE: Duration = Duration::from_secs(5);
+
+/// Registers again after every reconnection, as at start: the server may be a new one (a
+/// restarted `triggers-lab up` on the same port, an orchestrator that lost its state) that has
+/// never heard of this service, and nothing else would tell it. Heartbeats get no reply, so a
+/// reconnection is the one signal there is. Tries [`REREGISTER_ATTEMPTS`] times with a doubling
+/// pause (nobody may answer yet: the emulator starts after its server); a refusal is final. Once
+/// registered it installs the flows of the reply and makes sure the inbound stream and the
+/// consumers exist (a new server has neither), so the service works again, not just appears.
+async fn reregister(
+    runtime: Arc<Runtime>,
+    mut reconnected: watch::Receiver<u64>,
+    mut stop: watch::Receiver<bool>,
+) {
+    // A reconnection during start() was covered by its own registration.
+    reconnected.borrow_and_update();
+    loop {
+        tokio::select! {
+            changed = reconnected.changed() => if changed.is_err() { return },
+            _ = stop.changed() => return,
+        }
+        let mut pause = REREGISTER_FIRST_PAUSE;
+        for attempt in 1..=REREGISTER_ATTEMPTS {
+            let outcome = register(
+                &runtime.client,
+                &runtime.manifest,
+                runtime.config.register_timeout,
+            )
+            .await;
+            match outcome {
+                Ok(reply) => {
+                    for flow in &reply.flows {
+                        runtime.install(flow);
+                    }
+                    if let Err(e) = consumers(&runtime).await {
+                        tracing::warn!(
+                            "registered again, but the consumers could not be made: {e}"
+                        );
+                    }
+                    runtime.publish_heartbeat(false).await;
+                    tracing::info!(
+                        service = runtime.service(),
+                        attempt,
+                        "registered again after the NATS connection came back"
+                    );
+                    break;
+                }
+                Err(StartError::Refused(why)) => {
+                    tracing::error!(
+                        service = runtime.service(),
+                        "the registration after a reconnect was refused: {why}"
+                    );
+                    break;
+                }
+                Err(e) if attempt == REREGISTER_ATTEMPTS => {
+                    tracing::warn!(
+                        service = runtime.service(),
+                        "gave up registering again after {attempt} tries ({e}); the next reconnect tries again"
+                    );
+                }
+                Err(e) => {
+                    tracing::debug!(attempt, "registering again failed ({e}); retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {}
+                        _ = stop.changed() => return,
+                    }
+                    pause = (pause * 2).min(REREGISTER_MAX_PAUSE);
+                }
+            }
         }
     }
 }

@@ -165,7 +165,10 @@ impl Model {
                 self.row_added(ListId::Violations, abs);
             }
             Some(
-                RecordKind::Registration { .. } | RecordKind::Fetch { .. } | RecordKind::Hop { .. },
+                RecordKind::Registration { .. }
+                | RecordKind::Fetch { .. }
+                | RecordKind::Hop { .. }
+                | RecordKind::Resend { .. },
             )
             | None => {}
         }

@@ -606,6 +606,14 @@ impl Event {
                 format!("broadcast {flow_id} v{version}")
             }
             Some(RecordKind::Trigger { run_id, flow_id }) => format!("run {run_id} of {flow_id}"),
+            Some(RecordKind::Resend {
+                run_id,
+                dlq_msg_id,
+                nodes,
+            }) => format!(
+                "re-sent {dlq_msg_id}: run {run_id} waits on {}",
+                nodes.join(", ")
+            ),
             Some(RecordKind::Hop {
                 run_id,
                 source_node_id,

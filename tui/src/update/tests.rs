@@ -612,3 +612,35 @@ fn capital_h_hides_heartbeats_from_traffic() {
     typed(&mut m, "H");
     assert_eq!(m.row_count(ListId::Traffic), all);
 }
+
+#[test]
+fn capital_r_resends_the_selected_dlq_entry_and_only_that() {
+    let mut m = control();
+    // Nowhere near a DLQ entry: said so, nothing sent.
+    typed(&mut m, "3");
+    assert_eq!(typed(&mut m, "R"), None);
+    assert!(
+        m.notice
+            .as_ref()
+            .is_some_and(|n| n.error && n.text.contains("select one in DLQ"))
+    );
+    typed(&mut m, "4");
+    assert_eq!(m.tab(), Tab::Dlq);
+    let abs = m
+        .selected_item(ListId::Dlq)
+        .expect("the fixture has DLQ entries");
+    let msg_id = m.dlq.get_abs(abs).unwrap().msg_id.clone();
+    assert_eq!(typed(&mut m, "R"), Some(Cmd::ResendDlq(msg_id.clone())));
+    // From the entry's open page too.
+    typed(&mut m, "\n");
+    assert!(m.page.is_some());
+    assert_eq!(typed(&mut m, "R"), Some(Cmd::ResendDlq(msg_id)));
+    // A passive observer cannot.
+    m.mode = crate::model::Mode::Passive;
+    assert_eq!(typed(&mut m, "R"), None);
+    assert!(
+        m.notice
+            .as_ref()
+            .is_some_and(|n| n.text.contains("read-only"))
+    );
+}

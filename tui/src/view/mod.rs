@@ -43,6 +43,7 @@ pub(crate) const KEYS: &[(&str, &str)] = &[
         "r",
         "re-trigger the selected run with its payload (emulator modes)",
     ),
+    ("R", "re-send the selected DLQ entry (emulator modes)"),
     ("y", "copy the selected id (run, DLQ entry, flow, service)"),
     ("H", "hide / show heartbeats in Traffic"),
     (
@@ -232,7 +233,17 @@ fn draw_hint(model: &Model, frame: &mut Frame, area: Rect) {
         hint.push_str("  Esc back");
     }
     if model.mode.can_drive() {
-        hint.push_str("  t trigger  a advance");
+        let on_dlq = match &model.page {
+            Some(page) => matches!(page.detail, crate::model::Detail::Dlq(_)),
+            None => model.open_run.is_none() && model.tab == Tab::Dlq,
+        };
+        // On a DLQ entry its own action comes first; `a` stays in the help (80 columns hold
+        // no more).
+        if on_dlq {
+            hint.push_str("  R re-send  t trigger");
+        } else {
+            hint.push_str("  t trigger  a advance");
+        }
     }
     hint.push_str("  q quit");
     frame.render_widget(Line::styled(hint, t.dim()), area);
