@@ -14,6 +14,7 @@ mod load_cmd;
 mod manifest_cmd;
 mod nats_choice;
 mod out;
+mod replay_cmd;
 mod report_cmd;
 mod run_cmd;
 mod signals;
@@ -145,6 +146,11 @@ enum Command {
     /// reproduces it.
     #[command(after_help = exit::HELP)]
     Fuzz(fuzz_cmd::FuzzArgs),
+    /// Re-drive a recording (`up --record FILE`) against a running `up`: deploy its flows, start
+    /// its runs and advance its clock again, and compare run by run (status, node events, DLQ
+    /// entries, new violations); exit 1 when any differs.
+    #[command(after_help = exit::HELP)]
+    Replay(replay_cmd::ReplayArgs),
     /// Move a running `up`'s virtual clock forward (e.g. 30s, 5m, 1h30m, 1d); due timers fire.
     #[command(after_help = exit::HELP)]
     Advance {
@@ -214,6 +220,7 @@ fn main() -> ExitCode {
                         lab_cmd::trigger(control, flow, payload, wait.then_some(wait_timeout)).await
                     }
                     Command::Load(args) => load_cmd::load(args).await,
+                    Command::Replay(args) => replay_cmd::replay(args).await,
                     Command::Fuzz(args) => fuzz_cmd::fuzz(args).await,
                     Command::Advance { control, duration } => {
                         lab_cmd::advance(control, duration).await
