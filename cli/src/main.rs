@@ -7,6 +7,7 @@ mod discovery;
 mod doctor;
 mod exit;
 mod files;
+mod from_record_cmd;
 mod fuzz_cmd;
 mod init_cmd;
 mod lab_cmd;
@@ -72,6 +73,9 @@ enum Command {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
     },
+    /// Scenarios made from other things: `scenario from-record FILE` writes one from a recording.
+    #[command(subcommand, after_help = exit::HELP)]
+    Scenario(from_record_cmd::ScenarioCommand),
     /// Run scenario files (or folders of them), each on its own nats-server and emulator.
     #[command(after_help = exit::HELP)]
     Run(run_cmd::RunArgs),
@@ -173,6 +177,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Manifest(cmd) => manifest_cmd::run(cmd),
+        Command::Scenario(cmd) => from_record_cmd::run(cmd),
         Command::Run(args) => run_cmd::run(args),
         Command::Report(cmd) => report_cmd::run(cmd),
         Command::Demo(args) => run_cmd::demo(args),
@@ -234,6 +239,7 @@ fn main() -> ExitCode {
                         control_cmd::services(control, json).await
                     }
                     Command::Manifest(_)
+                    | Command::Scenario(_)
                     | Command::Run(_)
                     | Command::Report(_)
                     | Command::Demo(_)
