@@ -1,6 +1,7 @@
 //! `triggers-lab replay` from the outside: a recording of the scripted flow-lab services (a run
 //! that succeeds, one that fails into the DLQ) replays the same against the same services, and
-//! names the run and node that changed against services that now behave differently.
+//! names the run and node that changed against services that now behave differently; and
+//! `scenario from-record` makes a scenario of it that passes.
 
 #![cfg(unix)]
 
@@ -129,6 +130,38 @@ fn a_recording_replays_the_same_and_a_changed_service_is_named() {
     }
     signal(&rec.0, rustix::process::Signal::INT);
     let _ = rec.0.wait();
+
+    // A scenario from the recording, with the services it was recorded with, passes.
+    let generated = xdg.join("gen.scenario.yaml");
+    let out = lab(
+        xdg,
+        &[
+            "scenario",
+            "from-record",
+            recording.to_str().unwrap(),
+            "--services",
+            scenario.to_str().unwrap(),
+            "-o",
+            generated.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let yaml = std::fs::read_to_string(&generated).unwrap();
+    for wanted in [
+        "- deploy: flow-lab",
+        "as: run2}",
+        "- wait_settled: {run: run2, status: failed}",
+        "order: in_order",
+        "- expect_dlq: {run: run2, subject: triggers.v2.dlq.flowlab.reserve_stock, kind: action_failed, count: 1}",
+        ": trigger of flow-lab, run run-",
+    ] {
+        assert!(yaml.contains(wanted), "{wanted:?} not in:\n{yaml}");
+    }
+    let out = lab(
+        xdg,
+        &["run", "--backend", "binary", generated.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}\n{yaml}", text(&out));
 
     // The same services: the same runs.
     let same = up(xdg, "same", &scenario, &[]);
