@@ -146,14 +146,22 @@ fn scenario(name: &str, recording: &Recording, services: Option<&str>) -> Result
                     flow_services.insert(node.service.clone());
                 }
             }
-            let mut v = serde_json::to_value(flow)?;
-            // Set by the release, not part of the flow-body format.
-            if let Some(nodes) = v.get_mut("nodes").and_then(Value::as_array_mut) {
-                for node in nodes {
-                    if let Some(node) = node.as_object_mut() {
-                        node.remove("inbound");
-                    }
-                }
+            // A node or an edge a line, in the flow-body format's key order.
+            let mut v = format!(
+                "id: {}\n    version: {}\n    nodes:\n",
+                flow.id, flow.version
+            );
+            for node in &flow.body.nodes {
+                // Set by the release, not part of the flow-body format.
+                let node = triggers_sdk::flow::Node {
+                    inbound: String::new(),
+                    ..node.clone()
+                };
+                writeln!(v, "      - {}", serde_json::to_string(&node)?)?;
+            }
+            v.push_str("    edges:\n");
+            for edge in &flow.body.edges {
+                writeln!(v, "      - {}", serde_json::to_string(edge)?)?;
             }
             flows.push((r.seq, flow.id.clone(), flow.version, v));
         }
@@ -176,11 +184,7 @@ fn scenario(name: &str, recording: &Recording, services: Option<&str>) -> Result
     }
     writeln!(out, "flows:")?;
     for (seq, id, version, v) in &flows {
-        writeln!(
-            out,
-            "  # record {seq}: deploy of {id} v{version}\n  - {}",
-            json(v)
-        )?;
+        write!(out, "  # record {seq}: deploy of {id} v{version}\n  - {v}")?;
     }
 
     writeln!(out, "steps:")?;
