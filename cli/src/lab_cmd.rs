@@ -363,11 +363,15 @@ fn log_line(r: &Record) -> Option<String> {
             },
             error.clone().unwrap_or_default()
         ),
-        RecordKind::Deploy { flow_id, version } => format!("deployed     {flow_id} v{version}"),
+        RecordKind::Deploy {
+            flow_id, version, ..
+        } => format!("deployed     {flow_id} v{version}"),
         RecordKind::DeployRefused { flow_id, problems } => {
             format!("REFUSED      deploy of {flow_id}: {}", problems.join("; "))
         }
-        RecordKind::Trigger { run_id, flow_id } => format!("triggered    {flow_id} run {run_id}"),
+        RecordKind::Trigger {
+            run_id, flow_id, ..
+        } => format!("triggered    {flow_id} run {run_id}"),
         RecordKind::Completion { event } => format!(
             "  {:<10} {} {} on {}{}",
             event.status,

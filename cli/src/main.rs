@@ -7,6 +7,7 @@ mod discovery;
 mod doctor;
 mod exit;
 mod files;
+mod from_record_cmd;
 mod fuzz_cmd;
 mod init_cmd;
 mod lab_cmd;
@@ -14,6 +15,7 @@ mod load_cmd;
 mod manifest_cmd;
 mod nats_choice;
 mod out;
+mod replay_cmd;
 mod report_cmd;
 mod run_cmd;
 mod signals;
@@ -71,6 +73,9 @@ enum Command {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
     },
+    /// Scenarios made from other things: `scenario from-record FILE` writes one from a recording.
+    #[command(subcommand, after_help = exit::HELP)]
+    Scenario(from_record_cmd::ScenarioCommand),
     /// Run scenario files (or folders of them), each on its own nats-server and emulator.
     #[command(after_help = exit::HELP)]
     Run(run_cmd::RunArgs),
@@ -145,6 +150,11 @@ enum Command {
     /// reproduces it.
     #[command(after_help = exit::HELP)]
     Fuzz(fuzz_cmd::FuzzArgs),
+    /// Re-drive a recording (`up --record FILE`) against a running `up`: deploy its flows, start
+    /// its runs and advance its clock again, and compare run by run (status, node events, DLQ
+    /// entries, new violations); exit 1 when any differs.
+    #[command(after_help = exit::HELP)]
+    Replay(replay_cmd::ReplayArgs),
     /// Move a running `up`'s virtual clock forward (e.g. 30s, 5m, 1h30m, 1d); due timers fire.
     #[command(after_help = exit::HELP)]
     Advance {
@@ -167,6 +177,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Manifest(cmd) => manifest_cmd::run(cmd),
+        Command::Scenario(cmd) => from_record_cmd::run(cmd),
         Command::Run(args) => run_cmd::run(args),
         Command::Report(cmd) => report_cmd::run(cmd),
         Command::Demo(args) => run_cmd::demo(args),
@@ -214,6 +225,7 @@ fn main() -> ExitCode {
                         lab_cmd::trigger(control, flow, payload, wait.then_some(wait_timeout)).await
                     }
                     Command::Load(args) => load_cmd::load(args).await,
+                    Command::Replay(args) => replay_cmd::replay(args).await,
                     Command::Fuzz(args) => fuzz_cmd::fuzz(args).await,
                     Command::Advance { control, duration } => {
                         lab_cmd::advance(control, duration).await
@@ -227,6 +239,7 @@ fn main() -> ExitCode {
                         control_cmd::services(control, json).await
                     }
                     Command::Manifest(_)
+                    | Command::Scenario(_)
                     | Command::Run(_)
                     | Command::Report(_)
                     | Command::Demo(_)

@@ -741,6 +741,29 @@ impl ControlClient {
             .to_owned())
     }
 
+    /// Starts a run at the `service-in` node `entry` (the flow's first entry point when `None`)
+    /// with `payload_json` sent exactly as written; returns its id.
+    ///
+    /// # Errors
+    /// When the call fails, the text is not JSON, or `entry` is not a `service-in` of the flow.
+    pub async fn trigger_at(
+        &self,
+        flow_id: &str,
+        entry: Option<&str>,
+        payload_json: &str,
+    ) -> Result<String, ControlError> {
+        let v: Value = self
+            .call(
+                "trigger",
+                json!({"flow_id": flow_id, "entry": entry, "payload_json": payload_json}),
+            )
+            .await?;
+        Ok(v.get("run_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned())
+    }
+
     /// Every registered service with its whole manifest.
     ///
     /// # Errors

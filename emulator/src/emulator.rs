@@ -634,6 +634,7 @@ impl Emulator {
             RecordKind::Deploy {
                 flow_id: resolved.id.clone(),
                 version: resolved.version,
+                flow: Some(Box::new(resolved.clone())),
             },
         );
         self.shared
@@ -758,6 +759,7 @@ impl Emulator {
                 RecordKind::Trigger {
                     run_id: run_id.clone(),
                     flow_id: flow_id.to_owned(),
+                    entry: entry.id.clone(),
                 },
             );
             if let Some(run) = state.runs.get_mut(&run_id) {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use triggers_sdk::flow::Flow;
 use triggers_sdk::wire::{CompletionEvent, DlqEntry, GoTime, Headers, Heartbeat, Manifest};
 
 pub use crate::run::{ArmedTimer, MAX_TIMELINE, Run, RunStatus, TimelineEntry};
@@ -197,6 +198,10 @@ impl Record {
         let kind = match &self.kind {
             RecordKind::Dlq { entry: Some(e), .. } => e.body.get().len() + e.err_msg.len(),
             RecordKind::Violation { message, .. } => message.len(),
+            // A rough size: a flow's JSON is mostly its nodes and edges.
+            RecordKind::Deploy { flow: Some(f), .. } => {
+                256 * (f.body.nodes.len() + f.body.edges.len())
+            }
             _ => 0,
         };
         256 + self.subject.len() + headers + self.payload.len() + kind
@@ -269,6 +274,10 @@ pub enum RecordKind {
         flow_id: String,
         /// Its version.
         version: i64,
+        /// The flow as released (resolved, with its version), so that a recording can deploy it
+        /// again (`triggers-lab replay`). Absent in recordings written before it was recorded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        flow: Option<Box<Flow>>,
     },
     /// A flow whose release was refused (by `deploy`, the control API's or the harness's), with
     /// every problem, so that a log shows why nothing was deployed.
@@ -291,6 +300,10 @@ pub enum RecordKind {
         run_id: String,
         /// The flow.
         flow_id: String,
+        /// The `service-in` node the run started at (the record's `payload` is what it was sent).
+        /// Empty in recordings written before it was recorded: the flow's first entry point.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        entry: String,
     },
     /// A message seen on a service's inbound subject (a trigger, a hop between services, a
     /// timer delivery).

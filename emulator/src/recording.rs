@@ -172,6 +172,7 @@ fn read_header(path: &str, line: usize, text: &str) -> Result<RecordingHeader, R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::recorder::RecordKind;
 
     const RECORD: &str = r#"{"seq":1,"at":"2026-12-01T03:00:00Z","clock":"2026-12-01T03:00:00Z","kind":"deploy","flow_id":"f","version":1}"#;
 
@@ -201,6 +202,38 @@ mod tests {
             "{e}"
         );
         assert!(e.to_string().starts_with("x.jsonl:2:"), "{e}");
+    }
+
+    #[test]
+    fn a_deploy_carries_its_flow_and_a_trigger_its_entry_and_older_lines_still_read() {
+        let header = RecordingHeader::new("0.1.0").to_line().unwrap();
+        let deploy = r#"{"seq":2,"at":"2026-12-01T03:00:00Z","clock":"2026-12-01T03:00:00Z","kind":"deploy","flow_id":"f","version":2,"flow":{"id":"f","version":2,"nodes":[{"id":"in","type":"service-in","service":"s"}],"edges":[]}}"#;
+        let trigger = r#"{"seq":3,"at":"2026-12-01T03:00:00Z","clock":"2026-12-01T03:00:00Z","payload":"{\"a\":1}","kind":"trigger","run_id":"r","flow_id":"f","entry":"in"}"#;
+        let old_trigger = r#"{"seq":4,"at":"2026-12-01T03:00:00Z","clock":"2026-12-01T03:00:00Z","kind":"trigger","run_id":"r2","flow_id":"f"}"#;
+        let text = format!("{header}\n{RECORD}\n{deploy}\n{trigger}\n{old_trigger}\n");
+        let records = parse_recording("r.jsonl", &text).unwrap().records;
+        assert!(matches!(
+            &records[0].kind,
+            RecordKind::Deploy { flow: None, .. }
+        ));
+        let RecordKind::Deploy {
+            flow: Some(flow), ..
+        } = &records[1].kind
+        else {
+            panic!("{:?}", records[1].kind)
+        };
+        assert_eq!((flow.id.as_str(), flow.version), ("f", 2));
+        assert!(matches!(&records[2].kind, RecordKind::Trigger { entry, .. } if entry == "in"));
+        assert_eq!(records[2].payload, r#"{"a":1}"#);
+        assert!(matches!(&records[3].kind, RecordKind::Trigger { entry, .. } if entry.is_empty()));
+        // Written back, the new fields are there and an empty entry is left out.
+        let line = serde_json::to_string(&records[2]).unwrap();
+        assert!(line.contains(r#""entry":"in""#), "{line}");
+        assert!(
+            !serde_json::to_string(&records[3])
+                .unwrap()
+                .contains("entry")
+        );
     }
 
     #[test]

@@ -178,6 +178,7 @@ pub fn records() -> Vec<Record> {
             RecordKind::Deploy {
                 flow_id: f.id.clone(),
                 version: f.version,
+                flow: None,
             },
         );
         push(
@@ -282,6 +283,7 @@ pub fn records() -> Vec<Record> {
                 RecordKind::Trigger {
                     run_id: run.into(),
                     flow_id: flow.into(),
+                    entry: String::new(),
                 },
             );
         }
@@ -638,6 +640,7 @@ pub fn large_model(events: usize, capacity: usize, theme: Theme) -> Model {
         let mut kinds = vec![RecordKind::Trigger {
             run_id: id.clone(),
             flow_id: "order".into(),
+            entry: String::new(),
         }];
         kinds.push(RecordKind::Hop {
             run_id: id.clone(),

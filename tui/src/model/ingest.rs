@@ -75,13 +75,17 @@ impl Model {
                 });
                 self.row_added(ListId::Dlq, abs);
             }
-            Some(RecordKind::Deploy { flow_id, version })
+            Some(RecordKind::Deploy {
+                flow_id, version, ..
+            })
             | Some(RecordKind::Broadcast { flow_id, version }) => {
                 let row = self.flow_row(flow_id);
                 row.versions.insert(*version);
                 row.version = row.version.max(*version);
             }
-            Some(RecordKind::Trigger { run_id, flow_id }) => {
+            Some(RecordKind::Trigger {
+                run_id, flow_id, ..
+            }) => {
                 let flow = self.flows.get(flow_id).and_then(|f| f.flow.clone());
                 let version = self.flows.get(flow_id).map_or(0, |f| f.version);
                 let run = self.run_mut(run_id, flow_id, version, clock);

@@ -599,13 +599,17 @@ impl Event {
                 Some(e) => format!("{} {}: {}", e.kind, e.envelope.flow_run_id, e.err_msg),
                 None => format!("undecodable entry {msg_id}"),
             },
-            Some(RecordKind::Deploy { flow_id, version }) => {
+            Some(RecordKind::Deploy {
+                flow_id, version, ..
+            }) => {
                 format!("deployed {flow_id} v{version}")
             }
             Some(RecordKind::Broadcast { flow_id, version }) => {
                 format!("broadcast {flow_id} v{version}")
             }
-            Some(RecordKind::Trigger { run_id, flow_id }) => format!("run {run_id} of {flow_id}"),
+            Some(RecordKind::Trigger {
+                run_id, flow_id, ..
+            }) => format!("run {run_id} of {flow_id}"),
             Some(RecordKind::Resend {
                 run_id,
                 dlq_msg_id,

@@ -497,6 +497,7 @@ fn odd_data_never_panics() {
                 RecordKind::Trigger {
                     run_id: String::new(),
                     flow_id: "missing".into(),
+                    entry: String::new(),
                 },
             ),
         ]),
@@ -547,6 +548,7 @@ fn runs_beyond_capacity_keep_the_newest() {
             RecordKind::Trigger {
                 run_id: "r6".into(),
                 flow_id: "order".into(),
+                entry: String::new(),
             },
         )]),
     );

@@ -1,0 +1,230 @@
+//! `triggers-lab replay` from the outside: a recording of the scripted flow-lab services (a run
+//! that succeeds, one that fails into the DLQ) replays the same against the same services, and
+//! names the run and node that changed against services that now behave differently; and
+//! `scenario from-record` makes a scenario of it that passes.
+
+#![cfg(unix)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin(xdg: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_triggers-lab"));
+    c.env_remove("TRIGGERS_NATS_URL")
+        .env("XDG_RUNTIME_DIR", xdg)
+        .env("TMPDIR", xdg);
+    c
+}
+
+/// An `up` process, stopped (SIGTERM) when the test ends without stopping it.
+struct Up(Child);
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            signal(&self.0, rustix::process::Signal::TERM);
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn signal(child: &Child, signal: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a child's pid");
+    let _ = rustix::process::kill_process(pid, signal);
+}
+
+/// Starts `up --instance NAME --services SCENARIO` with `extra` args, once its services have
+/// registered.
+fn up(xdg: &Path, name: &str, services: &Path, extra: &[&str]) -> Up {
+    let mut child = bin(xdg)
+        .args(["up", "--backend", "binary", "--port", "0", "--quiet"])
+        .args(["--instance", name, "--services", services.to_str().unwrap()])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut url)
+        .unwrap();
+    let up = Up(child);
+    assert!(url.starts_with("nats://"), "{url:?}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = lab(xdg, &["services", "--json", "--instance", name]);
+        if String::from_utf8_lossy(&out.stdout).contains("\"flowlab\"") {
+            return up;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "flowlab never registered: {}",
+            text(&out)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn lab(xdg: &Path, args: &[&str]) -> Output {
+    bin(xdg).args(args).output().unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+#[test]
+fn a_recording_replays_the_same_and_a_changed_service_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let xdg = dir.path();
+    let scenario = repo().join("scenarios/flow-lab/flow-lab-scripted.scenario.yaml");
+    let flow = repo().join("sdk/examples/flows/flow_lab.yaml");
+    let recording = xdg.join("rec.jsonl");
+
+    // Record: a run that succeeds, one that fails into the DLQ.
+    let mut rec = up(
+        xdg,
+        "rec",
+        &scenario,
+        &["--record", recording.to_str().unwrap()],
+    );
+    let on = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--instance", "rec"]);
+        lab(xdg, &all)
+    };
+    let out = on(&["deploy", flow.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = on(&[
+        "trigger",
+        "flow-lab",
+        r#"{"customer":"ada","items":3}"#,
+        "--wait",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = on(&[
+        "trigger",
+        "flow-lab",
+        r#"{"customer":"fail","items":1}"#,
+        "--wait",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    // The DLQ entry comes after the run settles.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&recording)
+        .unwrap_or_default()
+        .contains("triggers.v2.dlq.flowlab.reserve_stock")
+    {
+        assert!(Instant::now() < deadline, "no DLQ entry was recorded");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    signal(&rec.0, rustix::process::Signal::INT);
+    let _ = rec.0.wait();
+
+    // A scenario from the recording, with the services it was recorded with, passes.
+    let generated = xdg.join("gen.scenario.yaml");
+    let out = lab(
+        xdg,
+        &[
+            "scenario",
+            "from-record",
+            recording.to_str().unwrap(),
+            "--services",
+            scenario.to_str().unwrap(),
+            "-o",
+            generated.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let yaml = std::fs::read_to_string(&generated).unwrap();
+    for wanted in [
+        "- deploy: flow-lab",
+        "as: run2}",
+        "- wait_settled: {run: run2, status: failed}",
+        "order: in_order",
+        "- expect_dlq: {run: run2, subject: triggers.v2.dlq.flowlab.reserve_stock, kind: action_failed, count: 1}",
+        ": trigger of flow-lab, run run-",
+    ] {
+        assert!(yaml.contains(wanted), "{wanted:?} not in:\n{yaml}");
+    }
+    let out = lab(
+        xdg,
+        &["run", "--backend", "binary", generated.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}\n{yaml}", text(&out));
+
+    // The same services: the same runs.
+    let same = up(xdg, "same", &scenario, &[]);
+    let out = lab(
+        xdg,
+        &["replay", "--instance", "same", recording.to_str().unwrap()],
+    );
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("run 1 (was run-"), "{said}");
+    assert_eq!(said.matches("): same").count(), 2, "{said}");
+    drop(same);
+
+    // reserve_stock no longer fails: run 2 differs, at node reserve, without its DLQ entry.
+    let changed = xdg.join("changed.scenario.yaml");
+    let original = std::fs::read_to_string(&scenario).unwrap();
+    let edited = original
+        .replace("value: fail}", "value: never-fails}")
+        .replace("../../sdk/", &format!("{}/sdk/", repo().display()));
+    assert_ne!(edited, original);
+    std::fs::write(&changed, edited).unwrap();
+    let _changed = up(xdg, "changed", &changed, &[]);
+    let out = lab(
+        xdg,
+        &[
+            "replay",
+            "--instance",
+            "changed",
+            recording.to_str().unwrap(),
+        ],
+    );
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("run 1 (was run-"), "{said}");
+    let run2 = said
+        .lines()
+        .find(|l| l.starts_with("run 2 (was run-"))
+        .unwrap_or_else(|| panic!("no verdict for run 2: {said}"));
+    assert!(
+        run2.contains("differs: status now succeeded, was failed"),
+        "{run2}"
+    );
+    assert!(
+        run2.contains("node reserve now succeeded, was failed"),
+        "{run2}"
+    );
+    assert!(
+        run2.contains("DLQ entry triggers.v2.dlq.flowlab.reserve_stock action_failed missing"),
+        "{run2}"
+    );
+}
+
+#[test]
+fn a_recording_that_does_not_read_is_a_usage_error_placed_at_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.jsonl");
+    std::fs::write(
+        &file,
+        "{\"triggers_lab_recording\":1,\"created_at\":\"2026-12-01T03:00:00Z\",\"tool_version\":\"0.1.0\"}\n{\"seq\":\"x\"}\n",
+    )
+    .unwrap();
+    let out = lab(dir.path(), &["replay", file.to_str().unwrap()]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("bad.jsonl:2:"), "{said}");
+}
