@@ -212,6 +212,34 @@ fn a_recording_replays_the_same_and_a_changed_service_is_named() {
         run2.contains("DLQ entry triggers.v2.dlq.flowlab.reserve_stock action_failed missing"),
         "{run2}"
     );
+
+    // The generated scenario, with the changed services in it, fails at the step that expected
+    // run 2 to fail, naming it.
+    let regenerated = xdg.join("gen-changed.scenario.yaml");
+    let out = lab(
+        xdg,
+        &[
+            "scenario",
+            "from-record",
+            recording.to_str().unwrap(),
+            "--services",
+            changed.to_str().unwrap(),
+            "-o",
+            regenerated.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = lab(
+        xdg,
+        &["run", "--backend", "binary", regenerated.to_str().unwrap()],
+    );
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("wait_settled run2") || said.contains("run2 (run-"),
+        "the failing step is not named: {said}"
+    );
+    assert!(said.contains("gen-changed.scenario.yaml:"), "{said}");
 }
 
 #[test]
