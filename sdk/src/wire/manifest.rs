@@ -402,6 +402,12 @@ impl Manifest {
     /// # Errors
     /// Only for values JSON cannot carry (a NaN or infinite backoff factor).
     pub fn hash_input(&self) -> Result<Vec<u8>, JsonError> {
+        json::to_vec(&self.hash_view())
+    }
+
+    /// The hashed subset, borrowed from the manifest and sorted: [`Manifest::hash_input`] writes
+    /// it, [`Manifest::compute_hash`] hashes it as it is written (the same writer either way).
+    fn hash_view(&self) -> HashInput<'_> {
         let actions = sorted_by_name(&self.actions, |a| &a.name)
             .into_iter()
             .map(|a| HashAction {
@@ -421,7 +427,7 @@ impl Manifest {
                 result_fields: NilIfEmpty(sorted_by_name(&l.result_fields, |f| &f.name)),
             })
             .collect();
-        let input = HashInput {
+        HashInput {
             actions: NilIfEmpty(actions),
             service_sources: NilIfEmpty(sorted_by_name(&self.service_sources, |s| &s.name)),
             supports_nodes: NilIfEmpty(sorted_strings(&self.supports_nodes)),
@@ -429,8 +435,7 @@ impl Manifest {
             runtime_capabilities: (!self.runtime_capabilities.is_empty())
                 .then(|| NilIfEmpty(sorted_strings(&self.runtime_capabilities))),
             runtime_lookups: (!lookups.is_empty()).then_some(NilIfEmpty(lookups)),
-        };
-        json::to_vec(&input)
+        }
     }
 
     /// `sha256:<64 lowercase hex>` of [`Manifest::hash_input`].
@@ -438,7 +443,8 @@ impl Manifest {
     /// # Errors
     /// As [`Manifest::hash_input`].
     pub fn compute_hash(&self) -> Result<String, JsonError> {
-        Ok(hash_bytes(&self.hash_input()?))
+        let digest = json::sha256(&self.hash_view())?;
+        Ok(format!("sha256:{}", hex::encode(digest)))
     }
 
     /// Sets `manifest_hash` to the computed hash.
@@ -694,6 +700,29 @@ mod tests {
             )
         );
         assert!(is_hash_text(&m.compute_hash().unwrap()));
+    }
+
+    #[test]
+    fn the_streamed_hash_is_the_hash_of_the_canonical_bytes() {
+        // Large enough that the writer drains into the hasher many times, with maps to sort.
+        let mut m = Manifest::from_json(SPEC_EXAMPLE.as_bytes()).unwrap();
+        let template = m.actions[0].clone();
+        m.actions = (0..2_000)
+            .rev()
+            .map(|i| Action {
+                name: format!("a{i:04}"),
+                input_schema: Some(
+                    serde_json::json!({"z": i, "a": {"y": 1.5, "b": [i, "x"]}, "m": null})
+                        .as_object()
+                        .cloned()
+                        .unwrap(),
+                ),
+                ..template.clone()
+            })
+            .collect();
+        let bytes = m.hash_input().unwrap();
+        assert!(bytes.len() > 200_000, "{}", bytes.len());
+        assert_eq!(m.compute_hash().unwrap(), hash_bytes(&bytes));
     }
 
     #[test]

@@ -36,6 +36,18 @@ pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, JsonError> {
     Ok(writer.out)
 }
 
+/// The SHA-256 of [`to_vec`]'s bytes, written straight into the hasher: a large document (a
+/// 5 000-action manifest) is never held whole, only a few tens of KiB at a time (and any one map,
+/// whose keys may need sorting, whole).
+///
+/// # Errors
+/// As [`to_vec`].
+pub(crate) fn sha256<T: Serialize + ?Sized>(value: &T) -> Result<[u8; 32], JsonError> {
+    let mut writer = Writer::hashing();
+    value.serialize(&mut writer)?;
+    Ok(writer.finish_digest())
+}
+
 /// [`to_vec`] as a `String` (the output is always UTF-8).
 ///
 /// # Errors

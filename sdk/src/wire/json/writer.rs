@@ -3,6 +3,7 @@
 use std::fmt::Display;
 
 use serde::ser::{self, Serialize};
+use sha2::{Digest, Sha256};
 
 use super::raw::{SERDE_JSON_RAW_TOKEN, compact_into};
 use super::{push_f32, push_f64, push_str};
@@ -18,7 +19,14 @@ pub(super) struct Writer {
     pub(super) out: Vec<u8>,
     /// Set for [`RawJson`]'s field: the next string is JSON text to copy, not to quote.
     raw_next: bool,
+    /// When hashing: where `out` is drained to, so a large document is never held whole.
+    pub(super) digest: Option<Sha256>,
+    /// Maps being written: their entries may still be reordered, so `out` is not drained then.
+    maps_open: usize,
 }
+
+/// How much `out` may hold before it is drained into the digest.
+const DRAIN_AT: usize = 32 * 1024;
 
 /// Writes a sequence or a struct: elements separated by commas, in order.
 pub(super) struct Compound<'w> {
@@ -65,7 +73,36 @@ impl Writer {
         Writer {
             out: Vec::with_capacity(128),
             raw_next: false,
+            digest: None,
+            maps_open: 0,
         }
+    }
+
+    /// A writer that hashes what it writes instead of keeping it: see [`Writer::finish_digest`].
+    pub(super) fn hashing() -> Self {
+        Writer {
+            out: Vec::with_capacity(DRAIN_AT + 4096),
+            digest: Some(Sha256::new()),
+            ..Writer::new()
+        }
+    }
+
+    /// Feeds `out` to the digest once it is large, between values and outside any map.
+    fn drain(&mut self) {
+        if self.maps_open == 0
+            && self.out.len() >= DRAIN_AT
+            && let Some(digest) = &mut self.digest
+        {
+            digest.update(&self.out);
+            self.out.clear();
+        }
+    }
+
+    /// The SHA-256 of everything written (for a writer made by [`Writer::hashing`]).
+    pub(super) fn finish_digest(mut self) -> [u8; 32] {
+        let mut digest = self.digest.take().unwrap_or_default();
+        digest.update(&self.out);
+        digest.finalize().into()
     }
 
     fn open(&mut self, open: u8, close: &'static [u8]) -> Compound<'_> {
@@ -238,6 +275,7 @@ impl<'w> ser::Serializer for &'w mut Writer {
     }
     fn serialize_map(self, len: Option<usize>) -> Result<SortedMap<'w>, JsonError> {
         self.out.push(b'{');
+        self.maps_open += 1;
         Ok(SortedMap {
             start: self.out.len(),
             writer: self,
@@ -274,7 +312,9 @@ impl ser::SerializeSeq for Compound<'_> {
     type Error = JsonError;
     fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), JsonError> {
         self.comma();
-        value.serialize(&mut *self.writer)
+        value.serialize(&mut *self.writer)?;
+        self.writer.drain();
+        Ok(())
     }
     fn end(self) -> Result<(), JsonError> {
         self.finish()
@@ -329,7 +369,9 @@ impl ser::SerializeStruct for Compound<'_> {
         self.comma();
         push_str(&mut self.writer.out, key);
         self.writer.out.push(b':');
-        value.serialize(&mut *self.writer)
+        value.serialize(&mut *self.writer)?;
+        self.writer.drain();
+        Ok(())
     }
     fn end(self) -> Result<(), JsonError> {
         self.finish()
@@ -395,6 +437,7 @@ impl ser::SerializeMap for SortedMap<'_> {
             }
         }
         self.writer.out.push(b'}');
+        self.writer.maps_open -= 1;
         Ok(())
     }
 }
