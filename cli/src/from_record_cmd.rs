@@ -189,6 +189,8 @@ fn scenario(name: &str, recording: &Recording, services: Option<&str>) -> Result
 
     writeln!(out, "steps:")?;
     let mut runs: Vec<String> = Vec::new();
+    // Runs whose settlement has been written: the rest are in flight.
+    let mut settled = std::collections::BTreeSet::new();
     let alias = |runs: &[String], id: &str| {
         runs.iter()
             .position(|r| r == id)
@@ -247,12 +249,19 @@ fn scenario(name: &str, recording: &Recording, services: Option<&str>) -> Result
                 let Some(name) = alias(&runs, run_id) else {
                     continue;
                 };
+                settled.insert(run_id.clone());
                 expectations(&mut out, records, r, run_id, &name, status_word(*status))?;
             }
-            RecordKind::ClockAdvanced { to } => {
-                let from: triggers_sdk::wire::GoTime = clock.unwrap_or(*to);
+            RecordKind::ClockAdvanced { from, to } => {
+                let from: triggers_sdk::wire::GoTime = from.or(clock).unwrap_or(*to);
                 let nanos =
                     u64::try_from((to.unix_nanos() - from.unix_nanos()).max(0)).unwrap_or(u64::MAX);
+                // The runs in flight reach their timers first, as they had when it was recorded.
+                for run_id in runs.iter().filter(|id| !settled.contains(*id)) {
+                    if let Some(name) = alias(&runs, run_id) {
+                        writeln!(out, "  - wait_idle: {name}")?;
+                    }
+                }
                 writeln!(out, "  # record {}: the clock advanced to {to}", r.seq)?;
                 writeln!(
                     out,
@@ -262,7 +271,10 @@ fn scenario(name: &str, recording: &Recording, services: Option<&str>) -> Result
             }
             _ => {}
         }
-        clock = Some(r.clock);
+        // A timer fired by an advance is recorded at the clock it moved to, before the advance.
+        if !matches!(r.kind, RecordKind::TimerFired { .. }) {
+            clock = Some(r.clock);
+        }
     }
     if runs.is_empty() && flows.is_empty() {
         return Err(UsageError(format!(

@@ -86,15 +86,18 @@ fn plan(path: &Path, records: &[Record]) -> Result<Vec<Step>, UsageError> {
                 entry: entry.clone(),
                 payload: r.payload.text().into_owned(),
             }),
-            RecordKind::ClockAdvanced { to } => {
-                let from: triggers_sdk::wire::GoTime = clock.unwrap_or(*to);
+            RecordKind::ClockAdvanced { from, to } => {
+                let from: triggers_sdk::wire::GoTime = from.or(clock).unwrap_or(*to);
                 let nanos = (to.unix_nanos() - from.unix_nanos()).max(0);
                 let nanos = u64::try_from(nanos).unwrap_or(u64::MAX);
                 steps.push(Step::Advance(Duration::from_nanos(nanos)));
             }
             _ => {}
         }
-        clock = Some(r.clock);
+        // A timer fired by an advance is recorded at the clock it moved to, before the advance.
+        if !matches!(r.kind, RecordKind::TimerFired { .. }) {
+            clock = Some(r.clock);
+        }
     }
     Ok(steps)
 }

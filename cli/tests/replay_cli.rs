@@ -35,9 +35,14 @@ fn signal(child: &Child, signal: rustix::process::Signal) {
     let _ = rustix::process::kill_process(pid, signal);
 }
 
-/// Starts `up --instance NAME --services SCENARIO` with `extra` args, once its services have
+/// Starts `up --instance NAME --services SCENARIO` with `extra` args, once flowlab has
 /// registered.
 fn up(xdg: &Path, name: &str, services: &Path, extra: &[&str]) -> Up {
+    up_until(xdg, name, services, extra, "flowlab")
+}
+
+/// [`up`], once `service` has registered.
+fn up_until(xdg: &Path, name: &str, services: &Path, extra: &[&str], service: &str) -> Up {
     let mut child = bin(xdg)
         .args(["up", "--backend", "binary", "--port", "0", "--quiet"])
         .args(["--instance", name, "--services", services.to_str().unwrap()])
@@ -55,12 +60,12 @@ fn up(xdg: &Path, name: &str, services: &Path, extra: &[&str]) -> Up {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let out = lab(xdg, &["services", "--json", "--instance", name]);
-        if String::from_utf8_lossy(&out.stdout).contains("\"flowlab\"") {
+        if String::from_utf8_lossy(&out.stdout).contains(&format!("\"{service}\"")) {
             return up;
         }
         assert!(
             Instant::now() < deadline,
-            "flowlab never registered: {}",
+            "{service} never registered: {}",
             text(&out)
         );
         std::thread::sleep(Duration::from_millis(200));
@@ -255,4 +260,101 @@ fn a_recording_that_does_not_read_is_a_usage_error_placed_at_its_line() {
     let said = text(&out);
     assert_eq!(out.status.code(), Some(2), "{said}");
     assert!(said.contains("bad.jsonl:2:"), "{said}");
+}
+
+/// A Durable Timer advanced while recording: the replay advances the clock as far (not to the
+/// recorded instant), after the run reached its timer, and the generated scenario waits for the
+/// run to be idle before its `advance`.
+#[test]
+fn a_recorded_clock_advance_replays_and_becomes_a_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let xdg = dir.path();
+    let scenario = repo().join("scenarios/flow-lab/durable-timer.scenario.yaml");
+    let flow = xdg.join("remind.json");
+    std::fs::write(
+        &flow,
+        r#"{"id":"remind","nodes":[
+ {"id":"in","type":"service-in","service":"shop","config":{"transport":"nats","target":"shop.inbound"}},
+ {"id":"charge","type":"action","service":"shop","action":"charge"},
+ {"id":"wait","type":"timer","config":{"delay_ms":86400000}},
+ {"id":"in2","type":"service-in","service":"mail","config":{"transport":"nats","target":"mail.inbound"}},
+ {"id":"send","type":"action","service":"mail","action":"send_reminder"}],
+ "edges":[{"id":"e1","from":"in","to":"charge"},{"id":"e2","from":"charge","to":"wait"},
+ {"id":"e3","from":"wait","to":"in2","mapping":{"fields":{"order":"$.order_id"}}},
+ {"id":"e4","from":"in2","to":"send"}]}"#,
+    )
+    .unwrap();
+    let recording = xdg.join("rec.jsonl");
+    let mut rec = up_until(
+        xdg,
+        "rec",
+        &scenario,
+        &["--record", recording.to_str().unwrap()],
+        "mail",
+    );
+    for args in [
+        vec!["deploy", flow.to_str().unwrap()],
+        vec!["trigger", "remind", r#"{"order_id":"o-7"}"#],
+    ] {
+        let mut all = args.clone();
+        all.extend(["--instance", "rec"]);
+        let out = lab(xdg, &all);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    }
+    // The run reaches its timer, then a day passes.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&recording)
+        .unwrap_or_default()
+        .contains("timer_armed")
+    {
+        assert!(Instant::now() < deadline, "the timer was never armed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = lab(xdg, &["advance", "1d", "--instance", "rec"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&recording)
+        .unwrap_or_default()
+        .contains("run_settled")
+    {
+        assert!(Instant::now() < deadline, "the run never settled");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    signal(&rec.0, rustix::process::Signal::INT);
+    let _ = rec.0.wait();
+
+    let again = up_until(xdg, "again", &scenario, &[], "mail");
+    let out = lab(
+        xdg,
+        &["replay", "--instance", "again", recording.to_str().unwrap()],
+    );
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("): same"), "{said}");
+    drop(again);
+
+    let generated = xdg.join("timer.scenario.yaml");
+    let out = lab(
+        xdg,
+        &[
+            "scenario",
+            "from-record",
+            recording.to_str().unwrap(),
+            "--services",
+            scenario.to_str().unwrap(),
+            "-o",
+            generated.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let yaml = std::fs::read_to_string(&generated).unwrap();
+    assert!(
+        yaml.contains("- wait_idle: run1\n") && yaml.contains("- advance: 86400s"),
+        "{yaml}"
+    );
+    let out = lab(
+        xdg,
+        &["run", "--backend", "binary", generated.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}\n{yaml}", text(&out));
 }

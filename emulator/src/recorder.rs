@@ -366,6 +366,10 @@ pub enum RecordKind {
     },
     /// The clock moved.
     ClockAdvanced {
+        /// From this time (absent in recordings made before it was written down: then the clock
+        /// of the last record before the advance's timers fired).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from: Option<GoTime>,
         /// To this time.
         to: GoTime,
     },

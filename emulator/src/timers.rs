@@ -81,6 +81,7 @@ pub(crate) async fn advance_to(
     emulator: &Emulator,
     target: GoTime,
 ) -> Result<Vec<FiredTimer>, EmulatorError> {
+    let from = emulator.now();
     let mut fired = Vec::new();
     let mut failures: Vec<String> = Vec::new();
     let mut attempted = 0;
@@ -130,7 +131,10 @@ pub(crate) async fn advance_to(
         "",
         &Headers::new(),
         Body::default(),
-        RecordKind::ClockAdvanced { to },
+        RecordKind::ClockAdvanced {
+            from: Some(from),
+            to,
+        },
     );
     emulator.shared.notify();
     match failures.first() {

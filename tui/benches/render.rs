@@ -70,7 +70,10 @@ fn ingest(c: &mut Criterion) {
                         subject: String::new(),
                         headers: Vec::new().into(),
                         payload: Default::default(),
-                        kind: RecordKind::ClockAdvanced { to: at_ms(0) },
+                        kind: RecordKind::ClockAdvanced {
+                            from: None,
+                            to: at_ms(0),
+                        },
                     }
                 })
                 .collect();

@@ -315,7 +315,10 @@ pub fn records() -> Vec<Record> {
                 2_000,
                 "",
                 String::new(),
-                RecordKind::ClockAdvanced { to: at_ms(62_000) },
+                RecordKind::ClockAdvanced {
+                    from: None,
+                    to: at_ms(62_000),
+                },
             );
             push(
                 2_001,

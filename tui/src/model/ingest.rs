@@ -143,7 +143,7 @@ impl Model {
             | Some(RecordKind::DeployRefused { .. }) => {
                 // Logged; the emulator's state summary carries their effect on runs.
             }
-            Some(RecordKind::ClockAdvanced { to }) => {
+            Some(RecordKind::ClockAdvanced { to, .. }) => {
                 if let Some((_, mode)) = self.clock {
                     self.clock = Some((*to, mode));
                 }

@@ -669,7 +669,7 @@ impl Event {
             Some(RecordKind::RunSettled { run_id, status, .. }) => {
                 format!("run {run_id} {}", crate::view::run_status_text(*status))
             }
-            Some(RecordKind::ClockAdvanced { to }) => format!("clock now {}", clock_time(*to)),
+            Some(RecordKind::ClockAdvanced { to, .. }) => format!("clock now {}", clock_time(*to)),
             Some(RecordKind::DeployRefused { flow_id, problems }) => {
                 format!("deploy of {flow_id} refused: {}", problems.join("; "))
             }

@@ -52,6 +52,7 @@ fn clock_advanced(seq: u64) -> Record {
     record(
         seq,
         RecordKind::ClockAdvanced {
+            from: None,
             to: at_ms(seq as i64),
         },
     )
