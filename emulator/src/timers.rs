@@ -81,7 +81,24 @@ pub(crate) async fn advance_to(
     emulator: &Emulator,
     target: GoTime,
 ) -> Result<Vec<FiredTimer>, EmulatorError> {
+    // Recorded first, so that a recording reads in the order things happened: the advance, then
+    // the timers it fired and what they led to (a replay or a generated scenario advances, then
+    // waits for those).
     let from = emulator.now();
+    let to = if target.unix_nanos() > from.unix_nanos() {
+        target
+    } else {
+        from
+    };
+    emulator.shared.push(
+        "",
+        &Headers::new(),
+        Body::default(),
+        RecordKind::ClockAdvanced {
+            from: Some(from),
+            to,
+        },
+    );
     let mut fired = Vec::new();
     let mut failures: Vec<String> = Vec::new();
     let mut attempted = 0;
@@ -126,16 +143,6 @@ pub(crate) async fn advance_to(
             }
         }
     }
-    let to = emulator.now();
-    emulator.shared.push(
-        "",
-        &Headers::new(),
-        Body::default(),
-        RecordKind::ClockAdvanced {
-            from: Some(from),
-            to,
-        },
-    );
     emulator.shared.notify();
     match failures.first() {
         None => Ok(fired),
