@@ -17,7 +17,7 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 use triggers_emulator::recorder::{Record, RecordKind};
-use triggers_emulator::recording::{Recording, read_recording};
+use triggers_emulator::recording::{Recording, advanced_by, read_recording};
 
 use crate::exit::{self, UsageError};
 use crate::files::FileError;
@@ -190,14 +190,13 @@ fn scenario(name: &str, recording: &Recording, services: Option<&str>) -> Result
     writeln!(out, "steps:")?;
     let mut runs: Vec<String> = Vec::new();
     // Runs whose settlement has been written: the rest are in flight.
-    let mut settled = std::collections::BTreeSet::new();
+    let mut settled = BTreeSet::new();
     let alias = |runs: &[String], id: &str| {
         runs.iter()
             .position(|r| r == id)
             .map(|i| format!("run{}", i + 1))
     };
-    let mut clock = None;
-    for r in records {
+    for (i, r) in records.iter().enumerate() {
         match &r.kind {
             RecordKind::Deploy {
                 flow_id, version, ..
@@ -252,10 +251,8 @@ fn scenario(name: &str, recording: &Recording, services: Option<&str>) -> Result
                 settled.insert(run_id.clone());
                 expectations(&mut out, records, r, run_id, &name, status_word(*status))?;
             }
-            RecordKind::ClockAdvanced { from, to } => {
-                let from: triggers_sdk::wire::GoTime = from.or(clock).unwrap_or(*to);
-                let nanos =
-                    u64::try_from((to.unix_nanos() - from.unix_nanos()).max(0)).unwrap_or(u64::MAX);
+            RecordKind::ClockAdvanced { to, .. } => {
+                let by = advanced_by(records, i).unwrap_or_default();
                 // The runs in flight reach their timers first, as they had when it was recorded.
                 for run_id in runs.iter().filter(|id| !settled.contains(*id)) {
                     if let Some(name) = alias(&runs, run_id) {
@@ -263,17 +260,9 @@ fn scenario(name: &str, recording: &Recording, services: Option<&str>) -> Result
                     }
                 }
                 writeln!(out, "  # record {}: the clock advanced to {to}", r.seq)?;
-                writeln!(
-                    out,
-                    "  - advance: {}",
-                    duration(Duration::from_nanos(nanos))
-                )?;
+                writeln!(out, "  - advance: {}", duration(by))?;
             }
             _ => {}
-        }
-        // A timer fired by an advance is recorded at the clock it moved to, before the advance.
-        if !matches!(r.kind, RecordKind::TimerFired { .. }) {
-            clock = Some(r.clock);
         }
     }
     if runs.is_empty() && flows.is_empty() {

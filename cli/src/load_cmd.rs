@@ -72,22 +72,9 @@ pub(crate) async fn load(args: LoadArgs) -> Result<()> {
         })?),
         (None, None) => Payloads::Template(Value::Object(Default::default())),
     };
-    let pace = match args.rate {
-        Some(r) => Pace::Rate(r),
-        None => Pace::Concurrency(
-            args.concurrency
-                .unwrap_or(triggers_scenarios::model::DEFAULT_LOAD_CONCURRENCY),
-        ),
-    };
-    loadgen::check_pace(pace).map_err(|e| UsageError(format!("--{e}")))?;
-    if args.runs == 0 || args.runs > loadgen::MAX_RUNS {
-        return Err(UsageError(format!(
-            "--runs {} is out of range (1 to {})",
-            args.runs,
-            loadgen::MAX_RUNS
-        ))
-        .into());
-    }
+    let pace = Pace::of(args.rate, args.concurrency);
+    // Before looking for `up`: a bad flag is the user's to fix first.
+    loadgen::check(args.runs, pace).map_err(|e| UsageError(format!("--{e}")))?;
     let client = control(&args.control).await?;
     let config = LoadConfig {
         flow: args.flow.clone(),

@@ -14,7 +14,7 @@ use anyhow::Result;
 use clap::Args;
 use triggers_emulator::control::ControlClient;
 use triggers_emulator::recorder::{Record, RecordKind, RunStatus};
-use triggers_emulator::recording::read_recording;
+use triggers_emulator::recording::{advanced_by, read_recording};
 use triggers_sdk::flow::Flow;
 
 use crate::exit::{UsageError, VerdictFailed};
@@ -62,8 +62,7 @@ struct RunFacts {
 /// The steps of a recording; a deploy without its flow (an older recording) cannot be replayed.
 fn plan(path: &Path, records: &[Record]) -> Result<Vec<Step>, UsageError> {
     let mut steps = Vec::new();
-    let mut clock = None;
-    for r in records {
+    for (i, r) in records.iter().enumerate() {
         match &r.kind {
             RecordKind::Deploy {
                 flow: Some(flow), ..
@@ -86,17 +85,10 @@ fn plan(path: &Path, records: &[Record]) -> Result<Vec<Step>, UsageError> {
                 entry: entry.clone(),
                 payload: r.payload.text().into_owned(),
             }),
-            RecordKind::ClockAdvanced { from, to } => {
-                let from: triggers_sdk::wire::GoTime = from.or(clock).unwrap_or(*to);
-                let nanos = (to.unix_nanos() - from.unix_nanos()).max(0);
-                let nanos = u64::try_from(nanos).unwrap_or(u64::MAX);
-                steps.push(Step::Advance(Duration::from_nanos(nanos)));
+            RecordKind::ClockAdvanced { .. } => {
+                steps.extend(advanced_by(records, i).map(Step::Advance));
             }
             _ => {}
-        }
-        // A timer fired by an advance is recorded at the clock it moved to, before the advance.
-        if !matches!(r.kind, RecordKind::TimerFired { .. }) {
-            clock = Some(r.clock);
         }
     }
     Ok(steps)

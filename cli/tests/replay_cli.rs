@@ -76,6 +76,42 @@ fn lab(xdg: &Path, args: &[&str]) -> Output {
     bin(xdg).args(args).output().unwrap()
 }
 
+/// Waits (30 s at most) until the recording holds `needle`; else fails saying `never`.
+fn wait_recorded(recording: &Path, needle: &str, never: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(recording)
+        .unwrap_or_default()
+        .contains(needle)
+    {
+        assert!(Instant::now() < deadline, "{never}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `scenario from-record RECORDING --services SERVICES -o OUT`.
+fn from_record(xdg: &Path, recording: &Path, services: &Path, out: &Path) -> Output {
+    lab(
+        xdg,
+        &[
+            "scenario",
+            "from-record",
+            recording.to_str().unwrap(),
+            "--services",
+            services.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    )
+}
+
+/// `run --backend binary SCENARIO`.
+fn run(xdg: &Path, scenario: &Path) -> Output {
+    lab(
+        xdg,
+        &["run", "--backend", "binary", scenario.to_str().unwrap()],
+    )
+}
+
 fn text(out: &Output) -> String {
     format!(
         "{}{}",
@@ -125,31 +161,17 @@ fn a_recording_replays_the_same_and_a_changed_service_is_named() {
     ]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     // The DLQ entry comes after the run settles.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(&recording)
-        .unwrap_or_default()
-        .contains("triggers.v2.dlq.flowlab.reserve_stock")
-    {
-        assert!(Instant::now() < deadline, "no DLQ entry was recorded");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_recorded(
+        &recording,
+        "triggers.v2.dlq.flowlab.reserve_stock",
+        "no DLQ entry was recorded",
+    );
     signal(&rec.0, rustix::process::Signal::INT);
     let _ = rec.0.wait();
 
     // A scenario from the recording, with the services it was recorded with, passes.
     let generated = xdg.join("gen.scenario.yaml");
-    let out = lab(
-        xdg,
-        &[
-            "scenario",
-            "from-record",
-            recording.to_str().unwrap(),
-            "--services",
-            scenario.to_str().unwrap(),
-            "-o",
-            generated.to_str().unwrap(),
-        ],
-    );
+    let out = from_record(xdg, &recording, &scenario, &generated);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let yaml = std::fs::read_to_string(&generated).unwrap();
     for wanted in [
@@ -162,10 +184,7 @@ fn a_recording_replays_the_same_and_a_changed_service_is_named() {
     ] {
         assert!(yaml.contains(wanted), "{wanted:?} not in:\n{yaml}");
     }
-    let out = lab(
-        xdg,
-        &["run", "--backend", "binary", generated.to_str().unwrap()],
-    );
+    let out = run(xdg, &generated);
     assert_eq!(out.status.code(), Some(0), "{}\n{yaml}", text(&out));
 
     // The same services: the same runs.
@@ -221,23 +240,9 @@ fn a_recording_replays_the_same_and_a_changed_service_is_named() {
     // The generated scenario, with the changed services in it, fails at the step that expected
     // run 2 to fail, naming it.
     let regenerated = xdg.join("gen-changed.scenario.yaml");
-    let out = lab(
-        xdg,
-        &[
-            "scenario",
-            "from-record",
-            recording.to_str().unwrap(),
-            "--services",
-            changed.to_str().unwrap(),
-            "-o",
-            regenerated.to_str().unwrap(),
-        ],
-    );
+    let out = from_record(xdg, &recording, &changed, &regenerated);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let out = lab(
-        xdg,
-        &["run", "--backend", "binary", regenerated.to_str().unwrap()],
-    );
+    let out = run(xdg, &regenerated);
     let said = text(&out);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(
@@ -302,24 +307,10 @@ fn a_recorded_clock_advance_replays_and_becomes_a_step() {
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     }
     // The run reaches its timer, then a day passes.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(&recording)
-        .unwrap_or_default()
-        .contains("timer_armed")
-    {
-        assert!(Instant::now() < deadline, "the timer was never armed");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_recorded(&recording, "timer_armed", "the timer was never armed");
     let out = lab(xdg, &["advance", "1d", "--instance", "rec"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(&recording)
-        .unwrap_or_default()
-        .contains("run_settled")
-    {
-        assert!(Instant::now() < deadline, "the run never settled");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_recorded(&recording, "run_settled", "the run never settled");
     signal(&rec.0, rustix::process::Signal::INT);
     let _ = rec.0.wait();
 
@@ -334,27 +325,13 @@ fn a_recorded_clock_advance_replays_and_becomes_a_step() {
     drop(again);
 
     let generated = xdg.join("timer.scenario.yaml");
-    let out = lab(
-        xdg,
-        &[
-            "scenario",
-            "from-record",
-            recording.to_str().unwrap(),
-            "--services",
-            scenario.to_str().unwrap(),
-            "-o",
-            generated.to_str().unwrap(),
-        ],
-    );
+    let out = from_record(xdg, &recording, &scenario, &generated);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let yaml = std::fs::read_to_string(&generated).unwrap();
     assert!(
         yaml.contains("- wait_idle: run1\n") && yaml.contains("- advance: 86400s"),
         "{yaml}"
     );
-    let out = lab(
-        xdg,
-        &["run", "--backend", "binary", generated.to_str().unwrap()],
-    );
+    let out = run(xdg, &generated);
     assert_eq!(out.status.code(), Some(0), "{}\n{yaml}", text(&out));
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use triggers_sdk::wire::GoTime;
 
 use crate::error::RecordingError;
-use crate::recorder::Record;
+use crate::recorder::{Record, RecordKind};
 
 /// The format recordings are written in, and the newest this crate reads.
 pub const RECORDING_FORMAT: u32 = 1;
@@ -70,6 +70,30 @@ impl Recording {
             )
         })
     }
+}
+
+/// How far the `clock_advanced` record at `records[index]` moved the virtual clock (`None` for
+/// another kind of record). A record carries where the clock came from; one written before it did
+/// is measured from the clock of the last record before it, leaving out the timers the advance
+/// fired (those were recorded at the new time, before the advance).
+#[must_use]
+pub fn advanced_by(records: &[Record], index: usize) -> Option<std::time::Duration> {
+    let RecordKind::ClockAdvanced { from, to } = &records.get(index)?.kind else {
+        return None;
+    };
+    let from = from
+        .or_else(|| {
+            records[..index]
+                .iter()
+                .rev()
+                .find(|r| !matches!(r.kind, RecordKind::TimerFired { .. }))
+                .map(|r| r.clock)
+        })
+        .unwrap_or(*to);
+    let nanos = (to.unix_nanos() - from.unix_nanos()).max(0);
+    Some(std::time::Duration::from_nanos(
+        u64::try_from(nanos).unwrap_or(u64::MAX),
+    ))
 }
 
 /// Reads a recording of format 0 or [`RECORDING_FORMAT`].

@@ -133,26 +133,7 @@ async fn a_delivery_handled_again_settles_its_node_once() {
     first.shutdown().await;
     let _second = replica().start().await.unwrap();
     // The trigger's delivery, stored again under another Nats-Msg-Id.
-    let (records, _) = lab.records();
-    let trigger = records
-        .iter()
-        .find(|r| matches!(&r.kind, triggers_emulator::recorder::RecordKind::Trigger { run_id, .. } if *run_id == run.0))
-        .expect("the trigger's record");
-    let mut headers = triggers_sdk::wire::Headers::new();
-    for (name, value) in trigger.headers.iter() {
-        headers.insert(name.clone(), value.clone());
-    }
-    headers.insert(
-        triggers_sdk::wire::header::names::NATS_MSG_ID,
-        "again-redelivered",
-    );
-    triggers_integration::publish_js(
-        lab.url(),
-        &trigger.subject,
-        &headers,
-        trigger.payload.as_bytes(),
-    )
-    .await;
+    deliver_again(&lab, &run.0, "again-redelivered").await;
     // The handler runs again (at-least-once: this replica never saw the delivery); the node's
     // completion is not counted twice.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -179,6 +160,28 @@ async fn a_delivery_handled_again_settles_its_node_once() {
     assert!(settled.unexpected.is_empty(), "{:?}", settled.unexpected);
     let rules: Vec<_> = lab.violations().iter().map(|v| v.rule).collect();
     assert!(!rules.contains(&"completion_unexpected"), "{rules:?}");
+}
+
+/// Stores run `run_id`'s first delivery (the trigger's) again, with its headers and body, under
+/// `msg_id`: what a redelivery after a lost ack looks like to a replica that never saw it.
+async fn deliver_again(lab: &triggers_emulator::Harness, run_id: &str, msg_id: &str) {
+    let (records, _) = lab.records();
+    let trigger = records
+        .iter()
+        .find(|r| matches!(&r.kind, triggers_emulator::recorder::RecordKind::Trigger { run_id: id, .. } if id == run_id))
+        .expect("the trigger's record");
+    let mut headers = triggers_sdk::wire::Headers::new();
+    for (name, value) in trigger.headers.iter() {
+        headers.insert(name.clone(), value.clone());
+    }
+    headers.insert(triggers_sdk::wire::header::names::NATS_MSG_ID, msg_id);
+    triggers_integration::publish_js(
+        lab.url(),
+        &trigger.subject,
+        &headers,
+        trigger.payload.as_bytes(),
+    )
+    .await;
 }
 
 /// The DLQ twin of the test above: a failure run again by a replica that never saw it (the first
@@ -225,26 +228,7 @@ async fn a_failure_run_again_is_dead_lettered_once() {
     );
     first.shutdown().await;
     let second = replica().start().await.unwrap();
-    let (records, _) = lab.records();
-    let trigger = records
-        .iter()
-        .find(|r| matches!(&r.kind, triggers_emulator::recorder::RecordKind::Trigger { run_id, .. } if *run_id == run.0))
-        .expect("the trigger's record");
-    let mut headers = triggers_sdk::wire::Headers::new();
-    for (name, value) in trigger.headers.iter() {
-        headers.insert(name.clone(), value.clone());
-    }
-    headers.insert(
-        triggers_sdk::wire::header::names::NATS_MSG_ID,
-        "refuse-redelivered",
-    );
-    triggers_integration::publish_js(
-        lab.url(),
-        &trigger.subject,
-        &headers,
-        trigger.payload.as_bytes(),
-    )
-    .await;
+    deliver_again(&lab, &run.0, "refuse-redelivered").await;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while *handled.lock().unwrap() < 2 {
         assert!(

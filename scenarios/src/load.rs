@@ -895,16 +895,6 @@ impl<'a> Checker<'a> {
                 if !ctx.flows.contains(l.flow.as_str()) {
                     return Err(self.err(at, format!("no flow {:?} in `flows`", l.flow)));
                 }
-                let runs = l.runs.unwrap_or(crate::model::DEFAULT_LOAD_RUNS);
-                if runs == 0 || runs > crate::loadgen::MAX_RUNS {
-                    return Err(self.err(
-                        at,
-                        format!(
-                            "runs: {runs} is out of range (1 to {})",
-                            crate::loadgen::MAX_RUNS
-                        ),
-                    ));
-                }
                 if l.rate.is_some() && l.concurrency.is_some() {
                     return Err(self.err(
                         at,
@@ -914,8 +904,11 @@ impl<'a> Checker<'a> {
                 if l.payload.is_some() && l.payloads_file.is_some() {
                     return Err(self.err(at, "give `payload` or `payloads_file`, not both"));
                 }
-                crate::loadgen::check_pace(crate::loadgen::pace_of(l))
-                    .map_err(|e| self.err(at, e))?;
+                crate::loadgen::check(
+                    l.runs.unwrap_or(crate::model::DEFAULT_LOAD_RUNS),
+                    crate::loadgen::Pace::of(l.rate, l.concurrency),
+                )
+                .map_err(|e| self.err(at, e))?;
             }
         }
         Ok(())

@@ -414,12 +414,16 @@ pub fn unmet(report: &LoadReport, expect: &crate::model::LoadExpect) -> Vec<Stri
     broken
 }
 
-/// `pace` checked: its text (`concurrency 4`, `rate 50/s`), or what is out of range.
+/// `runs` runs at `pace` checked: the pace's text (`concurrency 4`, `rate 50/s`), or what is out
+/// of range, named by its key (`runs: 0 is out of range (1 to 1000000)`).
 ///
 /// # Errors
-/// A concurrency of 0 or above [`MAX_IN_FLIGHT`]; a rate that is not above 0 and at most
-/// 1 000 000 runs per second.
-pub fn check_pace(pace: Pace) -> Result<String, String> {
+/// No run or more than [`MAX_RUNS`]; a concurrency of 0 or above [`MAX_IN_FLIGHT`]; a rate that
+/// is not above 0 and at most 1 000 000 runs per second.
+pub fn check(runs: u64, pace: Pace) -> Result<String, String> {
+    if runs == 0 || runs > MAX_RUNS {
+        return Err(format!("runs: {runs} is out of range (1 to {MAX_RUNS})"));
+    }
     match pace {
         Pace::Concurrency(n) if n == 0 || n > MAX_IN_FLIGHT => Err(format!(
             "concurrency: {n} is out of range (1 to {MAX_IN_FLIGHT})"
@@ -432,15 +436,17 @@ pub fn check_pace(pace: Pace) -> Result<String, String> {
     }
 }
 
-/// A `load` step's pace: its `rate`, else its `concurrency` (default 4).
-#[must_use]
-pub fn pace_of(step: &crate::model::LoadStep) -> Pace {
-    match step.rate {
-        Some(r) => Pace::Rate(r),
-        None => Pace::Concurrency(
-            step.concurrency
-                .unwrap_or(crate::model::DEFAULT_LOAD_CONCURRENCY),
-        ),
+impl Pace {
+    /// The pace a `rate` or a `concurrency` asks for (a step's keys, the command's flags): the
+    /// rate when given, else the concurrency (default 4).
+    #[must_use]
+    pub fn of(rate: Option<f64>, concurrency: Option<usize>) -> Pace {
+        match rate {
+            Some(r) => Pace::Rate(r),
+            None => {
+                Pace::Concurrency(concurrency.unwrap_or(crate::model::DEFAULT_LOAD_CONCURRENCY))
+            }
+        }
     }
 }
 
@@ -456,13 +462,7 @@ pub async fn run_load<T: LoadTarget>(
     config: &LoadConfig,
     progress: Progress<'_>,
 ) -> Result<LoadReport, String> {
-    if config.runs == 0 || config.runs > MAX_RUNS {
-        return Err(format!(
-            "runs: {} is out of range (1 to {MAX_RUNS})",
-            config.runs
-        ));
-    }
-    let pace_text = check_pace(config.pace)?;
+    let pace_text = check(config.runs, config.pace)?;
     let histogram = || Histogram::<u64>::new(3).expect("3 significant figures is valid");
     let mut run_hist = histogram();
     let mut node_hists: BTreeMap<String, (NodeLoad, Histogram<u64>)> = BTreeMap::new();

@@ -468,7 +468,7 @@ async fn load(lab: &Lab<'_>, l: &crate::model::LoadStep) -> StepResult {
     let config = LoadConfig {
         flow: l.flow.clone(),
         runs: l.runs.unwrap_or(crate::model::DEFAULT_LOAD_RUNS),
-        pace: crate::loadgen::pace_of(l),
+        pace: crate::loadgen::Pace::of(l.rate, l.concurrency),
         payloads,
         run_timeout: l.run_timeout.map_or(lab.scenario.step_timeout, |d| d.0),
     };
