@@ -173,8 +173,22 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     triggers_scenarios::model::Dur::parse(text).map(|d| d.0)
 }
 
+/// What the SDK runtime, the emulator and the harness log goes to stderr when `RUST_LOG` asks
+/// for it (e.g. `RUST_LOG=triggers_sdk=debug`); nothing is logged otherwise.
+fn logging() {
+    let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG") else {
+        return;
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    logging();
     match cli.command {
         Command::Manifest(cmd) => manifest_cmd::run(cmd),
         Command::Scenario(cmd) => from_record_cmd::run(cmd),

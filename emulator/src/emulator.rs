@@ -407,7 +407,9 @@ impl Drop for Tasks {
 #[derive(Clone)]
 pub struct Emulator {
     pub(crate) shared: Arc<Shared>,
-    _tasks: Arc<Tasks>,
+    /// What keeps the emulator's tasks running; `None` in the handles those tasks hold
+    /// ([`Emulator::for_task`]), which would otherwise keep it running for ever.
+    _tasks: Option<Arc<Tasks>>,
     /// This handle's `wait_*` timeout, when not the config's.
     pub(crate) wait_timeout: Option<Duration>,
 }
@@ -464,7 +466,7 @@ impl Emulator {
             tasks: Mutex::new(Vec::new()),
         });
         let emulator = Emulator {
-            _tasks: Arc::new(Tasks(shared.clone())),
+            _tasks: Some(Arc::new(Tasks(shared.clone()))),
             shared: shared.clone(),
             wait_timeout: None,
         };
@@ -501,13 +503,13 @@ impl Emulator {
             crate::observe::record_event,
         ));
         if shared.config.control_api {
-            let control = crate::control::serve(emulator.clone()).await?;
+            let control = crate::control::serve(emulator.for_task()).await?;
             emulator.spawn(control);
         }
         match shared.config.clock {
-            ClockMode::Real => emulator.spawn(crate::timers::real_clock(emulator.clone())),
+            ClockMode::Real => emulator.spawn(crate::timers::real_clock(emulator.for_task())),
             ClockMode::Virtual if shared.config.auto_advance => {
-                emulator.spawn(crate::timers::auto_advance(emulator.clone()));
+                emulator.spawn(crate::timers::auto_advance(emulator.for_task()));
             }
             ClockMode::Virtual => {}
         }
@@ -516,6 +518,18 @@ impl Emulator {
             .await
             .map_err(|e| EmulatorError::nats("confirm the subscriptions", e))?;
         Ok(emulator)
+    }
+
+    /// A handle for one of the emulator's own tasks: it reaches everything a handle does but does
+    /// not keep the emulator running, so dropping the last handle the user holds still stops
+    /// every task (a task holding a full handle would keep itself, its subscriptions and its
+    /// connection alive after its emulator was dropped, and answer the next server on its port).
+    fn for_task(&self) -> Emulator {
+        Emulator {
+            shared: self.shared.clone(),
+            _tasks: None,
+            wait_timeout: self.wait_timeout,
+        }
     }
 
     fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {

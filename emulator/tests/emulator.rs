@@ -590,3 +590,60 @@ async fn the_real_clock_fires_timers_when_they_are_due() {
     )
     .await;
 }
+
+/// Every reply a `manifest.register` request gets within `wait`, however many emulators answer.
+async fn register_replies(client: &async_nats::Client, wait: Duration) -> usize {
+    let inbox = client.new_inbox();
+    let mut replies = client.subscribe(inbox.clone()).await.unwrap();
+    let body = manifest("shop", &["charge"], &[]).to_json().unwrap();
+    client
+        .publish_with_reply(subject::MANIFEST_REGISTER, inbox, body.into())
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+    let mut n = 0;
+    while let Ok(Some(_)) = tokio::time::timeout(wait, replies.next()).await {
+        n += 1;
+    }
+    n
+}
+
+#[tokio::test]
+async fn a_dropped_emulator_stops_answering_with_every_config() {
+    // The control API and a clock of its own are tasks that reach the emulator: they must not
+    // keep it alive once its last handle is gone, or it answers registrations meant for the next
+    // emulator on the server (a test's second harness, `up` restarted on the same port).
+    let lab = lab().await;
+    let client = connect(&lab).await;
+    assert_eq!(
+        register_replies(&client, Duration::from_millis(500)).await,
+        1
+    );
+    for config in [
+        EmulatorConfig::default(),
+        EmulatorConfig {
+            auto_advance: true,
+            ..Default::default()
+        },
+        EmulatorConfig {
+            clock: triggers_emulator::ClockMode::Real,
+            ..Default::default()
+        },
+    ] {
+        let second = triggers_emulator::Emulator::start(connect(&lab).await, config)
+            .await
+            .unwrap();
+        assert_eq!(
+            register_replies(&client, Duration::from_millis(500)).await,
+            2
+        );
+        drop(second);
+        // The aborted tasks drop their subscriptions; the connection closes with the last one.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            register_replies(&client, Duration::from_millis(500)).await,
+            1,
+            "a dropped emulator still answers manifest.register"
+        );
+    }
+}

@@ -49,6 +49,7 @@ CAPABILITIES = ["durable_timer.v1"]
 DURABLE_TIMER = "durable_timer.v1" in CAPABILITIES
 MAX_DELIVER = 5
 CONCURRENCY = 16
+ACK_WAIT_S = 30
 MAX_FLOWS = 10_000
 HANDLED_KEYS = 10_000
 UNKNOWN_FLOW_WAIT = 2.0
@@ -613,14 +614,9 @@ class Service:
                 log.warning("flow of the register reply ignored: %s", e)
         stream = await self.pick_stream(stream_override)
         durable = f"triggers-{SERVICE}-" + re.sub(r"[.>* \t/]", "_", INBOUND)
-        worst_ms = 0
-        for a in ACTIONS:
-            r = a["retry"]
-            total = a["timeout_ms"] * r["max_attempts"]
-            for n in range(2, r["max_attempts"] + 1):
-                total += backoff_ms(r, n)
-            worst_ms = max(worst_ms, total)
-        ack_wait = min(max(worst_ms / 1000, 30) + 30, 86400)
+        # 30 s, kept by an in-progress ack every 10 s while a message is handled (retries and
+        # backoff included): a delivery lost in transit comes back after it (protocol.md §4).
+        ack_wait = ACK_WAIT_S
         config = api.ConsumerConfig(
             durable_name=durable,
             filter_subject=INBOUND,
@@ -724,7 +720,7 @@ class Service:
 
     async def keep_in_progress(self, msg):
         while True:
-            await asyncio.sleep(10)
+            await asyncio.sleep(ACK_WAIT_S / 3)
             try:
                 await msg.in_progress()
             except Exception:  # noqa: BLE001

@@ -44,11 +44,23 @@ pub async fn lab_with(config: EmulatorConfig) -> Harness {
 /// Runtime settings for a service under test: the harness's URL, fast heartbeats.
 #[must_use]
 pub fn config(lab: &Harness) -> RuntimeConfig {
+    logging();
     RuntimeConfig {
         nats_url: Some(lab.url().to_owned()),
         heartbeat_interval: Some(Duration::from_millis(200)),
         shutdown_grace: Some(Duration::from_secs(5)),
         ..Default::default()
+    }
+}
+
+/// What the runtime and the emulator log, on the test's stderr, when `RUST_LOG` asks for it
+/// (`RUST_LOG=triggers_sdk=debug cargo test ...`); once per test binary, quiet otherwise.
+pub fn logging() {
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
     }
 }
 

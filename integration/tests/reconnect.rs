@@ -40,8 +40,6 @@ async fn up(port: u16) -> Harness {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "intermittent: in about half the runs the new emulator never sees the registration \
-            within 60 s (issue 16, left open); run with --ignored to reproduce"]
 async fn a_running_service_registers_again_with_the_emulator_of_a_restarted_server() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

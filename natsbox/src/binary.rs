@@ -16,7 +16,7 @@ use crate::error::NatsError;
 use crate::watchdog::Watchdog;
 
 /// Port races (another process binding the port we picked) are rare; three tries are plenty.
-const PORT_ATTEMPTS: usize = 3;
+pub(crate) const PORT_ATTEMPTS: usize = 3;
 /// nats-server shuts JetStream down in milliseconds; past this it is stuck and gets SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
@@ -214,7 +214,8 @@ impl BinaryServer {
             .unwrap_or_default()
     }
 
-    fn lost_port_race(&self) -> bool {
+    /// Whether it could not listen on a port another process took after it was found free.
+    pub(crate) fn lost_port_race(&self) -> bool {
         self.log().contains("address already in use")
     }
 

@@ -18,8 +18,17 @@ use crate::docker::{DockerNode, DockerServer, NETWORK_PREFIX};
 use crate::error::NatsError;
 use crate::{ChosenBackend, probe};
 
-/// The cluster name every node shares.
-pub(crate) const CLUSTER_NAME: &str = "triggers-lab";
+/// A cluster name of its own for every cluster this process starts, so nodes of two clusters
+/// never route to each other (a port found free and then reused by another cluster's node, a
+/// stale node of an earlier run): a route to a node of another cluster name is refused.
+fn cluster_name() -> String {
+    static CLUSTERS: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "triggers-lab-{}-{}",
+        std::process::id(),
+        CLUSTERS.fetch_add(1, Ordering::Relaxed)
+    )
+}
 
 /// The nodes of a binary cluster. Dropping it kills them all and removes their stores.
 pub(crate) struct BinaryCluster {
@@ -28,7 +37,9 @@ pub(crate) struct BinaryCluster {
 
 impl BinaryCluster {
     /// Starts `n` nodes from `path` and waits until every one is ready (JetStream answers, which
-    /// in a cluster means a meta leader has been elected).
+    /// in a cluster means a meta leader has been elected). A node that lost a port to another
+    /// process (between finding the port free and binding it) starts the cluster over on other
+    /// ports, up to [`PORT_ATTEMPTS`](crate::binary::PORT_ATTEMPTS) times.
     pub(crate) async fn start(
         n: usize,
         path: PathBuf,
@@ -36,6 +47,31 @@ impl BinaryCluster {
         sha256: Option<String>,
         config: Option<String>,
         ready_timeout: Duration,
+    ) -> Result<Self, NatsError> {
+        let mut attempt = 1;
+        loop {
+            let mut cluster = Self::spawn(n, &path, &chosen, sha256.as_ref(), config.as_deref())?;
+            match cluster.wait_ready(ready_timeout).await {
+                Ok(()) => return Ok(cluster),
+                Err(e)
+                    if attempt < crate::binary::PORT_ATTEMPTS
+                        && cluster.nodes.iter().any(BinaryServer::lost_port_race) =>
+                {
+                    tracing::debug!(%e, "a cluster node lost a port race; starting over on other ports");
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// `n` nodes on fresh ports, routed to one another, all spawned (none ready yet).
+    fn spawn(
+        n: usize,
+        path: &std::path::Path,
+        chosen: &ChosenBackend,
+        sha256: Option<&String>,
+        config: Option<&str>,
     ) -> Result<Self, NatsError> {
         let ports = probe::free_ports(3 * n).map_err(|source| NatsError::Io {
             action: "find free ports on 127.0.0.1".into(),
@@ -45,6 +81,7 @@ impl BinaryCluster {
             .map(|i| format!("nats://127.0.0.1:{}", ports[3 * i + 2]))
             .collect();
         let routes = routes.join(",");
+        let name = cluster_name();
         let mut nodes = Vec::with_capacity(n);
         for i in 0..n {
             let (client, monitor, cluster) = (ports[3 * i], ports[3 * i + 1], ports[3 * i + 2]);
@@ -52,30 +89,50 @@ impl BinaryCluster {
                 "--name".to_string(),
                 format!("n{}", i + 1),
                 "--cluster_name".to_string(),
-                CLUSTER_NAME.to_string(),
+                name.clone(),
                 "--cluster".to_string(),
                 format!("nats://127.0.0.1:{cluster}"),
                 "--routes".to_string(),
                 routes.clone(),
             ];
             nodes.push(BinaryServer::node(
-                path.clone(),
+                path.to_path_buf(),
                 chosen.clone(),
-                sha256.clone(),
-                config.as_deref(),
+                sha256.cloned(),
+                config,
                 (client, monitor),
                 extra,
             )?);
         }
+        // All spawned before any is waited for: a node's JetStream waits for a quorum.
         for node in &mut nodes {
             node.spawn()?;
         }
-        let mut cluster = BinaryCluster { nodes };
-        // All spawned first: a node's JetStream waits for a quorum of the others.
-        for node in &mut cluster.nodes {
-            node.wait_ready(ready_timeout).await?;
+        Ok(BinaryCluster { nodes })
+    }
+
+    /// Waits until every node is ready. A node that is not carries the whole cluster's log in
+    /// its error: why a meta leader is missing is often in another node's log.
+    async fn wait_ready(&mut self, ready_timeout: Duration) -> Result<(), NatsError> {
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            if let Err(e) = node.wait_ready(ready_timeout).await {
+                return Err(match e {
+                    NatsError::NotReady {
+                        backend,
+                        waited,
+                        reason,
+                        ..
+                    } => NatsError::NotReady {
+                        backend,
+                        waited,
+                        reason: format!("node {} of {}: {reason}", i + 1, self.nodes.len()),
+                        log: self.log(),
+                    },
+                    other => other,
+                });
+            }
         }
-        Ok(cluster)
+        Ok(())
     }
 
     /// Node 1's client URL: what clients connect to. The server tells them the other nodes'
@@ -195,6 +252,7 @@ impl DockerCluster {
             action: "find free ports on 127.0.0.1".into(),
             source,
         })?;
+        let cluster_name = cluster_name();
         let names: Vec<String> = (1..=n).map(|i| format!("{network}-n{i}")).collect();
         let routes: Vec<String> = names
             .iter()
@@ -211,7 +269,7 @@ impl DockerCluster {
                     "--name".into(),
                     format!("n{}", i + 1),
                     "--cluster_name".into(),
-                    CLUSTER_NAME.into(),
+                    cluster_name.clone(),
                     "--cluster".into(),
                     "nats://0.0.0.0:6222".into(),
                     "--routes".into(),

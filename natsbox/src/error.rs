@@ -145,6 +145,8 @@ fn log_block(log: &str) -> String {
     if log.trim().is_empty() {
         return "(the server logged nothing)".to_string();
     }
+    let log = condense(log);
+    let log = log.as_str();
     let tail = if log.len() > LOG_TAIL_BYTES {
         let mut start = log.len() - LOG_TAIL_BYTES;
         while !log.is_char_boundary(start) {
@@ -158,6 +160,36 @@ fn log_block(log: &str) -> String {
         "--- nats-server log ---\n{}\n--- end of nats-server log ---",
         tail.trim_end()
     )
+}
+
+/// The log with runs of one message (the same text after the `[pid] date time` prefix, such as
+/// the warning every readiness probe makes while a cluster elects its leader) written once, with
+/// how often it came: what else the server said stays in view.
+fn condense(log: &str) -> String {
+    // `[1234] 2026/12/01 09:11:50.861631 [WRN] text`: the message starts at the level tag.
+    fn message(line: &str) -> &str {
+        line.find("] ")
+            .and_then(|pid| line[pid..].find(" [").map(|at| &line[pid + at + 1..]))
+            .unwrap_or(line)
+    }
+    let mut out = String::with_capacity(log.len().min(64 * 1024));
+    let mut lines = log.lines().peekable();
+    while let Some(line) = lines.next() {
+        let mut again = 0usize;
+        while lines
+            .peek()
+            .is_some_and(|next| message(next) == message(line))
+        {
+            lines.next();
+            again += 1;
+        }
+        out.push_str(line);
+        if again > 0 {
+            out.push_str(&format!("  (and {again} more time(s) since)"));
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// What to do when the pinned binary cannot be had, appended to every [`PinnedError`].
@@ -276,4 +308,32 @@ pub enum PinnedError {
         #[source]
         source: std::io::Error,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_keeps_every_message_once_per_run_with_its_count() {
+        let log = "[1] 2026/12/01 09:11:50.1 [INF] Starting nats-server\n\
+                   [1] 2026/12/01 09:11:50.2 [WRN] Healthcheck failed: \"no meta leader\"\n\
+                   [1] 2026/12/01 09:11:50.3 [WRN] Healthcheck failed: \"no meta leader\"\n\
+                   [1] 2026/12/01 09:11:50.4 [WRN] Healthcheck failed: \"no meta leader\"\n\
+                   [1] 2026/12/01 09:11:50.5 [ERR] Error trying to connect to route\n\
+                   [1] 2026/12/01 09:11:50.6 [WRN] Healthcheck failed: \"no meta leader\"\n";
+        let block = log_block(log);
+        assert_eq!(block.matches("Healthcheck failed").count(), 2, "{block}");
+        assert!(
+            block.contains(
+                "50.2 [WRN] Healthcheck failed: \"no meta leader\"  (and 2 more time(s) since)"
+            ),
+            "{block}"
+        );
+        assert!(
+            block.contains("Error trying to connect to route"),
+            "{block}"
+        );
+        assert!(block.contains("Starting nats-server"), "{block}");
+    }
 }

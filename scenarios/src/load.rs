@@ -346,6 +346,9 @@ impl<'a> Checker<'a> {
         }
         let flow_ids: BTreeSet<&str> = flow_ids.iter().map(String::as_str).collect();
         let mut runs = self.elided_names.clone();
+        // Services whose stream leader a step took down: what `restart_nats_node {leader_of}`
+        // can bring back.
+        let mut downed = BTreeSet::new();
         let mut steps = Vec::new();
         if raw.steps.is_empty() && !self.steps_elided {
             errors.push(LoadError::file(
@@ -361,7 +364,7 @@ impl<'a> Checker<'a> {
                 stubs: &stub_names,
                 nats_nodes: raw.nats.nodes(),
             };
-            if let Err(e) = self.check_step(&s.value, &ctx, &mut runs) {
+            if let Err(e) = self.check_step(&s.value, &ctx, &mut runs, &mut downed) {
                 errors.push(e);
             }
             steps.push(StepAt {
@@ -616,6 +619,7 @@ impl<'a> Checker<'a> {
         step: &Step,
         ctx: &StepCtx<'_>,
         runs: &mut BTreeSet<String>,
+        downed: &mut BTreeSet<String>,
     ) -> Result<(), LoadError> {
         let at = ctx.at;
         let flow = |id: &str| -> Result<(), LoadError> {
@@ -718,7 +722,23 @@ impl<'a> Checker<'a> {
                             ),
                         ));
                     }
-                    NodeRef::Number(_) | NodeRef::LeaderOf { .. } => {}
+                    NodeRef::LeaderOf { leader_of } => {
+                        if matches!(step, Step::RestartNatsNode(_)) {
+                            if !downed.contains(leader_of) {
+                                return Err(self.err(
+                                    at,
+                                    format!(
+                                        "`restart_nats_node: {{leader_of: {leader_of}}}` brings back the node an earlier \
+                                         `stop_nats_node` or `kill_nats_node` with `leader_of: {leader_of}` took down, \
+                                         and none did; name the node instead (restart_nats_node: N)"
+                                    ),
+                                ));
+                            }
+                        } else {
+                            downed.insert(leader_of.clone());
+                        }
+                    }
+                    NodeRef::Number(_) => {}
                 }
             }
             Step::WaitNode(w) => {

@@ -194,6 +194,9 @@ pub(crate) struct Lab<'a> {
     pub(crate) timeout: Duration,
     /// `RunOptions::vars`.
     pub(crate) vars: BTreeMap<String, String>,
+    /// Service -> the cluster node a `stop_nats_node`/`kill_nats_node {leader_of: service}`
+    /// took down: the node `restart_nats_node {leader_of: service}` brings back.
+    pub(crate) downed_leaders: BTreeMap<String, usize>,
 }
 
 impl Lab<'_> {
@@ -517,6 +520,7 @@ async fn setup<'a>(scenario: &'a Scenario, options: &RunOptions) -> Result<Lab<'
         deadline: Instant::now(),
         timeout: scenario.timeout,
         vars: options.vars.clone(),
+        downed_leaders: BTreeMap::new(),
     };
     for stub in &scenario.http_stubs {
         lab.stubs

@@ -118,9 +118,24 @@ enum NodeOp {
 
 async fn nats_node(lab: &mut Lab<'_>, op: NodeOp, node: &NodeRef) -> StepResult {
     let started = Instant::now();
-    let number = match node {
-        NodeRef::Number(n) => *n,
-        NodeRef::LeaderOf { leader_of } => stream_leader(lab, leader_of).await?,
+    let number = match (node, op) {
+        (NodeRef::Number(n), _) => *n,
+        // The leader it was: the node an earlier step took down as the stream's leader (another
+        // node leads the stream by now, and restarting that one would take a second node down).
+        (NodeRef::LeaderOf { leader_of }, NodeOp::Restart) => {
+            *lab.downed_leaders.get(leader_of).ok_or_else(|| {
+                format!(
+                    "no earlier stop_nats_node or kill_nats_node took down the leader of \
+                     {leader_of}'s stream, so there is no node to bring back; name the node \
+                     (restart_nats_node: N)"
+                )
+            })?
+        }
+        (NodeRef::LeaderOf { leader_of }, NodeOp::Stop | NodeOp::Kill) => {
+            let n = stream_leader(lab, leader_of).await?;
+            lab.downed_leaders.insert(leader_of.clone(), n);
+            n
+        }
     };
     let nats = lab.harness.nats_mut();
     let (done, outcome) = match op {

@@ -38,6 +38,17 @@ async fn run_all(backend: Backend) {
             scenario.failure
         );
         assert!(scenario.nats.contains("cluster of 3"), "{}", scenario.nats);
+        // A restart by `leader_of` brings back the node the kill took down (another leads by
+        // then): "node N killed", then "node N restarted".
+        let node = |verb: &str| {
+            scenario.steps.iter().find_map(|s| {
+                let (n, rest) = s.detail.strip_prefix("node ")?.split_once(' ')?;
+                rest.starts_with(verb).then(|| n.to_owned())
+            })
+        };
+        if let (Some(killed), Some(restarted)) = (node("killed"), node("restarted")) {
+            assert_eq!(killed, restarted, "{}: {:?}", scenario.name, scenario.steps);
+        }
     }
 }
 
@@ -72,4 +83,18 @@ fn node_steps_need_a_cluster_and_a_node_it_has() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("ghost"), "{err}");
+    // Restarting "the leader" names the node an earlier step took down as the leader.
+    let restart = format!(
+        "nats: {{cluster: 3}}\n{}",
+        one.replace("kill_nats_node: 2\n", "restart_nats_node: {leader_of: s}\n")
+    );
+    let err = load_str("restart.yaml", &restart, &base)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("none did"), "{err}");
+    let killed_first = restart.replace(
+        "  - restart_nats_node",
+        "  - kill_nats_node: {leader_of: s}\n  - restart_nats_node",
+    );
+    load_str("killed.yaml", &killed_first, &base).unwrap_or_else(|e| panic!("{e}"));
 }

@@ -77,10 +77,9 @@ pub struct SoakConfig {
     /// Print a line per batch on stderr (default false).
     pub progress: bool,
     /// Set the services' consumers' ack wait to this once they run (default none: the SDK's,
-    /// at least a minute). A short one makes the redeliveries after a crash come in seconds, for
-    /// the CI version. Keep it well above the SDK's 10 s progress acks plus a server restart
-    /// (30 s): at 15 s a message whose outcome was still being reported across a kill was
-    /// redelivered to the other replica, which dead-lettered it again.
+    /// 30 s). Keep it well above the SDK's progress acks (a third of it) plus a server restart:
+    /// at 15 s a message whose outcome was still being reported across a kill was redelivered
+    /// to the other replica, which dead-lettered it again.
     pub ack_wait: Option<Duration>,
 }
 

@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use crate::error::ConfigError;
-use crate::runtime::limits::{MAX_CONCURRENCY, MAX_DURATION, MAX_SUBSCRIPTION_CAPACITY};
+use crate::runtime::limits::{
+    MAX_CONCURRENCY, MAX_DURATION, MAX_DURATION_MS, MAX_SUBSCRIPTION_CAPACITY,
+};
 use crate::transport::DropCounter;
 
 /// Every environment variable the runtime reads, for docs and error messages.
@@ -87,6 +89,12 @@ pub struct RuntimeConfig {
     /// Flows held at once (1 to [`MAX_CONCURRENCY`]); a flow beyond it is not installed (counted
     /// in [`RuntimeStats::flows_refused`](crate::runtime::RuntimeStats)).
     pub max_flows: Option<usize>,
+    /// How long JetStream waits for the ack of a delivery before it delivers the message again,
+    /// to this replica or another (the consumer's `ack_wait`; 1 s to 1 day, default 30 s). While
+    /// a message is handled the runtime sends an in-progress ack every third of it, so long work
+    /// (retries, backoff) keeps the message; a delivery lost with its connection (a server node
+    /// killed mid-delivery) comes back after it.
+    pub ack_wait: Option<Duration>,
 }
 
 /// The most deliveries of one message a consumer may be set to.
@@ -106,6 +114,7 @@ pub(crate) struct Resolved {
     pub(crate) subscription_capacity: Option<usize>,
     pub(crate) max_deliver: u32,
     pub(crate) max_flows: usize,
+    pub(crate) ack_wait: Duration,
     /// Idempotency keys of handled messages remembered (fixed).
     pub(crate) max_handled_keys: usize,
     /// Action outcomes kept for redeliveries (fixed).
@@ -119,24 +128,22 @@ fn env(name: &'static str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// A duration setting: its variable, its `RuntimeConfig` field, its default and the shortest it
-/// may be.
+/// A duration setting: its variable, its `RuntimeConfig` field, its default, the shortest and
+/// the longest it may be, and how that range reads.
 struct DurationSetting {
     var: &'static str,
     field: &'static str,
     default_ms: u64,
     min_ms: u64,
+    max_ms: u64,
+    expected: &'static str,
 }
 
-impl DurationSetting {
-    fn expected(&self) -> &'static str {
-        if self.min_ms == 0 {
-            "a whole number of milliseconds from 0 to 3153600000000 (100 years)"
-        } else {
-            "a whole number of milliseconds from 1 to 3153600000000 (100 years)"
-        }
-    }
+/// The range of most duration settings, from `min_ms`.
+const FROM_0: &str = "a whole number of milliseconds from 0 to 3153600000000 (100 years)";
+const FROM_1: &str = "a whole number of milliseconds from 1 to 3153600000000 (100 years)";
 
+impl DurationSetting {
     /// The value set in code, else the variable's, else the default; in range.
     fn pick(
         &self,
@@ -151,17 +158,19 @@ impl DurationSetting {
                     return Err(ConfigError {
                         setting: self.var,
                         value: v,
-                        expected: self.expected(),
+                        expected: self.expected,
                     });
                 }
             },
             (None, None) => return Ok(Duration::from_millis(self.default_ms)),
         };
-        if value < Duration::from_millis(self.min_ms) || value > MAX_DURATION {
+        if value < Duration::from_millis(self.min_ms)
+            || value > Duration::from_millis(self.max_ms).min(MAX_DURATION)
+        {
             return Err(ConfigError {
                 setting,
                 value: shown,
-                expected: self.expected(),
+                expected: self.expected,
             });
         }
         Ok(value)
@@ -173,30 +182,48 @@ const HEARTBEAT: DurationSetting = DurationSetting {
     field: "RuntimeConfig::heartbeat_interval",
     default_ms: 5_000,
     min_ms: 1,
+    max_ms: MAX_DURATION_MS,
+    expected: FROM_1,
 };
 const REGISTER: DurationSetting = DurationSetting {
     var: "TRIGGERS_REGISTER_TIMEOUT_MS",
     field: "RuntimeConfig::register_timeout",
     default_ms: 10_000,
     min_ms: 1,
+    max_ms: MAX_DURATION_MS,
+    expected: FROM_1,
 };
 const SHUTDOWN: DurationSetting = DurationSetting {
     var: "TRIGGERS_SHUTDOWN_GRACE_MS",
     field: "RuntimeConfig::shutdown_grace",
     default_ms: 30_000,
     min_ms: 0,
+    max_ms: MAX_DURATION_MS,
+    expected: FROM_0,
 };
 const FLOW_WAIT: DurationSetting = DurationSetting {
     var: "TRIGGERS_FLOW_WAIT_MS",
     field: "RuntimeConfig::flow_wait",
     default_ms: 2_000,
     min_ms: 0,
+    max_ms: MAX_DURATION_MS,
+    expected: FROM_0,
 };
 const HTTP: DurationSetting = DurationSetting {
     var: "TRIGGERS_HTTP_TIMEOUT_MS",
     field: "RuntimeConfig::http_timeout",
     default_ms: 10_000,
     min_ms: 1,
+    max_ms: MAX_DURATION_MS,
+    expected: FROM_1,
+};
+const ACK_WAIT: DurationSetting = DurationSetting {
+    var: "TRIGGERS_ACK_WAIT_MS",
+    field: "RuntimeConfig::ack_wait",
+    default_ms: 30_000,
+    min_ms: 1_000,
+    max_ms: 86_400_000,
+    expected: "a whole number of milliseconds from 1000 (1 s) to 86400000 (1 day)",
 };
 
 /// A count setting in `1..=max`: the value set in code, else the variable's, else `default`.
@@ -302,6 +329,7 @@ impl RuntimeConfig {
             subscription_capacity,
             max_deliver: u32::try_from(max_deliver).unwrap_or(u32::MAX),
             max_flows,
+            ack_wait: ACK_WAIT.pick(self.ack_wait, env)?,
             max_handled_keys: 100_000,
             max_kept_outcomes: 10_000,
             drops: DropCounter::new(),
@@ -330,14 +358,17 @@ mod tests {
         assert_eq!(r.heartbeat_interval, Duration::from_secs(5));
         assert_eq!(r.max_concurrency, 64);
         assert_eq!(r.subscription_capacity, None);
+        assert_eq!(r.ack_wait, Duration::from_secs(30));
         let r = RuntimeConfig::default()
             .resolve_with(with(&[
                 ("TRIGGERS_MAX_CONCURRENCY", "1048576"),
                 ("TRIGGERS_FLOW_WAIT_MS", "0"),
                 ("TRIGGERS_SHUTDOWN_GRACE_MS", "3153600000000"),
                 ("TRIGGERS_NATS_SUBSCRIPTION_CAPACITY", "8"),
+                ("TRIGGERS_ACK_WAIT_MS", "86400000"),
             ]))
             .unwrap();
+        assert_eq!(r.ack_wait, Duration::from_secs(86_400));
         assert_eq!(r.max_concurrency, MAX_CONCURRENCY);
         assert_eq!(r.flow_wait, Duration::ZERO);
         assert_eq!(r.shutdown_grace, MAX_DURATION);
@@ -346,7 +377,7 @@ mod tests {
 
     #[test]
     fn out_of_range_environment_values_are_refused_naming_the_variable() {
-        let cases: [(&'static [(&'static str, &'static str)], &str); 12] = [
+        let cases: [(&'static [(&'static str, &'static str)], &str); 14] = [
             (
                 &[("TRIGGERS_MAX_CONCURRENCY", "0")],
                 "TRIGGERS_MAX_CONCURRENCY=\"0\"",
@@ -388,6 +419,11 @@ mod tests {
             (
                 &[("TRIGGERS_NATS_SUBSCRIPTION_CAPACITY", "0")],
                 "from 1 to 16777216",
+            ),
+            (&[("TRIGGERS_ACK_WAIT_MS", "999")], "from 1000 (1 s)"),
+            (
+                &[("TRIGGERS_ACK_WAIT_MS", "86400001")],
+                "to 86400000 (1 day)",
             ),
         ];
         for (env, says) in cases {

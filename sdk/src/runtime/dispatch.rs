@@ -78,9 +78,6 @@ pub(crate) struct KeptOutcome {
     reported: bool,
 }
 
-/// How often a message still running is acked as in progress.
-const PROGRESS_EVERY: Duration = Duration::from_secs(10);
-
 /// The longest pause before a message given back is redelivered.
 const MAX_REDELIVERY_DELAY: Duration = Duration::from_secs(30);
 
@@ -124,14 +121,13 @@ impl Runtime {
             return;
         }
         // Keep the message ours while it runs (retries with backoff can take long): an
-        // in-progress ack every 10 s, from this task rather than one spawned per message.
+        // in-progress ack every third of the ack wait, from this task rather than one spawned
+        // per message.
         let result = {
             let work = self.dispatch(&origin, &headers, &msg.payload);
             tokio::pin!(work);
-            let mut tick = tokio::time::interval_at(
-                tokio::time::Instant::now() + PROGRESS_EVERY,
-                PROGRESS_EVERY,
-            );
+            let every = self.config.ack_wait / 3;
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             loop {
                 tokio::select! {
                     result = &mut work => break result,

@@ -27,13 +27,6 @@ pub const MAX_SUBSCRIPTION_CAPACITY: usize = 1 << 24;
 /// The most attempts an action may make: the runtime counts attempts in 32 bits.
 pub const MAX_ATTEMPTS: i64 = u32::MAX as i64;
 
-/// The inbound consumer's ack wait never exceeds a day: in-progress acks every 10 s keep a longer
-/// run the service's, and a replica that dies is replaced within the day.
-pub(crate) const MAX_ACK_WAIT: Duration = Duration::from_secs(86_400);
-
-/// Attempts the ack wait computation adds up one by one; beyond them it is [`MAX_ACK_WAIT`].
-const ACK_WAIT_ATTEMPTS: u32 = 10_000;
-
 /// Checks an action's per-attempt timeout and retry policy against the wire contract (what the
 /// orchestrator would refuse) and the runtime's ranges (what it could not honour).
 /// `ServiceBuilder::build` calls it for every action; scenario files call it when they are read.
@@ -89,38 +82,6 @@ pub fn check_action(timeout: Duration, retry: &Retry) -> Result<(), ActionSettin
     Ok(())
 }
 
-/// The inbound consumer's ack wait: long enough for the slowest action's every attempt and
-/// backoff (at least 30 s), plus 30 s; never more than [`MAX_ACK_WAIT`]. Saturates instead of
-/// overflowing, whatever the policies say.
-pub(crate) fn ack_wait<'a>(actions: impl IntoIterator<Item = (Duration, &'a Retry)>) -> Duration {
-    let slowest = actions
-        .into_iter()
-        .map(|(timeout, retry)| worst_case(timeout, retry))
-        .max()
-        .unwrap_or_default();
-    slowest
-        .max(Duration::from_secs(30))
-        .saturating_add(Duration::from_secs(30))
-        .min(MAX_ACK_WAIT)
-}
-
-/// Every attempt of an action timing out, with every backoff between: capped at
-/// [`MAX_ACK_WAIT`].
-fn worst_case(timeout: Duration, retry: &Retry) -> Duration {
-    let attempts = u32::try_from(retry.max_attempts.max(1)).unwrap_or(u32::MAX);
-    if attempts > ACK_WAIT_ATTEMPTS {
-        return MAX_ACK_WAIT;
-    }
-    let mut total = timeout.saturating_mul(attempts);
-    for n in 2..=attempts {
-        if total >= MAX_ACK_WAIT {
-            break;
-        }
-        total = total.saturating_add(retry.backoff_before(n));
-    }
-    total.min(MAX_ACK_WAIT)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,44 +92,6 @@ mod tests {
         backoff_factor: 2.0,
         max_backoff_ms: 5_000,
     };
-
-    #[test]
-    fn the_ack_wait_covers_every_attempt_and_saturates() {
-        // 3 × 30 s + 100 ms + 200 ms, plus 30 s.
-        assert_eq!(
-            ack_wait([(Duration::from_secs(30), &RETRY)]),
-            Duration::from_millis(120_300)
-        );
-        assert_eq!(ack_wait([]), Duration::from_secs(60));
-        let huge = Retry {
-            max_attempts: i64::MAX,
-            initial_backoff_ms: i64::MAX,
-            backoff_factor: 1e300,
-            max_backoff_ms: 0,
-        };
-        for (timeout, retry) in [
-            (Duration::MAX, RETRY),
-            (Duration::from_secs(1), huge),
-            (
-                Duration::MAX,
-                Retry {
-                    max_attempts: 10_000,
-                    ..huge
-                },
-            ),
-            (
-                Duration::from_millis(1),
-                Retry {
-                    max_attempts: 5_000,
-                    initial_backoff_ms: 0,
-                    ..huge
-                },
-            ),
-        ] {
-            let wait = ack_wait([(timeout, &retry)]);
-            assert!(wait <= MAX_ACK_WAIT, "{timeout:?} {retry:?}: {wait:?}");
-        }
-    }
 
     #[test]
     fn out_of_range_settings_are_refused_naming_the_field() {

@@ -18,7 +18,6 @@ use crate::runtime::bounded::BoundedMap;
 use crate::runtime::builder::Service;
 use crate::runtime::config::Resolved;
 use crate::runtime::dispatch::KeptOutcome;
-use crate::runtime::limits;
 use crate::runtime::lookup::LookupDef;
 use crate::wire::manifest::DURABLE_TIMER_V1;
 use crate::wire::{FlowEnvelope, GoTime, Heartbeat, Manifest, RegisterReply, subject};
@@ -423,8 +422,8 @@ async fn consumers(runtime: &Arc<Runtime>) -> Result<Vec<(String, PullConsumer)>
             reason: e.to_string(),
         })?;
     let stream = inbound_stream(&runtime.js, &stream_name, &sources).await?;
-    // Long enough for the slowest action's every attempt and backoff; progress acks extend it.
-    let ack_wait = limits::ack_wait(runtime.actions.values().map(|a| (a.timeout, &a.retry)));
+    // In-progress acks every third of it keep a message while it is handled, however long.
+    let ack_wait = runtime.config.ack_wait;
     let mut out = Vec::new();
     for source in sources {
         let name = subject::consumer_name(service, &source).map_err(|e| StartError::Nats {
