@@ -3,11 +3,12 @@
 //! as steps, and what the runs did as expectations. Each step's comment names the record it
 //! came from.
 //!
-//! Services cannot be derived from a recording (what a scripted stand-in does is not in it):
-//! `--services SCENARIO` copies another scenario's `services:` section, else each service is a
-//! `command:` placeholder to fill in.
+//! What services do is not in a recording: `--services SCENARIO` copies another scenario's
+//! `services:` section; else `--command NAME=CMD` starts a service by its command, and every other
+//! service is a scripted stand-in made from the manifest it registered (its actions, schemas and
+//! policies; echoing, and failing for the inputs the recording dead-lettered).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -18,6 +19,8 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 use triggers_emulator::recorder::{Record, RecordKind};
 use triggers_emulator::recording::{Recording, advanced_by, read_recording};
+use triggers_sdk::wire::Manifest;
+use triggers_sdk::wire::subject::LockedSubject;
 
 use crate::exit::{self, UsageError};
 use crate::files::FileError;
@@ -41,10 +44,26 @@ pub(crate) struct FromRecordArgs {
     /// Write the scenario here (default: standard output).
     #[arg(short, long, value_name = "OUT.yaml")]
     output: Option<PathBuf>,
-    /// Copy the `services:` section of this scenario (else each service is a `command:`
-    /// placeholder to fill in).
+    /// Copy the `services:` section of this scenario (else each service is a stand-in made from
+    /// the manifest it registered, or a `--command`).
     #[arg(long, value_name = "SCENARIO.yaml")]
     services: Option<PathBuf>,
+    /// Start service NAME with this shell command instead of a stand-in (repeatable), e.g.
+    /// `--command flowlab="cargo run -p triggers-sdk --example flow_lab"`.
+    #[arg(long, value_name = "NAME=CMD", conflicts_with = "services", value_parser = named_command)]
+    command: Vec<(String, String)>,
+}
+
+/// `NAME=CMD`.
+fn named_command(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, cmd)) if !name.trim().is_empty() && !cmd.trim().is_empty() => {
+            Ok((name.trim().to_owned(), cmd.trim().to_owned()))
+        }
+        _ => Err(format!(
+            "{s:?} is not NAME=CMD (a service name, `=`, the command that starts it)"
+        )),
+    }
 }
 
 pub(crate) fn run(cmd: ScenarioCommand) -> ExitCode {
@@ -58,11 +77,11 @@ pub(crate) fn run(cmd: ScenarioCommand) -> ExitCode {
 fn from_record(args: &FromRecordArgs) -> Result<()> {
     let recording = read_recording(&args.file).map_err(|e| FileError(e.to_string()))?;
     let services = match &args.services {
-        Some(path) => Some(services_section(path)?),
-        None => None,
+        Some(path) => Services::Copied(services_section(path)?),
+        None => Services::Made(args.command.iter().cloned().collect()),
     };
     let name = args.file.display().to_string();
-    let text = scenario(&name, &recording, services.as_deref())?;
+    let text = scenario(&name, &recording, &services)?;
     match &args.output {
         Some(out) => {
             std::fs::write(out, &text)
@@ -113,8 +132,157 @@ fn duration(d: Duration) -> String {
     }
 }
 
+/// Where the scenario's services come from.
+enum Services {
+    /// Another scenario's `services:` section, as written.
+    Copied(String),
+    /// Made here: a service named in the map runs its command; any other is a stand-in made from
+    /// the manifest it registered (or, with none recorded, a command to fill in).
+    Made(BTreeMap<String, String>),
+}
+
+/// The `services:` section made from the recording: `commands` for the services named there, a
+/// stand-in from its registered manifest for every other service the recording saw (registered
+/// or named by a flow), in name order.
+fn made_services(
+    records: &[Record],
+    flow_services: &BTreeSet<String>,
+    commands: &BTreeMap<String, String>,
+) -> Result<String> {
+    // The last manifest each service registered, and the inputs each action dead-lettered.
+    let mut manifests: BTreeMap<String, (u64, Manifest)> = BTreeMap::new();
+    let mut failed: BTreeMap<(String, String), (Vec<Value>, String)> = BTreeMap::new();
+    for r in records {
+        match &r.kind {
+            RecordKind::Registration {
+                service,
+                accepted: true,
+                ..
+            } => {
+                if let Ok(m) = Manifest::from_json(r.payload.as_bytes()) {
+                    manifests.insert(service.clone(), (r.seq, m));
+                }
+            }
+            RecordKind::Dlq {
+                entry: Some(entry), ..
+            } => {
+                if let Some(LockedSubject::Dlq { service, tail }) = LockedSubject::parse(&r.subject)
+                    && let Ok(input) = serde_json::from_str::<Value>(entry.body.get())
+                {
+                    let (inputs, error) = failed.entry((service, tail)).or_default();
+                    if !inputs.contains(&input) {
+                        inputs.push(input);
+                    }
+                    error.clone_from(&entry.err_msg);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut names: BTreeSet<String> = flow_services.clone();
+    names.extend(manifests.keys().cloned());
+    names.extend(commands.keys().cloned());
+    let mut out = String::from("services:\n");
+    for service in &names {
+        if let Some(cmd) = commands.get(service) {
+            writeln!(
+                out,
+                "  - name: {service}\n    command: [sh, -c, {}]",
+                json(&Value::String(cmd.clone()))
+            )?;
+        } else if let Some((seq, m)) = manifests.get(service) {
+            stand_in(&mut out, *seq, m, &failed)?;
+        } else {
+            writeln!(
+                out,
+                "  # No registration of {service} was recorded: give the command that starts it.\n  \
+                 - name: {service}\n    command: [\"false\"]  # TODO"
+            )?;
+        }
+    }
+    Ok(out.trim_end().to_owned())
+}
+
+/// A scripted stand-in for the service of manifest `m` (registered in record `seq`): its
+/// version, capabilities, sources, and actions with their schemas, timeouts and retry policies.
+/// What an action does is not in a recording: each echoes its input, and fails (as recorded)
+/// for the inputs the recording dead-lettered.
+fn stand_in(
+    out: &mut String,
+    seq: u64,
+    m: &Manifest,
+    failed: &BTreeMap<(String, String), (Vec<Value>, String)>,
+) -> Result<()> {
+    writeln!(
+        out,
+        "  # A stand-in made from the manifest {} registered (record {seq}). A recording does not\n  \
+         # say what actions do: each echoes its input and fails, as recorded, for the inputs the\n  \
+         # recording dead-lettered. Write what the service does, or use --command / --services.",
+        m.service
+    )?;
+    writeln!(out, "  - name: {}", m.service)?;
+    writeln!(
+        out,
+        "    version: {}",
+        json(&Value::String(m.service_version.clone()))
+    )?;
+    if !m.runtime_capabilities.is_empty() {
+        writeln!(
+            out,
+            "    capabilities: {}",
+            json(&serde_json::to_value(&m.runtime_capabilities)?)
+        )?;
+    }
+    let nats: Vec<Value> = m
+        .service_sources
+        .iter()
+        .filter(|s| s.transport == triggers_sdk::wire::manifest::TRANSPORT_NATS)
+        .map(|s| serde_json::json!({"name": s.name, "subject": s.default}))
+        .collect();
+    let default =
+        [serde_json::json!({"name": "nats", "subject": format!("{}.inbound", m.service)})];
+    if nats != default {
+        writeln!(out, "    sources: {}", json(&Value::Array(nats)))?;
+    }
+    writeln!(out, "    actions:")?;
+    for a in &m.actions {
+        writeln!(out, "      - name: {}", a.name)?;
+        writeln!(out, "        timeout: {}ms", a.timeout_ms.max(1))?;
+        writeln!(
+            out,
+            "        retry: {}",
+            json(&serde_json::to_value(a.retry)?)
+        )?;
+        if let Some(schema) = &a.input_schema {
+            writeln!(
+                out,
+                "        input: {}",
+                json(&Value::Object(schema.clone()))
+            )?;
+        }
+        if let Some(schema) = &a.result_schema {
+            writeln!(
+                out,
+                "        result: {}",
+                json(&Value::Object(schema.clone()))
+            )?;
+        }
+        let behavior = match failed.get(&(m.service.clone(), a.name.clone())) {
+            Some((inputs, error)) => serde_json::json!({
+                "fail_if": {"path": "$", "op": "in", "value": inputs},
+                "error": error,
+                "permanent": true,
+                "echo": true,
+            }),
+            None => serde_json::json!({"echo": true}),
+        };
+        writeln!(out, "        behavior: {}", json(&behavior))?;
+    }
+    Ok(())
+}
+
 /// The scenario's text.
-fn scenario(name: &str, recording: &Recording, services: Option<&str>) -> Result<String> {
+fn scenario(name: &str, recording: &Recording, services: &Services) -> Result<String> {
     let records = &recording.records;
     let mut out = String::new();
     let by = recording
@@ -167,19 +335,9 @@ fn scenario(name: &str, recording: &Recording, services: Option<&str>) -> Result
         }
     }
     match services {
-        Some(section) => writeln!(out, "{section}")?,
-        None => {
-            writeln!(
-                out,
-                "# A recording does not say how its services behave: give each its `command:` (or\n\
-                 # pass --services SCENARIO.yaml to copy a scenario's scripted ones).\nservices:"
-            )?;
-            for service in &flow_services {
-                writeln!(
-                    out,
-                    "  - name: {service}\n    command: [\"false\"]  # TODO: the command that starts {service}"
-                )?;
-            }
+        Services::Copied(section) => writeln!(out, "{section}")?,
+        Services::Made(commands) => {
+            writeln!(out, "{}", made_services(records, &flow_services, commands)?)?;
         }
     }
     writeln!(out, "flows:")?;

@@ -250,7 +250,7 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
 
     // Line-buffered: each record is written whole as it comes, so `tail -f` never shows half a
     // line.
-    let mut record_file = match &args.record {
+    let record_file = match &args.record {
         Some(path) => {
             let mut f = std::io::LineWriter::new(
                 std::fs::File::create(path)
@@ -267,6 +267,14 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     };
     let mut records = emulator.subscribe_records();
     let quiet = args.quiet;
+    let mut log = RecordLog {
+        file: record_file,
+        quiet,
+        written: 0,
+    };
+    // What happened before this loop began (the services of --services registering) is in the
+    // emulator's store already.
+    log.catch_up(&emulator)?;
     let mut drop_check = tokio::time::interval(Duration::from_secs(1));
     let mut drops_told = 0;
     loop {
@@ -284,16 +292,13 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
             }
             next = records.recv() => match next {
                 Ok(record) => {
-                    if let Some(f) = record_file.as_mut() {
-                        serde_json::to_writer(&mut *f, &record)?;
-                        f.write_all(b"\n")?;
+                    if record.seq > log.written + 1 {
+                        log.catch_up(&emulator)?;
                     }
-                    if !quiet && let Some(line) = log_line(&record) {
-                        outln!("{line}");
-                    }
+                    log.write(&record)?;
                 }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                    eprintln!("(the log fell behind: {n} records not printed)");
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    log.catch_up(&emulator)?;
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
             }
@@ -305,7 +310,7 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     for services in scripted {
         services.stop().await;
     }
-    if let Some(mut f) = record_file {
+    if let Some(mut f) = log.file {
         f.flush()?;
         if !quiet && let Some(path) = &args.record {
             eprintln!("recorded events are in {}", path.display());
@@ -315,6 +320,61 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     drop(emulator);
     nats.stop().await?;
     Ok(())
+}
+
+/// `up`'s log and `--record` file: every record once, in order, from the first. A record the
+/// live subscription skipped (it lagged, or the loop began after it) is read back from the
+/// emulator's store; one evicted from the store before it could be is counted and told.
+struct RecordLog {
+    file: Option<std::io::LineWriter<std::fs::File>>,
+    quiet: bool,
+    /// The last record written (0: none yet).
+    written: u64,
+}
+
+impl RecordLog {
+    fn write(&mut self, record: &triggers_emulator::recorder::Record) -> Result<()> {
+        if record.seq <= self.written {
+            return Ok(());
+        }
+        if record.seq > self.written + 1 {
+            eprintln!(
+                "LOST         records {} to {} were evicted from the emulator's store before they \
+                 could be written{}: raise EmulatorConfig::max_records",
+                self.written + 1,
+                record.seq - 1,
+                if self.file.is_some() {
+                    "; the recording misses them"
+                } else {
+                    ""
+                }
+            );
+        }
+        if let Some(f) = self.file.as_mut() {
+            serde_json::to_writer(&mut *f, record)?;
+            f.write_all(b"\n")?;
+        }
+        if !self.quiet
+            && let Some(line) = log_line(record)
+        {
+            outln!("{line}");
+        }
+        self.written = record.seq;
+        Ok(())
+    }
+
+    /// Writes what the store holds after the last record written.
+    fn catch_up(&mut self, emulator: &triggers_emulator::Emulator) -> Result<()> {
+        loop {
+            let batch = emulator.records_since(self.written, 1024);
+            if batch.is_empty() {
+                return Ok(());
+            }
+            for record in &batch {
+                self.write(record)?;
+            }
+        }
+    }
 }
 
 /// Refuses a taken port before anything starts, saying what probably holds it.

@@ -1,7 +1,8 @@
-//! `triggers-lab replay` from the outside: a recording of the scripted flow-lab services (a run
-//! that succeeds, one that fails into the DLQ) replays the same against the same services, and
-//! names the run and node that changed against services that now behave differently; and
-//! `scenario from-record` makes a scenario of it that passes.
+//! `triggers-lab replay` and `scenario from-record` from the outside: one recording of the
+//! scripted flow-lab services (a run that succeeds, one that fails into the DLQ, one that waits a
+//! day on a Durable Timer) replays the same against the same services and names the run and node
+//! that changed against services that now behave differently; the scenario made of it passes,
+//! and fails at the step that no longer holds.
 
 #![cfg(unix)]
 
@@ -124,19 +125,54 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// The flow-lab stand-in of `scenario`, able to run Durable Timers, with `fail` as the customer
+/// whose stock cannot be reserved replaced by `fails`; written to `out`.
+fn flow_lab_services(out: &Path, fails: &str) {
+    let scenario = repo().join("scenarios/flow-lab/flow-lab-scripted.scenario.yaml");
+    let original = std::fs::read_to_string(scenario).unwrap();
+    let edited = original
+        .replace(
+            "  - name: flowlab\n    actions:",
+            "  - name: flowlab\n    capabilities: [durable_timer.v1]\n    actions:",
+        )
+        .replace("value: fail}", &format!("value: {fails}}}"))
+        .replace("../../sdk/", &format!("{}/sdk/", repo().display()));
+    assert!(edited.contains("durable_timer.v1") && edited.contains(fails));
+    std::fs::write(out, edited).unwrap();
+}
+
+/// A day's reminder on the flow-lab service: place the order, wait a day (a Durable Timer), then
+/// notify the customer.
+const REMINDER: &str = r#"{"id":"flow-lab-reminder","nodes":[
+ {"id":"in","type":"service-in","service":"flowlab","config":{"transport":"nats","target":"flowlab.inbound"}},
+ {"id":"place","type":"action","service":"flowlab","action":"place_order"},
+ {"id":"wait","type":"timer","config":{"delay_ms":86400000}},
+ {"id":"back","type":"service-in","service":"flowlab","config":{"transport":"nats","target":"flowlab.inbound"}},
+ {"id":"notify","type":"action","service":"flowlab","action":"notify_customer"}],
+ "edges":[{"id":"e1","from":"in","to":"place"},{"id":"e2","from":"place","to":"wait"},
+ {"id":"e3","from":"wait","to":"back","mapping":{"fields":{"order_id":"$.order_id"}}},
+ {"id":"e4","from":"back","to":"notify"}]}"#;
+
+/// One recording of `up` with the flow-lab example: a run that succeeds, one that fails into the
+/// DLQ, and one that waits on a Durable Timer until the clock is advanced a day. It replays the
+/// same against the same services and becomes a scenario that passes; against services whose
+/// failing action now succeeds, the replay names run 2 and what changed in it, and the scenario
+/// fails at the step that expected the failure.
 #[test]
-fn a_recording_replays_the_same_and_a_changed_service_is_named() {
+fn a_recording_with_a_dlq_entry_and_a_timer_replays_and_becomes_a_scenario() {
     let dir = tempfile::tempdir().unwrap();
     let xdg = dir.path();
-    let scenario = repo().join("scenarios/flow-lab/flow-lab-scripted.scenario.yaml");
+    let services = xdg.join("flow-lab.scenario.yaml");
+    flow_lab_services(&services, "fail");
     let flow = repo().join("sdk/examples/flows/flow_lab.yaml");
+    let reminder = xdg.join("reminder.json");
+    std::fs::write(&reminder, REMINDER).unwrap();
     let recording = xdg.join("rec.jsonl");
 
-    // Record: a run that succeeds, one that fails into the DLQ.
     let mut rec = up(
         xdg,
         "rec",
-        &scenario,
+        &services,
         &["--record", recording.to_str().unwrap()],
     );
     let on = |args: &[&str]| {
@@ -144,51 +180,131 @@ fn a_recording_replays_the_same_and_a_changed_service_is_named() {
         all.extend(["--instance", "rec"]);
         lab(xdg, &all)
     };
-    let out = on(&["deploy", flow.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let out = on(&[
-        "trigger",
-        "flow-lab",
-        r#"{"customer":"ada","items":3}"#,
-        "--wait",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let out = on(&[
-        "trigger",
-        "flow-lab",
-        r#"{"customer":"fail","items":1}"#,
-        "--wait",
-    ]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    // The DLQ entry comes after the run settles.
+    for (args, code) in [
+        (vec!["deploy", flow.to_str().unwrap()], 0),
+        (vec!["deploy", reminder.to_str().unwrap()], 0),
+        (
+            vec![
+                "trigger",
+                "flow-lab",
+                r#"{"customer":"ada","items":3}"#,
+                "--wait",
+            ],
+            0,
+        ),
+        (
+            vec![
+                "trigger",
+                "flow-lab",
+                r#"{"customer":"fail","items":1}"#,
+                "--wait",
+            ],
+            1,
+        ),
+        (
+            vec![
+                "trigger",
+                "flow-lab-reminder",
+                r#"{"customer":"bo","items":2}"#,
+            ],
+            0,
+        ),
+    ] {
+        let out = on(&args);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", text(&out));
+    }
+    // The DLQ entry comes after the run settles; the reminder reaches its timer, then a day
+    // passes and it settles.
     wait_recorded(
         &recording,
         "triggers.v2.dlq.flowlab.reserve_stock",
         "no DLQ entry was recorded",
     );
+    wait_recorded(&recording, "timer_armed", "the timer was never armed");
+    let out = on(&["advance", "1d"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let settled = || {
+        std::fs::read_to_string(&recording)
+            .unwrap_or_default()
+            .matches("run_settled")
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while settled() < 3 {
+        assert!(Instant::now() < deadline, "the reminder never settled");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     signal(&rec.0, rustix::process::Signal::INT);
     let _ = rec.0.wait();
 
     // A scenario from the recording, with the services it was recorded with, passes.
     let generated = xdg.join("gen.scenario.yaml");
-    let out = from_record(xdg, &recording, &scenario, &generated);
+    let out = from_record(xdg, &recording, &services, &generated);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let yaml = std::fs::read_to_string(&generated).unwrap();
     for wanted in [
-        "- deploy: flow-lab",
+        "- deploy: flow-lab\n",
+        "- deploy: flow-lab-reminder\n",
         "as: run2}",
         "- wait_settled: {run: run2, status: failed}",
         "order: in_order",
         "- expect_dlq: {run: run2, subject: triggers.v2.dlq.flowlab.reserve_stock, kind: action_failed, count: 1}",
         ": trigger of flow-lab, run run-",
+        "- wait_idle: run3\n",
+        "- advance: 86400s",
     ] {
         assert!(yaml.contains(wanted), "{wanted:?} not in:\n{yaml}");
     }
     let out = run(xdg, &generated);
     assert_eq!(out.status.code(), Some(0), "{}\n{yaml}", text(&out));
 
-    // The same services: the same runs.
-    let same = up(xdg, "same", &scenario, &[]);
+    // Without --services: a stand-in made from the registered manifest (its actions, failing
+    // for the input the recording dead-lettered), or the command given; either way a scenario
+    // that reads.
+    let standin = xdg.join("standin.scenario.yaml");
+    let out = lab(
+        xdg,
+        &[
+            "scenario",
+            "from-record",
+            recording.to_str().unwrap(),
+            "-o",
+            standin.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let yaml = std::fs::read_to_string(&standin).unwrap();
+    for wanted in [
+        "  - name: flowlab\n    version: \"1.0.0\"\n    capabilities: [\"durable_timer.v1\"]\n",
+        "      - name: reserve_stock\n",
+        r#""fail_if":{"op":"in","path":"$","value":[{"order_id":"fail","total_cents":1}]}"#,
+        "      - name: notify_customer\n",
+    ] {
+        assert!(yaml.contains(wanted), "{wanted:?} not in:\n{yaml}");
+    }
+    let out = lab(xdg, &["run", "--list", standin.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}\n{yaml}", text(&out));
+    let out = lab(
+        xdg,
+        &[
+            "scenario",
+            "from-record",
+            recording.to_str().unwrap(),
+            "--command",
+            "flowlab=cargo run -p triggers-sdk --example flow_lab",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains(
+            "  - name: flowlab\n    command: [sh, -c, \"cargo run -p triggers-sdk --example flow_lab\"]\n"
+        ),
+        "{}",
+        text(&out)
+    );
+
+    // The same services: the same runs, the timer's included.
+    let same = up(xdg, "same", &services, &[]);
     let out = lab(
         xdg,
         &["replay", "--instance", "same", recording.to_str().unwrap()],
@@ -196,17 +312,12 @@ fn a_recording_replays_the_same_and_a_changed_service_is_named() {
     let said = text(&out);
     assert_eq!(out.status.code(), Some(0), "{said}");
     assert!(said.contains("run 1 (was run-"), "{said}");
-    assert_eq!(said.matches("): same").count(), 2, "{said}");
+    assert_eq!(said.matches("): same").count(), 3, "{said}");
     drop(same);
 
     // reserve_stock no longer fails: run 2 differs, at node reserve, without its DLQ entry.
     let changed = xdg.join("changed.scenario.yaml");
-    let original = std::fs::read_to_string(&scenario).unwrap();
-    let edited = original
-        .replace("value: fail}", "value: never-fails}")
-        .replace("../../sdk/", &format!("{}/sdk/", repo().display()));
-    assert_ne!(edited, original);
-    std::fs::write(&changed, edited).unwrap();
+    flow_lab_services(&changed, "never-fails");
     let _changed = up(xdg, "changed", &changed, &[]);
     let out = lab(
         xdg,
@@ -220,6 +331,7 @@ fn a_recording_replays_the_same_and_a_changed_service_is_named() {
     let said = text(&out);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("run 1 (was run-"), "{said}");
+    assert_eq!(said.matches("): same").count(), 2, "{said}");
     let run2 = said
         .lines()
         .find(|l| l.starts_with("run 2 (was run-"))
@@ -265,73 +377,4 @@ fn a_recording_that_does_not_read_is_a_usage_error_placed_at_its_line() {
     let said = text(&out);
     assert_eq!(out.status.code(), Some(2), "{said}");
     assert!(said.contains("bad.jsonl:2:"), "{said}");
-}
-
-/// A Durable Timer advanced while recording: the replay advances the clock as far (not to the
-/// recorded instant), after the run reached its timer, and the generated scenario waits for the
-/// run to be idle before its `advance`.
-#[test]
-fn a_recorded_clock_advance_replays_and_becomes_a_step() {
-    let dir = tempfile::tempdir().unwrap();
-    let xdg = dir.path();
-    let scenario = repo().join("scenarios/flow-lab/durable-timer.scenario.yaml");
-    let flow = xdg.join("remind.json");
-    std::fs::write(
-        &flow,
-        r#"{"id":"remind","nodes":[
- {"id":"in","type":"service-in","service":"shop","config":{"transport":"nats","target":"shop.inbound"}},
- {"id":"charge","type":"action","service":"shop","action":"charge"},
- {"id":"wait","type":"timer","config":{"delay_ms":86400000}},
- {"id":"in2","type":"service-in","service":"mail","config":{"transport":"nats","target":"mail.inbound"}},
- {"id":"send","type":"action","service":"mail","action":"send_reminder"}],
- "edges":[{"id":"e1","from":"in","to":"charge"},{"id":"e2","from":"charge","to":"wait"},
- {"id":"e3","from":"wait","to":"in2","mapping":{"fields":{"order":"$.order_id"}}},
- {"id":"e4","from":"in2","to":"send"}]}"#,
-    )
-    .unwrap();
-    let recording = xdg.join("rec.jsonl");
-    let mut rec = up_until(
-        xdg,
-        "rec",
-        &scenario,
-        &["--record", recording.to_str().unwrap()],
-        "mail",
-    );
-    for args in [
-        vec!["deploy", flow.to_str().unwrap()],
-        vec!["trigger", "remind", r#"{"order_id":"o-7"}"#],
-    ] {
-        let mut all = args.clone();
-        all.extend(["--instance", "rec"]);
-        let out = lab(xdg, &all);
-        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    }
-    // The run reaches its timer, then a day passes.
-    wait_recorded(&recording, "timer_armed", "the timer was never armed");
-    let out = lab(xdg, &["advance", "1d", "--instance", "rec"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    wait_recorded(&recording, "run_settled", "the run never settled");
-    signal(&rec.0, rustix::process::Signal::INT);
-    let _ = rec.0.wait();
-
-    let again = up_until(xdg, "again", &scenario, &[], "mail");
-    let out = lab(
-        xdg,
-        &["replay", "--instance", "again", recording.to_str().unwrap()],
-    );
-    let said = text(&out);
-    assert_eq!(out.status.code(), Some(0), "{said}");
-    assert!(said.contains("): same"), "{said}");
-    drop(again);
-
-    let generated = xdg.join("timer.scenario.yaml");
-    let out = from_record(xdg, &recording, &scenario, &generated);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let yaml = std::fs::read_to_string(&generated).unwrap();
-    assert!(
-        yaml.contains("- wait_idle: run1\n") && yaml.contains("- advance: 86400s"),
-        "{yaml}"
-    );
-    let out = run(xdg, &generated);
-    assert_eq!(out.status.code(), Some(0), "{}\n{yaml}", text(&out));
 }

@@ -137,23 +137,28 @@ async fn stream_end(
     subjects: &str,
     config: &EmulatorConfig,
 ) -> Result<u64, EmulatorError> {
-    let mut stream = js
-        .get_or_create_stream(jetstream::stream::Config {
-            name: name.into(),
-            subjects: vec![subjects.into()],
-            duplicate_window: config.dlq_duplicate_window.min(config.stream_max_age),
-            max_age: config.stream_max_age,
-            max_bytes: config.stream_max_bytes,
-            num_replicas: config.stream_replicas.max(1),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| EmulatorError::nats("create a stream", format!("{name}: {e}")))?;
-    let info = stream
-        .info()
-        .await
-        .map_err(|e| EmulatorError::nats("read a stream", format!("{name}: {e}")))?;
-    Ok(info.state.last_sequence + 1)
+    // A cluster still electing its leaders answers late or "temporarily unavailable": patience.
+    let stream_config = jetstream::stream::Config {
+        name: name.into(),
+        subjects: vec![subjects.into()],
+        duplicate_window: config.dlq_duplicate_window.min(config.stream_max_age),
+        max_age: config.stream_max_age,
+        max_bytes: config.stream_max_bytes,
+        num_replicas: config.stream_replicas.max(1),
+        ..Default::default()
+    };
+    let stream = transport::patiently("create a stream", || {
+        js.get_or_create_stream(stream_config.clone())
+    })
+    .await
+    .map_err(|e| EmulatorError::nats("create a stream", format!("{name}: {e}")))?;
+    let info = transport::patiently("read a stream", || {
+        let mut stream = stream.clone();
+        async move { stream.info().await.map(|i| i.state.last_sequence) }
+    })
+    .await
+    .map_err(|e| EmulatorError::nats("read a stream", format!("{name}: {e}")))?;
+    Ok(info + 1)
 }
 
 /// The result of a deploy.

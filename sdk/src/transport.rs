@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use async_nats::HeaderMap;
 
@@ -158,6 +159,89 @@ pub async fn round_trip(client: &async_nats::Client) -> Result<(), String> {
     }
 }
 
+/// How long a JetStream request that failed for a passing reason (a timeout, a cluster electing
+/// its leaders or still forming) is tried again before the error stands.
+pub const JETSTREAM_PATIENCE: Duration = Duration::from_secs(30);
+
+/// An error JetStream may not give again in a moment: no answer in time, or "temporarily
+/// unavailable" (a leader election, a cluster forming, a server starting).
+pub trait Passing {
+    /// Whether trying again in a moment may succeed.
+    fn passing(&self) -> bool;
+}
+
+fn unavailable(e: &async_nats::jetstream::Error) -> bool {
+    use async_nats::jetstream::ErrorCode;
+    e.code() == 503
+        || [
+            ErrorCode::CLUSTER_NOT_AVAILABLE,
+            ErrorCode::CLUSTER_NOT_ACTIVE,
+        ]
+        .contains(&e.error_code())
+}
+
+impl Passing for async_nats::jetstream::stream::ConsumerError {
+    fn passing(&self) -> bool {
+        use async_nats::jetstream::stream::ConsumerErrorKind as K;
+        match self.kind() {
+            K::TimedOut | K::Request => true,
+            K::JetStream(e) => unavailable(&e),
+            _ => false,
+        }
+    }
+}
+
+impl Passing for async_nats::jetstream::context::CreateStreamError {
+    fn passing(&self) -> bool {
+        use async_nats::jetstream::context::CreateStreamErrorKind as K;
+        match self.kind() {
+            K::TimedOut | K::JetStreamUnavailable => true,
+            K::JetStream(e) => unavailable(&e),
+            _ => false,
+        }
+    }
+}
+
+impl Passing for async_nats::jetstream::context::RequestError {
+    fn passing(&self) -> bool {
+        use async_nats::jetstream::context::RequestErrorKind as K;
+        matches!(self.kind(), K::TimedOut | K::NoResponders)
+    }
+}
+
+impl Passing for async_nats::jetstream::context::GetStreamError {
+    fn passing(&self) -> bool {
+        use async_nats::jetstream::context::GetStreamErrorKind as K;
+        match self.kind() {
+            K::Request => true,
+            K::JetStream(e) => unavailable(&e),
+            _ => false,
+        }
+    }
+}
+
+/// `request` until it succeeds, fails for good, or [`JETSTREAM_PATIENCE`] has passed, with a
+/// pause doubling from 100 ms to 2 s between tries: a service that starts (or registers again)
+/// while its cluster elects a leader waits for it rather than failing.
+pub async fn patiently<T, E, F>(what: &str, mut request: impl FnMut() -> F) -> Result<T, E>
+where
+    E: Passing + std::fmt::Display,
+    F: std::future::Future<Output = Result<T, E>>,
+{
+    let start = tokio::time::Instant::now();
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match request().await {
+            Err(e) if e.passing() && start.elapsed() + pause < JETSTREAM_PATIENCE => {
+                tracing::debug!("cannot {what} yet, trying again in {pause:?}: {e}");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,5 +291,54 @@ mod tests {
             assert!(shared.observe(&async_nats::Event::SlowConsumer(7), "test"));
         }
         assert_eq!(drops.count(), 3);
+    }
+}
+
+#[cfg(test)]
+mod patience {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Failure {
+        passing: bool,
+    }
+
+    impl std::fmt::Display for Failure {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "passing: {}", self.passing)
+        }
+    }
+
+    impl Passing for Failure {
+        fn passing(&self) -> bool {
+            self.passing
+        }
+    }
+
+    #[tokio::test]
+    async fn a_passing_jetstream_error_is_tried_again_and_a_lasting_one_is_not() {
+        let mut tries = 0;
+        let got = patiently("test", || {
+            tries += 1;
+            let n = tries;
+            async move {
+                if n < 3 {
+                    Err(Failure { passing: true })
+                } else {
+                    Ok(n)
+                }
+            }
+        })
+        .await;
+        assert_eq!(got.unwrap(), 3);
+
+        let mut tries = 0;
+        let got: Result<(), Failure> = patiently("test", || {
+            tries += 1;
+            async { Err(Failure { passing: false }) }
+        })
+        .await;
+        assert!(!got.unwrap_err().passing);
+        assert_eq!(tries, 1);
     }
 }

@@ -19,6 +19,7 @@ use crate::runtime::builder::Service;
 use crate::runtime::config::Resolved;
 use crate::runtime::dispatch::KeptOutcome;
 use crate::runtime::lookup::LookupDef;
+use crate::transport::patiently;
 use crate::wire::manifest::DURABLE_TIMER_V1;
 use crate::wire::{FlowEnvelope, GoTime, Heartbeat, Manifest, RegisterReply, subject};
 
@@ -430,27 +431,24 @@ async fn consumers(runtime: &Arc<Runtime>) -> Result<Vec<(String, PullConsumer)>
             action: "name a consumer",
             reason: e.to_string(),
         })?;
-        let consumer = stream
-            .get_or_create_consumer(
-                &name,
-                jetstream::consumer::pull::Config {
-                    durable_name: Some(name.clone()),
-                    filter_subject: source.clone(),
-                    ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                    ack_wait,
-                    max_deliver: i64::from(runtime.config.max_deliver),
-                    max_ack_pending: i64::try_from(
-                        runtime.config.max_concurrency.saturating_mul(4),
-                    )
-                    .unwrap_or(i64::MAX),
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| StartError::Nats {
-                action: "create the durable consumer",
-                reason: format!("{name} on {source}: {e}"),
-            })?;
+        let config = jetstream::consumer::pull::Config {
+            durable_name: Some(name.clone()),
+            filter_subject: source.clone(),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ack_wait,
+            max_deliver: i64::from(runtime.config.max_deliver),
+            max_ack_pending: i64::try_from(runtime.config.max_concurrency.saturating_mul(4))
+                .unwrap_or(i64::MAX),
+            ..Default::default()
+        };
+        let consumer = patiently("create the durable consumer", || {
+            stream.get_or_create_consumer(&name, config.clone())
+        })
+        .await
+        .map_err(|e| StartError::Nats {
+            action: "create the durable consumer",
+            reason: format!("{name} on {source}: {e}"),
+        })?;
         out.push((name, consumer));
     }
     Ok(out)
@@ -474,7 +472,7 @@ async fn inbound_stream(
     name: &str,
     sources: &[String],
 ) -> Result<jetstream::stream::Stream, StartError> {
-    if let Ok(stream) = js.get_stream(name).await {
+    if let Ok(stream) = patiently("look up the inbound stream", || js.get_stream(name)).await {
         return Ok(stream);
     }
     if let Some(first) = sources.first()
@@ -486,13 +484,16 @@ async fn inbound_stream(
         );
         return Ok(stream);
     }
-    js.create_stream(jetstream::stream::Config {
+    let config = jetstream::stream::Config {
         name: name.to_owned(),
         subjects: sources.to_vec(),
         duplicate_window: Duration::from_secs(120),
         max_age: INBOUND_MAX_AGE,
         max_bytes: INBOUND_MAX_BYTES,
         ..Default::default()
+    };
+    patiently("create the inbound stream", || {
+        js.create_stream(config.clone())
     })
     .await
     .map_err(|e| StartError::Nats {
