@@ -205,8 +205,8 @@ fn made_services(
 
 /// A scripted stand-in for the service of manifest `m` (registered in record `seq`): its
 /// version, capabilities, sources, and actions with their schemas, timeouts and retry policies.
-/// What an action does is not in a recording: each echoes its input, and fails (as recorded)
-/// for the inputs the recording dead-lettered.
+/// What an action does is not in a recording: each echoes its input, and fails (with the
+/// recorded message, retried by its policy) for the inputs the recording dead-lettered.
 fn stand_in(
     out: &mut String,
     seq: u64,
@@ -271,7 +271,6 @@ fn stand_in(
             Some((inputs, error)) => serde_json::json!({
                 "fail_if": {"path": "$", "op": "in", "value": inputs},
                 "error": error,
-                "permanent": true,
                 "echo": true,
             }),
             None => serde_json::json!({"echo": true}),
