@@ -369,20 +369,13 @@ fn scenario(name: &str, recording: &Recording, services: &Services) -> Result<St
                 runs.push(run_id.clone());
                 let name = format!("run{}", runs.len());
                 let text = r.payload.text();
+                // A payload that is not JSON (a poison message) is sent as it was, as `raw`.
                 let payload = if text.is_empty() {
-                    Value::Object(Default::default())
+                    "payload: {}".to_string()
                 } else {
                     match serde_json::from_str::<Value>(&text) {
-                        Ok(v) => v,
-                        Err(_) => {
-                            writeln!(
-                                out,
-                                "  # record {}: run {run_id} was started with a payload that is not JSON; left out",
-                                r.seq
-                            )?;
-                            runs.pop();
-                            continue;
-                        }
+                        Ok(v) => format!("payload: {}", json(&v)),
+                        Err(_) => format!("raw: {}", json(&Value::String(text.into_owned()))),
                     }
                 };
                 writeln!(
@@ -397,8 +390,7 @@ fn scenario(name: &str, recording: &Recording, services: &Services) -> Result<St
                 };
                 writeln!(
                     out,
-                    "  - trigger: {{flow: {flow_id}{entry}, payload: {}, as: {name}}}",
-                    json(&payload)
+                    "  - trigger: {{flow: {flow_id}{entry}, {payload}, as: {name}}}"
                 )?;
             }
             RecordKind::RunSettled { run_id, status, .. } => {

@@ -667,23 +667,38 @@ pub(crate) async fn deploy(args: ControlArgs, file: PathBuf) -> Result<()> {
     Ok(())
 }
 
+/// What `trigger` sends.
+pub(crate) enum Payload {
+    /// JSON text, `@FILE`, or none (`{}`).
+    Json(Option<String>),
+    /// Bytes exactly as given (`--raw`).
+    Raw(String),
+}
+
 pub(crate) async fn trigger(
     args: ControlArgs,
     flow: String,
-    payload: Option<String>,
+    payload: Payload,
     wait: Option<Duration>,
 ) -> Result<()> {
-    let payload: Value = match payload.as_deref() {
-        None => Value::Object(Default::default()),
-        Some(p) if p.starts_with('@') => files::read(std::path::Path::new(&p[1..]))?,
-        Some(p) => serde_json::from_str(p).map_err(|e| {
+    let payload: Result<Value, String> = match payload {
+        Payload::Raw(raw) => Err(raw),
+        Payload::Json(None) => Ok(Value::Object(Default::default())),
+        Payload::Json(Some(p)) if p.starts_with('@') => {
+            Ok(files::read(std::path::Path::new(&p[1..]))?)
+        }
+        Payload::Json(Some(p)) => Ok(serde_json::from_str(&p).map_err(|e| {
             UsageError(format!(
-                "the payload {p:?} is not JSON ({e}); write JSON, or @FILE to read one"
+                "the payload {p:?} is not JSON ({e}); write JSON, @FILE to read one, or --raw \
+                 TEXT to send it as it is"
             ))
-        })?,
+        })?),
     };
     let client = control(&args).await?;
-    let run_id = client.trigger(&flow, &payload).await?;
+    let run_id = match &payload {
+        Ok(json) => client.trigger(&flow, json).await?,
+        Err(raw) => client.trigger_raw(&flow, None, raw).await?,
+    };
     outln!("{run_id}");
     let Some(limit) = wait else {
         return Ok(());

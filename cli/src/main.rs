@@ -57,7 +57,12 @@ enum Command {
         /// The flow id.
         flow: String,
         /// The payload: JSON text, or @FILE (JSON or YAML). Default `{}`.
+        #[arg(conflicts_with = "raw")]
         payload: Option<String>,
+        /// Send these bytes as the payload exactly, JSON or not: a poison message, to see the
+        /// service dead-letter it (`invalid_json`).
+        #[arg(long, value_name = "TEXT")]
+        raw: Option<String>,
         /// Wait for the run to settle and print its timeline; exit 1 if it failed.
         #[arg(long)]
         wait: bool,
@@ -233,9 +238,14 @@ fn main() -> ExitCode {
                         control,
                         flow,
                         payload,
+                        raw,
                         wait,
                         wait_timeout,
                     } => {
+                        let payload = match raw {
+                            Some(raw) => lab_cmd::Payload::Raw(raw),
+                            None => lab_cmd::Payload::Json(payload),
+                        };
                         lab_cmd::trigger(control, flow, payload, wait.then_some(wait_timeout)).await
                     }
                     Command::Load(args) => load_cmd::load(args).await,

@@ -271,12 +271,16 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<()> {
             } => {
                 let payload = if payload.is_empty() { "{}" } else { payload };
                 let entry = (!entry.is_empty()).then_some(entry.as_str());
-                let run_id = client
-                    .trigger_at(flow_id, entry, payload)
-                    .await
-                    .map_err(|e| {
-                        VerdictFailed(format!("run {was} of {flow_id} was not started again: {e}"))
-                    })?;
+                // A payload that is not JSON (a poison message) goes as it was.
+                let json = serde_json::from_str::<serde::de::IgnoredAny>(payload).is_ok();
+                let started = if json {
+                    client.trigger_at(flow_id, entry, payload).await
+                } else {
+                    client.trigger_raw(flow_id, entry, payload).await
+                };
+                let run_id = started.map_err(|e| {
+                    VerdictFailed(format!("run {was} of {flow_id} was not started again: {e}"))
+                })?;
                 wait_run(&client, &run_id, args.settle_timeout).await?;
                 runs.push((was.clone(), run_id));
             }

@@ -154,7 +154,8 @@ const REMINDER: &str = r#"{"id":"flow-lab-reminder","nodes":[
  {"id":"e4","from":"back","to":"notify"}]}"#;
 
 /// One recording of `up` with the flow-lab example: a run that succeeds, one that fails into the
-/// DLQ, and one that waits on a Durable Timer until the clock is advanced a day. It replays the
+/// DLQ, a poison message (not JSON), and one that waits on a Durable Timer until the clock is
+/// advanced a day. It replays the
 /// same against the same services and becomes a scenario that passes; against services whose
 /// failing action now succeeds, the replay names run 2 and what changed in it, and the scenario
 /// fails at the step that expected the failure.
@@ -201,6 +202,11 @@ fn a_recording_with_a_dlq_entry_and_a_timer_replays_and_becomes_a_scenario() {
             ],
             1,
         ),
+        // A poison message: not JSON, dead-lettered as invalid_json before any node runs.
+        (
+            vec!["trigger", "flow-lab", "--raw", "not json", "--wait"],
+            1,
+        ),
         (
             vec![
                 "trigger",
@@ -220,6 +226,11 @@ fn a_recording_with_a_dlq_entry_and_a_timer_replays_and_becomes_a_scenario() {
         "triggers.v2.dlq.flowlab.reserve_stock",
         "no DLQ entry was recorded",
     );
+    wait_recorded(
+        &recording,
+        "triggers.v2.dlq.flowlab.invalid_json",
+        "the poison message was not dead-lettered",
+    );
     wait_recorded(&recording, "timer_armed", "the timer was never armed");
     let out = on(&["advance", "1d"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -230,7 +241,7 @@ fn a_recording_with_a_dlq_entry_and_a_timer_replays_and_becomes_a_scenario() {
             .count()
     };
     let deadline = Instant::now() + Duration::from_secs(30);
-    while settled() < 3 {
+    while settled() < 4 {
         assert!(Instant::now() < deadline, "the reminder never settled");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -250,7 +261,9 @@ fn a_recording_with_a_dlq_entry_and_a_timer_replays_and_becomes_a_scenario() {
         "order: in_order",
         "- expect_dlq: {run: run2, subject: triggers.v2.dlq.flowlab.reserve_stock, kind: action_failed, count: 1}",
         ": trigger of flow-lab, run run-",
-        "- wait_idle: run3\n",
+        r#"raw: "not json", as: run3}"#,
+        "- expect_dlq: {run: run3, subject: triggers.v2.dlq.flowlab.invalid_json, kind: invalid_json, count: 1}",
+        "- wait_idle: run4\n",
         "- advance: 86400s",
     ] {
         assert!(yaml.contains(wanted), "{wanted:?} not in:\n{yaml}");
@@ -312,7 +325,7 @@ fn a_recording_with_a_dlq_entry_and_a_timer_replays_and_becomes_a_scenario() {
     let said = text(&out);
     assert_eq!(out.status.code(), Some(0), "{said}");
     assert!(said.contains("run 1 (was run-"), "{said}");
-    assert_eq!(said.matches("): same").count(), 3, "{said}");
+    assert_eq!(said.matches("): same").count(), 4, "{said}");
     drop(same);
 
     // reserve_stock no longer fails: run 2 differs, at node reserve, without its DLQ entry.
@@ -331,7 +344,7 @@ fn a_recording_with_a_dlq_entry_and_a_timer_replays_and_becomes_a_scenario() {
     let said = text(&out);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("run 1 (was run-"), "{said}");
-    assert_eq!(said.matches("): same").count(), 2, "{said}");
+    assert_eq!(said.matches("): same").count(), 3, "{said}");
     let run2 = said
         .lines()
         .find(|l| l.starts_with("run 2 (was run-"))

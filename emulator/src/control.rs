@@ -249,6 +249,9 @@ struct TriggerRequest {
     entry: Option<String>,
     #[serde(default)]
     payload_json: Option<String>,
+    /// Bytes sent as they are, JSON or not (a poison message replayed).
+    #[serde(default)]
+    payload_raw: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -361,6 +364,7 @@ async fn handle(
         "trigger" => {
             let req: TriggerRequest = parse(payload).map_err(err)?;
             let bytes = match req.payload_json {
+                _ if req.payload_raw.is_some() => req.payload_raw.unwrap_or_default().into_bytes(),
                 Some(text) => {
                     serde_json::from_str::<serde::de::IgnoredAny>(&text)
                         .map_err(|e| err(format!("payload_json is not JSON: {e}")))?;
@@ -756,6 +760,29 @@ impl ControlClient {
             .call(
                 "trigger",
                 json!({"flow_id": flow_id, "entry": entry, "payload_json": payload_json}),
+            )
+            .await?;
+        Ok(v.get("run_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned())
+    }
+
+    /// Starts a run at the `service-in` node `entry` (the flow's first entry point when `None`)
+    /// with `raw` as its payload, JSON or not (a poison message); returns its id.
+    ///
+    /// # Errors
+    /// When the call fails, or `entry` is not a `service-in` of the flow.
+    pub async fn trigger_raw(
+        &self,
+        flow_id: &str,
+        entry: Option<&str>,
+        raw: &str,
+    ) -> Result<String, ControlError> {
+        let v: Value = self
+            .call(
+                "trigger",
+                json!({"flow_id": flow_id, "entry": entry, "payload_raw": raw}),
             )
             .await?;
         Ok(v.get("run_id")
