@@ -148,7 +148,7 @@ fn made_services(
     records: &[Record],
     flow_services: &BTreeSet<String>,
     commands: &BTreeMap<String, String>,
-) -> Result<String> {
+) -> Result<(String, BTreeSet<String>)> {
     // The last manifest each service registered, and the inputs each action dead-lettered.
     let mut manifests: BTreeMap<String, (u64, Manifest)> = BTreeMap::new();
     let mut failed: BTreeMap<(String, String), (Vec<Value>, String)> = BTreeMap::new();
@@ -183,6 +183,7 @@ fn made_services(
     names.extend(manifests.keys().cloned());
     names.extend(commands.keys().cloned());
     let mut out = String::from("services:\n");
+    let mut scripted = BTreeSet::new();
     for service in &names {
         if let Some(cmd) = commands.get(service) {
             writeln!(
@@ -192,6 +193,7 @@ fn made_services(
             )?;
         } else if let Some((seq, m)) = manifests.get(service) {
             stand_in(&mut out, *seq, m, &failed)?;
+            scripted.insert(service.clone());
         } else {
             writeln!(
                 out,
@@ -200,7 +202,24 @@ fn made_services(
             )?;
         }
     }
-    Ok(out.trim_end().to_owned())
+    Ok((out.trim_end().to_owned(), scripted))
+}
+
+/// The scripted services (those without a `command`) of a copied `services:` section.
+fn scripted_in(section: &str) -> BTreeSet<String> {
+    #[derive(serde::Deserialize)]
+    struct Section {
+        services: Vec<Value>,
+    }
+    serde_saphyr::from_str::<Section>(section)
+        .map(|s| {
+            s.services
+                .iter()
+                .filter(|svc| svc.get("command").is_none())
+                .filter_map(|svc| svc.get("name").and_then(Value::as_str).map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A scripted stand-in for the service of manifest `m` (registered in record `seq`): its
@@ -333,12 +352,17 @@ fn scenario(name: &str, recording: &Recording, services: &Services) -> Result<St
             flows.push((r.seq, flow.id.clone(), flow.version, v));
         }
     }
-    match services {
-        Services::Copied(section) => writeln!(out, "{section}")?,
-        Services::Made(commands) => {
-            writeln!(out, "{}", made_services(records, &flow_services, commands)?)?;
+    let scripted = match services {
+        Services::Copied(section) => {
+            writeln!(out, "{section}")?;
+            scripted_in(section)
         }
-    }
+        Services::Made(commands) => {
+            let (section, scripted) = made_services(records, &flow_services, commands)?;
+            writeln!(out, "{section}")?;
+            scripted
+        }
+    };
     writeln!(out, "flows:")?;
     for (seq, id, version, v) in &flows {
         write!(out, "  # record {seq}: deploy of {id} v{version}\n  - {v}")?;
@@ -398,7 +422,13 @@ fn scenario(name: &str, recording: &Recording, services: &Services) -> Result<St
                     continue;
                 };
                 settled.insert(run_id.clone());
-                expectations(&mut out, records, r, run_id, &name, status_word(*status))?;
+                expectations(
+                    &mut out,
+                    records,
+                    r,
+                    (run_id, &name, status_word(*status)),
+                    &scripted,
+                )?;
             }
             RecordKind::ClockAdvanced { to, .. } => {
                 let by = advanced_by(records, i).unwrap_or_default();
@@ -424,13 +454,15 @@ fn scenario(name: &str, recording: &Recording, services: &Services) -> Result<St
 }
 
 /// A settled run's expectations: its status, its completion events in order, its DLQ entries.
+/// A settled run's expectations: its status, its completion events in order, its DLQ entries
+/// by subject and kind, and the calls (attempts) of each action of the `scripted` services (the
+/// runner counts the calls of scripted services only).
 fn expectations(
     out: &mut String,
     records: &[Record],
     settled: &Record,
-    run_id: &str,
-    name: &str,
-    status: &str,
+    (run_id, name, status): (&str, &str, &str),
+    scripted: &BTreeSet<String>,
 ) -> Result<()> {
     writeln!(
         out,
@@ -462,6 +494,35 @@ fn expectations(
             writeln!(out, "        - {{node: {node}, status: {status}}}")?;
         }
     }
+    // (service, action) -> attempts, each an action node's completion event, in first-call order.
+    let mut calls: Vec<((String, String), usize)> = Vec::new();
+    for r in records {
+        if let RecordKind::Completion { event } = &r.kind
+            && event.flow_run_id == run_id
+            && event.node_type == "action"
+            && scripted.contains(&event.service)
+            && let Some(action) =
+                action_of(records, &event.flow_id, event.flow_version, &event.node_id)
+        {
+            let key = (event.service.clone(), action);
+            match calls.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, n)) => *n += 1,
+                None => calls.push((key, 1)),
+            }
+        }
+    }
+    if !calls.is_empty() {
+        writeln!(
+            out,
+            "  # the calls (attempts) of each action, from its completion events"
+        )?;
+        for ((service, action), count) in calls {
+            writeln!(
+                out,
+                "  - expect_calls: {{service: {service}, action: {action}, run: {name}, count: {count}}}"
+            )?;
+        }
+    }
     // (subject, kind) -> the records.
     let mut dlq: Vec<((String, String), Vec<u64>)> = Vec::new();
     for r in records {
@@ -491,4 +552,20 @@ fn expectations(
         )?;
     }
     Ok(())
+}
+
+/// The action node `node` of flow `flow_id` v`version` runs, as the recording deployed it.
+fn action_of(records: &[Record], flow_id: &str, version: i64, node: &str) -> Option<String> {
+    records.iter().rev().find_map(|r| match &r.kind {
+        RecordKind::Deploy {
+            flow: Some(flow), ..
+        } if flow.id == flow_id && flow.version == version => flow
+            .body
+            .nodes
+            .iter()
+            .find(|n| n.id == node)
+            .map(|n| n.action.clone())
+            .filter(|a| !a.is_empty()),
+        _ => None,
+    })
 }

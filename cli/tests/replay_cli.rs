@@ -261,6 +261,8 @@ fn a_recording_with_a_dlq_entry_and_a_timer_replays_and_becomes_a_scenario() {
         "order: in_order",
         "- expect_dlq: {run: run2, subject: triggers.v2.dlq.flowlab.reserve_stock, kind: action_failed, count: 1}",
         ": trigger of flow-lab, run run-",
+        "- expect_calls: {service: flowlab, action: reserve_stock, run: run2, count: 3}",
+        "- expect_calls: {service: flowlab, action: notify_customer, run: run4, count: 1}",
         r#"raw: "not json", as: run3}"#,
         "- expect_dlq: {run: run3, subject: triggers.v2.dlq.flowlab.invalid_json, kind: invalid_json, count: 1}",
         "- wait_idle: run4\n",
@@ -315,6 +317,8 @@ fn a_recording_with_a_dlq_entry_and_a_timer_replays_and_becomes_a_scenario() {
         "{}",
         text(&out)
     );
+    // The runner counts the calls of scripted services only.
+    assert!(!text(&out).contains("expect_calls"), "{}", text(&out));
 
     // The same services: the same runs, the timer's included.
     let same = up(xdg, "same", &services, &[]);
