@@ -248,6 +248,13 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<()> {
         eprintln!("note: {note}");
     }
     let steps = plan(&args.file, &recording.records)?;
+    if !steps.iter().any(|s| matches!(s, Step::Trigger { .. })) {
+        return Err(UsageError(format!(
+            "{name} records no run (no trigger record): there is nothing to replay; record one \
+             with `triggers-lab up --record FILE` and trigger runs while it records"
+        ))
+        .into());
+    }
     let client = control(&args.control).await?;
     let since = client.state().await?.last_seq;
 

@@ -394,4 +394,16 @@ fn a_recording_that_does_not_read_is_a_usage_error_placed_at_its_line() {
     let said = text(&out);
     assert_eq!(out.status.code(), Some(2), "{said}");
     assert!(said.contains("bad.jsonl:2:"), "{said}");
+
+    // A recording without a run is refused before any `up` is looked for.
+    let empty = dir.path().join("empty.jsonl");
+    std::fs::write(
+        &empty,
+        "{\"triggers_lab_recording\":1,\"created_at\":\"2026-12-01T03:00:00Z\",\"tool_version\":\"0.1.0\"}\n",
+    )
+    .unwrap();
+    let out = lab(dir.path(), &["replay", empty.to_str().unwrap()]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("nothing to replay"), "{said}");
 }
