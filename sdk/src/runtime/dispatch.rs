@@ -107,6 +107,12 @@ impl Runtime {
     /// while reporting the outcome gives it back for a redelivery, up to the consumer's
     /// `max_deliver`, after which it is dead-lettered as `delivery_exhausted`.
     pub(crate) async fn handle(self: Arc<Self>, msg: jetstream::Message) {
+        crate::runtime::outcome::UNCONFIRMED
+            .scope(std::cell::Cell::new(false), self.handle_delivery(msg))
+            .await;
+    }
+
+    async fn handle_delivery(self: Arc<Self>, msg: jetstream::Message) {
         let headers = transport::from_nats(msg.headers.as_ref());
         let key = headers.get(names::IDEMPOTENCY_KEY).map(str::to_owned);
         let delivered = msg.info().map(|i| i.delivered).unwrap_or(1).max(1);
@@ -154,6 +160,15 @@ impl Runtime {
                 )
                 .await
             }
+            other => other,
+        };
+        // Plain publishes no JetStream ack confirmed since: confirmed now, before the ack.
+        let result = match result {
+            Ok(()) if crate::runtime::outcome::UNCONFIRMED.with(std::cell::Cell::get) => self
+                .client
+                .flush()
+                .await
+                .map_err(|e| Fatal(format!("confirm the published events: {e}"))),
             other => other,
         };
         match result {

@@ -25,6 +25,15 @@ impl Failure {
     }
 }
 
+tokio::task_local! {
+    /// Set while a delivery is handled ([`Runtime::handle`]): whether a plain publish it made
+    /// (an event no stream keeps) may not have reached the server yet. A later JetStream publish
+    /// on the connection confirms it (its ack comes after the server read everything sent before
+    /// it), so a hop spares the event's round trip; what is left is flushed once, before the
+    /// delivery is acked.
+    pub(crate) static UNCONFIRMED: std::cell::Cell<bool>;
+}
+
 /// An outcome could not be reported (NATS unavailable): the message must be redelivered.
 #[derive(Debug)]
 pub(crate) struct Fatal(pub(crate) String);
@@ -137,7 +146,8 @@ impl Runtime {
 
     /// Publishes `payload` on `subject`: through JetStream, waiting for the ack, when a stream
     /// must store it ([`Target::Stream`]: a hop) or does ([`Target::Auto`]: an event, a DLQ
-    /// entry, an output, when some stream captures the subject); else a plain publish, flushed.
+    /// entry, an output, when some stream captures the subject); else a plain publish, confirmed
+    /// once per delivery ([`UNCONFIRMED`]).
     /// Whether a stream captures a subject is asked of JetStream, not guessed from a publish: a
     /// JetStream publish to a subject only plain subscribers listen on gets no ack and would wait
     /// for its timeout.
@@ -173,7 +183,12 @@ impl Runtime {
                         .publish_with_headers(subject.to_owned(), map.clone(), payload.clone())
                         .await
                         .map_err(|e| (e.to_string(), true))?;
-                    // A plain publish is confirmed only as far as the server has read it.
+                    // A plain publish is confirmed only as far as the server has read it: by
+                    // the delivery, once, before its ack (UNCONFIRMED), unless a JetStream ack
+                    // confirms it first; outside a delivery, now.
+                    if UNCONFIRMED.try_with(|c| c.set(true)).is_ok() {
+                        return Ok(());
+                    }
                     return self.client.flush().await.map_err(|e| (e.to_string(), true));
                 }
                 let ack = self
@@ -182,7 +197,12 @@ impl Runtime {
                     .await
                     .map_err(|e| (e.to_string(), true))?;
                 match ack.await {
-                    Ok(_) => Ok(()),
+                    Ok(_) => {
+                        // The server handles a connection's messages in order, and acks this
+                        // one after it read every plain publish this delivery sent before.
+                        let _ = UNCONFIRMED.try_with(|c| c.set(false));
+                        Ok(())
+                    }
                     Err(e) if e.kind() == PublishErrorKind::StreamNotFound => {
                         // The stream went away since we asked: ask again next time.
                         self.forget_capture(subject);
