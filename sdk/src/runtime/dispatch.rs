@@ -108,7 +108,7 @@ impl Runtime {
     /// `max_deliver`, after which it is dead-lettered as `delivery_exhausted`.
     pub(crate) async fn handle(self: Arc<Self>, msg: jetstream::Message) {
         crate::runtime::outcome::UNCONFIRMED
-            .scope(std::cell::Cell::new(false), self.handle_delivery(msg))
+            .scope(std::cell::Cell::new(0), self.handle_delivery(msg))
             .await;
     }
 
@@ -162,11 +162,13 @@ impl Runtime {
             }
             other => other,
         };
-        // Plain publishes no JetStream ack confirmed since: confirmed now, before the ack.
+        // Its plain publishes (events), confirmed before the ack, with a flush shared by every
+        // delivery waiting then.
+        let unconfirmed = crate::runtime::outcome::UNCONFIRMED.with(std::cell::Cell::get);
         let result = match result {
-            Ok(()) if crate::runtime::outcome::UNCONFIRMED.with(std::cell::Cell::get) => self
-                .client
-                .flush()
+            Ok(()) if unconfirmed > 0 => self
+                .confirmer
+                .confirm(&self.client, unconfirmed)
                 .await
                 .map_err(|e| Fatal(format!("confirm the published events: {e}"))),
             other => other,

@@ -26,12 +26,81 @@ impl Failure {
 }
 
 tokio::task_local! {
-    /// Set while a delivery is handled ([`Runtime::handle`]): whether a plain publish it made
-    /// (an event no stream keeps) may not have reached the server yet. A later JetStream publish
-    /// on the connection confirms it (its ack comes after the server read everything sent before
-    /// it), so a hop spares the event's round trip; what is left is flushed once, before the
-    /// delivery is acked.
-    pub(crate) static UNCONFIRMED: std::cell::Cell<bool>;
+    /// Set while a delivery is handled ([`Runtime::handle`]): the number ([`Confirmer`]) of the
+    /// last plain publish it made (an event no stream keeps) that may not have reached the server
+    /// yet, 0 for none. It is confirmed once, before the delivery's ack, with one flush shared by
+    /// every delivery waiting then; a JetStream ack in between confirms it already (a hop).
+    pub(crate) static UNCONFIRMED: std::cell::Cell<u64>;
+}
+
+/// Confirms plain publishes with as few flushes as the connection has round trips. Each plain
+/// publish gets a number once it is queued on the connection; a flush started after it (its
+/// PING goes out behind it, and the server reads a connection in order) confirms it, and so does
+/// the ack of a JetStream publish sent after it. Deliveries waiting at once share one flush
+/// rather than each making its own.
+#[derive(Debug)]
+pub(crate) struct Confirmer {
+    /// Plain publishes queued on the connection, numbered from 1.
+    sent: std::sync::atomic::AtomicU64,
+    /// Every plain publish up to this number has reached the server.
+    confirmed: tokio::sync::watch::Sender<u64>,
+    /// A flush is on its way.
+    flushing: std::sync::atomic::AtomicBool,
+}
+
+impl Default for Confirmer {
+    fn default() -> Self {
+        Confirmer {
+            sent: std::sync::atomic::AtomicU64::new(0),
+            confirmed: tokio::sync::watch::channel(0).0,
+            flushing: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl Confirmer {
+    /// Numbers a plain publish just queued.
+    fn queued(&self) -> u64 {
+        self.sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
+    }
+
+    /// The number of the last plain publish queued so far: what a message sent now follows.
+    fn sent(&self) -> u64 {
+        self.sent.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Every plain publish up to `n` has reached the server.
+    fn confirmed_up_to(&self, n: u64) {
+        self.confirmed.send_if_modified(|c| {
+            let newer = n > *c;
+            if newer {
+                *c = n;
+            }
+            newer
+        });
+    }
+
+    /// Returns once plain publish `n` has reached the server: at once when something confirmed
+    /// it already, else with a flush, this caller's or one on its way.
+    pub(crate) async fn confirm(&self, client: &async_nats::Client, n: u64) -> Result<(), String> {
+        use std::sync::atomic::Ordering;
+        let mut confirmed = self.confirmed.subscribe();
+        loop {
+            if *confirmed.borrow_and_update() >= n {
+                return Ok(());
+            }
+            if !self.flushing.swap(true, Ordering::SeqCst) {
+                let target = self.sent();
+                let flushed = client.flush().await;
+                self.flushing.store(false, Ordering::SeqCst);
+                flushed.map_err(|e| e.to_string())?;
+                self.confirmed_up_to(target);
+                continue;
+            }
+            // Another caller's flush: wait for it (or, should it fail, make one).
+            let _ = tokio::time::timeout(Duration::from_millis(50), confirmed.changed()).await;
+        }
+    }
 }
 
 /// An outcome could not be reported (NATS unavailable): the message must be redelivered.
@@ -186,11 +255,17 @@ impl Runtime {
                     // A plain publish is confirmed only as far as the server has read it: by
                     // the delivery, once, before its ack (UNCONFIRMED), unless a JetStream ack
                     // confirms it first; outside a delivery, now.
-                    if UNCONFIRMED.try_with(|c| c.set(true)).is_ok() {
+                    let n = self.confirmer.queued();
+                    if UNCONFIRMED.try_with(|c| c.set(n)).is_ok() {
                         return Ok(());
                     }
-                    return self.client.flush().await.map_err(|e| (e.to_string(), true));
+                    return self
+                        .confirmer
+                        .confirm(&self.client, n)
+                        .await
+                        .map_err(|e| (e, true));
                 }
+                let before = self.confirmer.sent();
                 let ack = self
                     .js
                     .publish_with_headers(subject.to_owned(), map.clone(), payload.clone())
@@ -198,9 +273,9 @@ impl Runtime {
                     .map_err(|e| (e.to_string(), true))?;
                 match ack.await {
                     Ok(_) => {
-                        // The server handles a connection's messages in order, and acks this
-                        // one after it read every plain publish this delivery sent before.
-                        let _ = UNCONFIRMED.try_with(|c| c.set(false));
+                        // The server reads a connection in order, and acked this after every
+                        // plain publish queued before it.
+                        self.confirmer.confirmed_up_to(before);
                         Ok(())
                     }
                     Err(e) if e.kind() == PublishErrorKind::StreamNotFound => {

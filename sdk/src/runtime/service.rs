@@ -82,6 +82,8 @@ pub(crate) struct Runtime {
     pub(crate) outcomes: Mutex<BoundedMap<String, KeptOutcome>>,
     /// Whether a JetStream stream captures a subject, and when that was asked.
     pub(crate) captures: Mutex<BoundedMap<String, (bool, tokio::time::Instant)>>,
+    /// Confirms plain publishes with shared flushes.
+    pub(crate) confirmer: crate::runtime::outcome::Confirmer,
     pub(crate) stats: Stats,
     /// The DLQ ledger's bucket, opened at the first dead-lettering ([`super::ledger`]).
     pub(crate) ledger: tokio::sync::OnceCell<async_nats::jetstream::kv::Store>,
@@ -336,6 +338,7 @@ impl Service {
             processed: Mutex::new(BoundedMap::new(config.max_handled_keys)),
             outcomes: Mutex::new(BoundedMap::new(config.max_kept_outcomes)),
             captures: Mutex::new(BoundedMap::new(MAX_CAPTURES)),
+            confirmer: crate::runtime::outcome::Confirmer::default(),
             stats: Stats::default(),
             ledger: tokio::sync::OnceCell::new(),
             started_at: GoTime::now(),
