@@ -22,34 +22,13 @@ use async_nats::jetstream::{self, consumer::PullConsumer};
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 use serde_json::{Value, json};
+use triggers_integration::bench;
 use triggers_sdk::runtime::{
     ActionContext, ActionDef, ActionError, ResultEventConfig, RunningService, RuntimeConfig,
     Service,
 };
 use triggers_sdk::transport;
-use triggers_sdk::wire::header::names;
-use triggers_sdk::wire::{CompletionEvent, Envelope, GoTime};
-
-/// The envelope of run `i`, entering the flow `hop` at node `in`.
-fn envelope_headers(i: usize) -> async_nats::HeaderMap {
-    let trace = format!("{:032x}", i + 1);
-    let span = format!("{:016x}", i + 1);
-    let e = Envelope {
-        traceparent: format!("00-{trace}-{span}-01"),
-        trace_id: trace,
-        span_id: span,
-        flow_run_id: format!("run-{i}"),
-        flow_id: "hop".into(),
-        flow_version: 1,
-        idempotency_key: format!("run-{i}:in"),
-        source_node_id: "in".into(),
-        retry_count: 0,
-        emitted_at: GoTime::now(),
-    };
-    let mut h = e.to_headers();
-    h.insert(names::NATS_MSG_ID, e.nats_msg_id());
-    transport::to_nats(&h).unwrap()
-}
+use triggers_sdk::wire::{CompletionEvent, GoTime};
 
 async fn stream(js: &jetstream::Context, name: &str, subject: &str) -> jetstream::stream::Stream {
     js.create_stream(jetstream::stream::Config {
@@ -208,7 +187,7 @@ async fn one(
     client
         .publish_with_headers(
             subject.to_owned(),
-            envelope_headers(i),
+            bench::envelope_headers("hop", 1, &format!("run-{i}"), i),
             br#"{"n":1}"#.to_vec().into(),
         )
         .await
@@ -234,26 +213,14 @@ fn micros(d: Duration) -> u64 {
 }
 
 fn main() {
-    // `cargo bench` passes --bench; `cargo test --all-targets` does not, and then a small run
-    // only checks the benchmark still works.
-    let measuring = std::env::args().any(|a| a == "--bench");
-    let samples: usize = std::env::args()
-        .skip(1)
-        .find(|a| !a.starts_with("--"))
-        .and_then(|a| a.parse().ok())
+    let (measuring, numbers) = bench::args();
+    let samples = numbers
+        .first()
+        .copied()
         .unwrap_or(if measuring { 5_000 } else { 50 });
     let warm_up = (samples / 10).max(10);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let server = triggers_emulator::NatsServer::start(triggers_emulator::NatsConfig {
-            backend: triggers_emulator::Backend::Binary,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    bench::runtime().block_on(async {
+        let server = bench::server().await;
         println!(
             "{samples} hops each (after {warm_up} to warm up), one at a time, {}",
             server.summary()

@@ -15,36 +15,18 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, consumer::PullConsumer};
 use futures::StreamExt;
 use serde_json::{Value, json};
-use triggers_integration::{config, lab};
+use triggers_integration::{bench, config, lab};
 use triggers_sdk::flow::Flow;
 use triggers_sdk::runtime::{
     ActionContext, ActionDef, ActionError, ResultEventConfig, RuntimeConfig, Service,
 };
-use triggers_sdk::transport;
-use triggers_sdk::wire::header::names;
-use triggers_sdk::wire::{Envelope, GoTime};
+use triggers_sdk::wire::GoTime;
 
 const CONCURRENCY: usize = 64;
 
-/// The envelope a trigger carries: a run of `flow` entering at node `in`.
+/// The envelope a trigger carries: run `i` of `round`, of `flow`, entering at node `in`.
 fn envelope_headers(flow: &str, version: i64, round: usize, i: usize) -> async_nats::HeaderMap {
-    let trace = format!("{:032x}", i + 1);
-    let span = format!("{:016x}", i + 1);
-    let e = Envelope {
-        traceparent: format!("00-{trace}-{span}-01"),
-        trace_id: trace,
-        span_id: span,
-        flow_run_id: format!("run-{round}-{i}"),
-        flow_id: flow.to_owned(),
-        flow_version: version,
-        idempotency_key: format!("run-{round}-{i}:in"),
-        source_node_id: "in".into(),
-        retry_count: 0,
-        emitted_at: GoTime::now(),
-    };
-    let mut h = e.to_headers();
-    h.insert(names::NATS_MSG_ID, e.nats_msg_id());
-    transport::to_nats(&h).unwrap()
+    bench::envelope_headers(flow, version, &format!("run-{round}-{i}"), i)
 }
 
 /// Publishes `n` messages as fast as JetStream acks them (a window of outstanding acks).
@@ -227,32 +209,17 @@ async fn with_emulator(lab: &triggers_emulator::Harness, n: usize, round: usize)
 }
 
 fn main() {
-    // `cargo bench` passes --bench; `cargo test --all-targets` does not, and then a small run
-    // only checks the benchmark still works.
-    let measuring = std::env::args().any(|a| a == "--bench");
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    let n: usize = args
+    let (measuring, numbers) = bench::args();
+    let n = numbers
         .first()
-        .and_then(|a| a.parse().ok())
+        .copied()
         .unwrap_or(if measuring { 5_000 } else { 100 });
-    let rounds: usize = args
+    let rounds = numbers
         .get(1)
-        .and_then(|a| a.parse().ok())
+        .copied()
         .unwrap_or(if measuring { 3 } else { 1 });
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let bare = triggers_emulator::NatsServer::start(triggers_emulator::NatsConfig {
-            backend: triggers_emulator::Backend::Binary,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    bench::runtime().block_on(async {
+        let bare = bench::server().await;
         println!("{n} messages per round, {rounds} rounds, {CONCURRENCY} in flight, {}", bare.summary());
         if std::env::var_os("BENCH_ONLY_RUNTIME").is_some() {
             let s = runtime_alone(bare.url(), n, 0).await;

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+pub mod bench;
 pub mod fuzz;
 pub mod shapes;
 pub mod soak;

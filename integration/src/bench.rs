@@ -1,0 +1,72 @@
+//! What the benches share: their arguments, a bare nats-server, and the envelope a trigger
+//! carries (so that the raw baselines publish messages as large as the runtime's).
+
+use triggers_emulator::{Backend, NatsConfig, NatsServer};
+use triggers_sdk::transport;
+use triggers_sdk::wire::header::names;
+use triggers_sdk::wire::{Envelope, GoTime};
+
+/// The bench's numeric arguments (after `--`), and whether it measures: `cargo bench` passes
+/// `--bench`; `cargo test --all-targets` does not, and then a bench makes a small run that only
+/// checks it still works.
+#[must_use]
+pub fn args() -> (bool, Vec<usize>) {
+    let measuring = std::env::args().any(|a| a == "--bench");
+    let numbers = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    (measuring, numbers)
+}
+
+/// A multi-threaded Tokio runtime for a bench's `main`.
+///
+/// # Panics
+/// When the runtime cannot be built.
+#[must_use]
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a Tokio runtime")
+}
+
+/// A nats-server (the local binary) with nothing else on it.
+///
+/// # Panics
+/// When it cannot be started.
+pub async fn server() -> NatsServer {
+    NatsServer::start(NatsConfig {
+        backend: Backend::Binary,
+        ..Default::default()
+    })
+    .await
+    .expect("a nats-server binary")
+}
+
+/// The NATS headers of a trigger of run `run_id` entering flow `flow` v`version` at node `in`
+/// (the envelope and its `Nats-Msg-Id`); `n` makes its trace and span ids.
+///
+/// # Panics
+/// Never for these values (every header is valid).
+#[must_use]
+pub fn envelope_headers(flow: &str, version: i64, run_id: &str, n: usize) -> async_nats::HeaderMap {
+    let trace = format!("{:032x}", n + 1);
+    let span = format!("{:016x}", n + 1);
+    let e = Envelope {
+        traceparent: format!("00-{trace}-{span}-01"),
+        trace_id: trace,
+        span_id: span,
+        flow_run_id: run_id.to_owned(),
+        flow_id: flow.to_owned(),
+        flow_version: version,
+        idempotency_key: format!("{run_id}:in"),
+        source_node_id: "in".into(),
+        retry_count: 0,
+        emitted_at: GoTime::now(),
+    };
+    let mut h = e.to_headers();
+    h.insert(names::NATS_MSG_ID, e.nats_msg_id());
+    transport::to_nats(&h).expect("valid envelope headers")
+}
