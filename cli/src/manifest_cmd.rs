@@ -55,7 +55,11 @@ pub(crate) fn run(cmd: ManifestCommand) -> ExitCode {
             return ExitCode::from(BAD_INPUT);
         }
     };
-    match action(&name, &manifest) {
+    let outcome = action(&name, &manifest);
+    // The process ends here: leave the decoded manifest (for a large one, a tree of thousands of
+    // maps) to the operating system rather than free it node by node, a tenth of the time.
+    std::mem::forget(manifest);
+    match outcome {
         Ok(code) => code,
         Err(message) => {
             eprintln!("error: {name}: {message}");
