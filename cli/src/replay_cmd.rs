@@ -33,6 +33,62 @@ pub(crate) struct ReplayArgs {
     /// as it stands.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::parse_duration)]
     settle_timeout: Duration,
+    /// Instead of a running `up`: start a nats-server and an emulator of its own with the
+    /// scripted services of this scenario file (repeatable), replay against them, and stop them.
+    #[arg(long = "services", value_name = "SCENARIO")]
+    services: Vec<PathBuf>,
+}
+
+/// `replay --services`: a nats-server, an emulator and the scenarios' scripted services, for
+/// the replay alone (stopped when it is dropped, or when the process dies).
+struct OwnLab {
+    services: Vec<triggers_scenarios::ScriptedServices>,
+    harness: triggers_emulator::Harness,
+}
+
+impl OwnLab {
+    async fn start(paths: &[PathBuf]) -> Result<Self> {
+        let mut scenarios = Vec::new();
+        for path in paths {
+            scenarios
+                .push(triggers_scenarios::load_file(path).map_err(|e| FileError(e.to_string()))?);
+        }
+        let choice =
+            crate::nats_choice::choose(crate::nats_choice::BackendArg::Auto, None, "replay");
+        eprintln!(
+            "starting a nats-server and an emulator for the replay; {}",
+            choice.said
+        );
+        let harness = triggers_emulator::Harness::start_with(
+            choice.config,
+            triggers_emulator::EmulatorConfig::default(),
+        )
+        .await
+        .map_err(|e| crate::exit::EnvironmentError(e.to_string()))?;
+        let mut services = Vec::new();
+        for scenario in &scenarios {
+            let started = triggers_scenarios::ScriptedServices::start(scenario, harness.url())
+                .await
+                .map_err(|e| anyhow::anyhow!("{}: {e}", scenario.file))?;
+            if !started.skipped.is_empty() {
+                eprintln!(
+                    "note: {} of {} are commands, not started: run them beside `triggers-lab up \
+                     --services` and replay against it to include them",
+                    started.skipped.join(", "),
+                    scenario.file
+                );
+            }
+            services.push(started);
+        }
+        Ok(OwnLab { services, harness })
+    }
+
+    async fn stop(self) {
+        for services in self.services {
+            services.stop().await;
+        }
+        drop(self.harness);
+    }
 }
 
 /// One thing to do again, in the recording's order.
@@ -255,12 +311,35 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<()> {
         ))
         .into());
     }
-    let client = control(&args.control).await?;
+    let own = if args.services.is_empty() {
+        None
+    } else {
+        Some(OwnLab::start(&args.services).await?)
+    };
+    let client = match &own {
+        Some(lab) => ControlClient::connect(lab.harness.url()).await?,
+        None => control(&args.control).await?,
+    };
+    let verdict = replay_on(&args, &name, &steps, &recording.records, &client).await;
+    if let Some(lab) = own {
+        lab.stop().await;
+    }
+    verdict
+}
+
+/// The replay proper, against `client`'s emulator.
+async fn replay_on(
+    args: &ReplayArgs,
+    name: &str,
+    steps: &[Step],
+    recorded: &[Record],
+    client: &ControlClient,
+) -> Result<()> {
     let since = client.state().await?.last_seq;
 
     // (run in the recording, run now), in trigger order.
     let mut runs: Vec<(String, String)> = Vec::new();
-    for step in &steps {
+    for step in steps {
         match step {
             Step::Deploy(flow) => {
                 client.deploy(flow).await.map_err(|e| {
@@ -288,7 +367,7 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<()> {
                 let run_id = started.map_err(|e| {
                     VerdictFailed(format!("run {was} of {flow_id} was not started again: {e}"))
                 })?;
-                wait_run(&client, &run_id, args.settle_timeout).await?;
+                wait_run(client, &run_id, args.settle_timeout).await?;
                 runs.push((was.clone(), run_id));
             }
             Step::Advance(by) => {
@@ -306,13 +385,13 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<()> {
     let mut settled = false;
     let mut now_records;
     loop {
-        now_records = records_since(&client, since).await?;
+        now_records = records_since(client, since).await?;
         let all_settled = runs
             .iter()
             .all(|(_, now)| facts(&now_records, now).status.is_some());
         let all_there = all_settled
             && runs.iter().all(|(was, now)| {
-                facts(&now_records, now).dlq.len() >= facts(&recording.records, was).dlq.len()
+                facts(&now_records, now).dlq.len() >= facts(recorded, was).dlq.len()
             });
         if all_there || tokio::time::Instant::now() >= deadline {
             break;
@@ -326,7 +405,7 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<()> {
 
     let mut differing = 0;
     for (i, (was, now)) in runs.iter().enumerate() {
-        let diff = differences(&facts(&recording.records, was), &facts(&now_records, now));
+        let diff = differences(&facts(recorded, was), &facts(&now_records, now));
         if diff.is_empty() {
             outln!("run {} (was {was}): same", i + 1);
         } else {
@@ -334,7 +413,7 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<()> {
             outln!("run {} (was {was}): differs: {}", i + 1, diff.join("; "));
         }
     }
-    let (before, after) = (violations(&recording.records), violations(&now_records));
+    let (before, after) = (violations(recorded), violations(&now_records));
     let mut new_violations = 0;
     for ((severity, rule), (count, message)) in &after {
         let had = before

@@ -320,17 +320,20 @@ fn a_recording_with_a_dlq_entry_and_a_timer_replays_and_becomes_a_scenario() {
     // The runner counts the calls of scripted services only.
     assert!(!text(&out).contains("expect_calls"), "{}", text(&out));
 
-    // The same services: the same runs, the timer's included.
-    let same = up(xdg, "same", &services, &[]);
+    // The same services (started by the replay itself): the same runs, the timer's included.
     let out = lab(
         xdg,
-        &["replay", "--instance", "same", recording.to_str().unwrap()],
+        &[
+            "replay",
+            "--services",
+            services.to_str().unwrap(),
+            recording.to_str().unwrap(),
+        ],
     );
     let said = text(&out);
     assert_eq!(out.status.code(), Some(0), "{said}");
     assert!(said.contains("run 1 (was run-"), "{said}");
     assert_eq!(said.matches("): same").count(), 4, "{said}");
-    drop(same);
 
     // reserve_stock no longer fails: run 2 differs, at node reserve, without its DLQ entry.
     let changed = xdg.join("changed.scenario.yaml");
