@@ -81,19 +81,36 @@ impl Confirmer {
     }
 
     /// Returns once plain publish `n` has reached the server: at once when something confirmed
-    /// it already, else with a flush, this caller's or one on its way.
+    /// it already, else with a flush, this caller's or one on its way. Gives up after
+    /// [`REPORT_PATIENCE`] (NATS unreachable all that time).
     pub(crate) async fn confirm(&self, client: &async_nats::Client, n: u64) -> Result<(), String> {
+        tokio::time::timeout(REPORT_PATIENCE, self.confirm_unbounded(client, n))
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "the server did not confirm within {REPORT_PATIENCE:?}"
+                ))
+            })
+    }
+
+    async fn confirm_unbounded(&self, client: &async_nats::Client, n: u64) -> Result<(), String> {
         use std::sync::atomic::Ordering;
+        /// Clears `flushing` however the flush ends, a cancelled wait included.
+        struct Flushing<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for Flushing<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::SeqCst);
+            }
+        }
         let mut confirmed = self.confirmed.subscribe();
         loop {
             if *confirmed.borrow_and_update() >= n {
                 return Ok(());
             }
             if !self.flushing.swap(true, Ordering::SeqCst) {
+                let _flushing = Flushing(&self.flushing);
                 let target = self.sent();
-                let flushed = client.flush().await;
-                self.flushing.store(false, Ordering::SeqCst);
-                flushed.map_err(|e| e.to_string())?;
+                client.flush().await.map_err(|e| e.to_string())?;
                 self.confirmed_up_to(target);
                 continue;
             }
