@@ -2,13 +2,11 @@
 //! what would be accepted, never a panic or a silent wrap. None of these needs a running `up`:
 //! the input is refused before anything connects.
 
-use std::process::{Command, Output};
+mod common;
 
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_triggers-lab"));
-    c.env_remove("TRIGGERS_NATS_URL");
-    c
-}
+use std::process::Output;
+
+use common::bin;
 
 fn refused(out: &Output, says: &[&str]) {
     let stderr = String::from_utf8_lossy(&out.stderr);

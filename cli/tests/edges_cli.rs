@@ -1,6 +1,10 @@
 //! The rough edges of issue 16, each tried as a new user would: from the outside, on the built
 //! binary, with the paths, pipes and environments people have.
 
+mod common;
+
+use common::streams;
+
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -12,13 +16,6 @@ fn bin() -> Command {
         .env_remove("TRIGGERS_NATS_BACKEND")
         .env("NO_COLOR", "1");
     c
-}
-
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 const PASSING: &str = r#"name: registers
@@ -67,7 +64,7 @@ fn run_does_not_use_an_exported_nats_url_and_says_so() {
         .arg(&file)
         .output()
         .unwrap();
-    let (stdout, stderr) = text(&out);
+    let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(
         stderr.contains("TRIGGERS_NATS_URL is set (nats://127.0.0.1:1)")
@@ -105,7 +102,7 @@ fn a_bare_file_name_runs_its_external_service_in_the_current_folder() {
         .args(["run", "longext.yaml"])
         .output()
         .unwrap();
-    let (stdout, stderr) = text(&out);
+    let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
 
     // A missing program is named as such, not blamed on the folder.
@@ -119,7 +116,7 @@ fn a_bare_file_name_runs_its_external_service_in_the_current_folder() {
         .args(["run", "missing.yaml"])
         .output()
         .unwrap();
-    let (stdout, _) = text(&out);
+    let (stdout, _) = streams(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(
         stdout.contains("the program \"./nope.sh\" was not found"),
@@ -171,12 +168,12 @@ fn folders_give_scenario_files_only() {
     std::fs::write(root.join(".c.scenario.yaml"), "not: [a scenario").unwrap();
     std::fs::write(root.join("ci.yml"), "jobs: {}\n").unwrap();
     let out = bin().arg("run").arg(root).output().unwrap();
-    let (stdout, stderr) = text(&out);
+    let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains("scenarios: 1 passed, 0 failed"), "{stdout}");
     // --list shows what would run, and runs nothing.
     let out = bin().args(["run", "--list"]).arg(root).output().unwrap();
-    let (stdout, _) = text(&out);
+    let (stdout, _) = streams(&out);
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(stdout.lines().count(), 1, "{stdout}");
     assert!(stdout.starts_with("registers  ("), "{stdout}");
@@ -197,7 +194,7 @@ fn verbose_parallel_output_keeps_each_scenario_together() {
         .arg(dir.path())
         .output()
         .unwrap();
-    let (stdout, stderr) = text(&out);
+    let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     // Each block: the header, its 2 steps, its verdict, with no other scenario's line between.
     for name in ["a", "b", "c"] {
@@ -230,7 +227,7 @@ fn timeout_flag_is_the_limit_reported_and_kept() {
         .arg(&file)
         .output()
         .unwrap();
-    let (stdout, stderr) = text(&out);
+    let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
         stdout.contains("the scenario's timeout, 1s, ran out"),
@@ -248,7 +245,7 @@ fn expect_calls_with_a_wrong_count_fails_once_the_run_has_settled() {
     std::fs::write(&file, ONE_CALL).unwrap();
     let started = Instant::now();
     let out = bin().arg("run").arg(&file).output().unwrap();
-    let (stdout, stderr) = text(&out);
+    let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
         stdout.contains("exactly 2 call(s) of shop.charge")
@@ -276,7 +273,7 @@ fn deploy_refuses_a_misspelt_key_at_its_line_with_a_suggestion_and_exit_2() {
         .arg(&flow)
         .output()
         .unwrap();
-    let (_, stderr) = text(&out);
+    let (_, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     let shown = flow.display();
     assert!(
@@ -305,7 +302,7 @@ fn exit_codes_are_the_same_across_commands_and_in_every_help() {
             .args(args)
             .output()
             .unwrap();
-        let (_, stderr) = text(&out);
+        let (_, stderr) = streams(&out);
         assert_eq!(out.status.code(), Some(3), "{args:?}: {stderr}");
         assert!(stderr.contains("no running `triggers-lab up`"), "{stderr}");
         assert!(!stderr.contains("no responders"), "{stderr}");
@@ -317,19 +314,19 @@ fn exit_codes_are_the_same_across_commands_and_in_every_help() {
         .args(["trigger", "order", "{not json"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out).1);
+    assert_eq!(out.status.code(), Some(2), "{}", streams(&out).1);
     for command in [
         "run", "demo", "up", "deploy", "trigger", "advance", "watch", "manifest",
     ] {
         let out = bin().args([command, "--help"]).output().unwrap();
-        let (stdout, _) = text(&out);
+        let (stdout, _) = streams(&out);
         assert!(
             stdout.contains("Exit codes") && stdout.contains("3    environment"),
             "{command}: {stdout}"
         );
     }
     // The help of `run --backend` names no flag `run` lacks.
-    let (stdout, _) = text(&bin().args(["run", "--help"]).output().unwrap());
+    let (stdout, _) = streams(&bin().args(["run", "--help"]).output().unwrap());
     assert!(!stdout.contains("--nats/"), "{stdout}");
 }
 
@@ -344,7 +341,7 @@ fn reports_go_to_standard_output_with_a_dash_and_hold_totals() {
         .current_dir(dir.path())
         .output()
         .unwrap();
-    let (stdout, stderr) = text(&out);
+    let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!dir.path().join("-").exists());
     // Standard output holds the report and nothing else.
@@ -372,7 +369,7 @@ fn the_readme_manifest_example_passes() {
         .args(["manifest", "check", file])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out).0);
+    assert_eq!(out.status.code(), Some(0), "{}", streams(&out).0);
 }
 
 #[test]
@@ -385,7 +382,7 @@ fn demo_runs_from_any_folder_with_the_binary_alone() {
         .args(["demo", "-j", "2"])
         .output()
         .unwrap();
-    let (stdout, stderr) = text(&out);
+    let (stdout, stderr) = streams(&out);
     assert!(
         stdout.contains("PASS flow-lab, scripted"),
         "{stdout}\n{stderr}"
@@ -416,7 +413,7 @@ fn demo_v_adds_what_each_step_did() {
         .args(["demo", "-v", "-j", "2"])
         .output()
         .unwrap();
-    let (stdout, _) = text(&out);
+    let (stdout, _) = streams(&out);
     assert!(stdout.contains("): v1, broadcast on"), "{stdout}");
 }
 
@@ -450,7 +447,7 @@ fn up_detaches_on_a_fixed_port_and_status_runs_flows_down_find_it() {
         "--services",
         scenario.to_str().unwrap(),
     ]);
-    let (stdout, stderr) = text(&out);
+    let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(
         stdout.contains(&format!("nats://127.0.0.1:{port}")),
@@ -476,7 +473,7 @@ fn up_detaches_on_a_fixed_port_and_status_runs_flows_down_find_it() {
         "--instance",
         "two",
     ]);
-    let (_, stderr) = text(&out);
+    let (_, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(
         stderr.contains(&format!(
@@ -502,7 +499,7 @@ fn up_detaches_on_a_fixed_port_and_status_runs_flows_down_find_it() {
     )
     .unwrap();
     let out = lab(&["deploy", flow.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out).1);
+    assert_eq!(out.status.code(), Some(1), "{}", streams(&out).1);
     let log = std::fs::read_to_string(xdg.path().join("triggers-lab/default.log")).unwrap();
     assert!(
         log.contains("REFUSED      deploy of order: unknown_service"),
@@ -523,9 +520,9 @@ fn up_detaches_on_a_fixed_port_and_status_runs_flows_down_find_it() {
     )
     .unwrap();
     let out = lab(&["deploy", flow.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    assert_eq!(out.status.code(), Some(0), "{}", streams(&out).1);
     let out = lab(&["trigger", "order", "{\"n\": 1}", "--wait"]);
-    let (stdout, stderr) = text(&out);
+    let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains(": succeeded"), "no Debug text: {stdout}");
     let out = lab(&["runs", "list", "--json"]);
@@ -533,7 +530,7 @@ fn up_detaches_on_a_fixed_port_and_status_runs_flows_down_find_it() {
     assert_eq!(runs[0]["status"], "succeeded", "{runs}");
 
     let out = lab(&["down"]);
-    let (stdout, stderr) = text(&out);
+    let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stdout.starts_with("stopped default"), "{stdout}");
     let out = lab(&["status", "--json"]);
@@ -565,7 +562,7 @@ fn retries_fail_fast_vars_and_json_messages() {
         .arg(dir.path())
         .output()
         .unwrap();
-    let (stdout, stderr) = text(&out);
+    let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("RETRY fails (attempt 2 of 2)"), "{stderr}");
     assert!(
@@ -584,7 +581,7 @@ fn retries_fail_fast_vars_and_json_messages() {
 
     // Without the var: said plainly.
     let out = bin().arg("run").arg(&with_var).output().unwrap();
-    let (stdout, _) = text(&out);
+    let (stdout, _) = streams(&out);
     assert!(stdout.contains("--var svc=VALUE"), "{stdout}");
 
     // --fail-fast: the second is not run.
@@ -593,7 +590,7 @@ fn retries_fail_fast_vars_and_json_messages() {
         .arg(dir.path())
         .output()
         .unwrap();
-    let (stdout, _) = text(&out);
+    let (stdout, _) = streams(&out);
     assert_eq!(out.status.code(), Some(1));
     assert!(stdout.contains("stopped by --fail-fast"), "{stdout}");
     assert!(!stdout.contains("PASS registers"), "{stdout}");
@@ -604,7 +601,7 @@ fn retries_fail_fast_vars_and_json_messages() {
         .arg(&with_var)
         .output()
         .unwrap();
-    let (stdout, stderr) = text(&out);
+    let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let types: Vec<String> = stdout
         .lines()
@@ -626,7 +623,7 @@ fn init_scaffolds_a_scenario_and_a_flow_that_run_side_by_side() {
         .args(["init", "checks", "--service", "billing"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    assert_eq!(out.status.code(), Some(0), "{}", streams(&out).1);
     assert!(dir.path().join("checks/flows/order.yaml").is_file());
     // The folder holds a flow and a scenario: `run` takes the scenario only, and it passes.
     let out = bin()
@@ -634,7 +631,7 @@ fn init_scaffolds_a_scenario_and_a_flow_that_run_side_by_side() {
         .args(["run", "checks"])
         .output()
         .unwrap();
-    let (stdout, stderr) = text(&out);
+    let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains("scenarios: 1 passed, 0 failed"), "{stdout}");
     // The flow file deploys as written: it reads without a problem.

@@ -5,6 +5,10 @@
 
 #![cfg(unix)]
 
+mod common;
+
+use common::streams;
+
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -41,13 +45,6 @@ fn lab(xdg: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn fuzz_finds_shrinks_and_reproduces_a_planted_bug_on_up() {
     let dir = tempfile::tempdir().unwrap();
@@ -67,7 +64,7 @@ fn fuzz_finds_shrinks_and_reproduces_a_planted_bug_on_up() {
             scenario.to_str().unwrap(),
         ],
     );
-    let (stdout, stderr) = text(&out);
+    let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     // Stopped whatever happens below.
     struct Down<'a>(&'a Path);
@@ -86,7 +83,7 @@ fn fuzz_finds_shrinks_and_reproduces_a_planted_bug_on_up() {
         assert!(
             Instant::now() < deadline,
             "bank never registered: {:?}",
-            text(&out)
+            streams(&out)
         );
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -108,7 +105,7 @@ fn fuzz_finds_shrinks_and_reproduces_a_planted_bug_on_up() {
         lab(xdg, &args)
     };
     let out = fuzz("charge", &[]);
-    let (stdout, stderr) = text(&out);
+    let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
         stderr.contains("fuzzing bank.charge: 40 input(s), seed 7"),
@@ -129,12 +126,12 @@ fn fuzz_finds_shrinks_and_reproduces_a_planted_bug_on_up() {
     );
     // The same seed, the same verdict.
     let again = fuzz("charge", &[]);
-    assert_eq!(text(&again).0, stdout);
+    assert_eq!(streams(&again).0, stdout);
 
     // A correct action passes. (No --invalid: scripted services do not check their input
     // schema; scenarios/tests/fuzz.rs covers that against the SDK.)
     let out = fuzz("refund", &["--json"]);
-    let (stdout, stderr) = text(&out);
+    let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(report["runs"], 40);
@@ -144,7 +141,7 @@ fn fuzz_finds_shrinks_and_reproduces_a_planted_bug_on_up() {
 
     // Nothing registered by that name: a usage error naming what is.
     let out = lab(xdg, &["fuzz", "--service", "nobody", "--action", "x"]);
-    let (_, stderr) = text(&out);
+    let (_, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("(registered: bank)"), "{stderr}");
 }

@@ -6,18 +6,14 @@
 
 #![cfg(unix)]
 
+mod common;
+
+use common::{bin_in, text};
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn bin(xdg: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_triggers-lab"));
-    c.env_remove("TRIGGERS_NATS_URL")
-        .env("XDG_RUNTIME_DIR", xdg)
-        .env("TMPDIR", xdg);
-    c
-}
 
 /// An `up` process, stopped (SIGTERM) when the test ends without stopping it.
 struct Up(Child);
@@ -44,7 +40,7 @@ fn up(xdg: &Path, name: &str, services: &Path, extra: &[&str]) -> Up {
 
 /// [`up`], once `service` has registered.
 fn up_until(xdg: &Path, name: &str, services: &Path, extra: &[&str], service: &str) -> Up {
-    let mut child = bin(xdg)
+    let mut child = bin_in(xdg)
         .args(["up", "--backend", "binary", "--port", "0", "--quiet"])
         .args(["--instance", name, "--services", services.to_str().unwrap()])
         .args(extra)
@@ -74,7 +70,7 @@ fn up_until(xdg: &Path, name: &str, services: &Path, extra: &[&str], service: &s
 }
 
 fn lab(xdg: &Path, args: &[&str]) -> Output {
-    bin(xdg).args(args).output().unwrap()
+    bin_in(xdg).args(args).output().unwrap()
 }
 
 /// Waits (30 s at most) until the recording holds `needle`; else fails saying `never`.
@@ -110,14 +106,6 @@ fn run(xdg: &Path, scenario: &Path) -> Output {
     lab(
         xdg,
         &["run", "--backend", "binary", scenario.to_str().unwrap()],
-    )
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
     )
 }
 

@@ -1,13 +1,9 @@
 //! `triggers-lab run` from the outside: exit codes (0 passed, 1 failed, 2 malformed), the
 //! file:line:col of a malformed file, and the reports it writes.
 
-use std::process::Command;
+mod common;
 
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_triggers-lab"));
-    c.env_remove("TRIGGERS_NATS_URL");
-    c
-}
+use common::bin;
 
 const PASSING: &str = r#"name: registers
 steps:

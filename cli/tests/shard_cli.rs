@@ -2,15 +2,13 @@
 //! scenario in exactly one shard whatever the order of the arguments, bad K/N refused with exit
 //! code 2, and shard reports merged into what one unsharded run reports.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_triggers-lab"));
-    c.env_remove("TRIGGERS_NATS_URL");
-    c
-}
+use common::bin;
 
 fn run(args: &[&str]) -> Output {
     bin().args(args).output().unwrap()

@@ -7,8 +7,10 @@
 
 #![cfg(target_os = "linux")]
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process};
@@ -16,11 +18,7 @@ use rustix::process::{Pid, Signal, kill_process};
 /// Long enough for a loaded machine; waits end as soon as their condition holds.
 const PATIENCE: Duration = Duration::from_secs(90);
 
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_triggers-lab"));
-    c.env_remove("TRIGGERS_NATS_URL");
-    c
-}
+use common::bin;
 
 /// Polls `check` until it holds; panics with `what` after [`PATIENCE`].
 fn wait_until(what: &str, mut check: impl FnMut() -> bool) {

@@ -5,6 +5,10 @@
 
 #![cfg(unix)]
 
+mod common;
+
+use common::{bin_in, text};
+
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -14,14 +18,6 @@ use std::time::{Duration, Instant};
 use async_nats::RequestErrorKind;
 use futures::StreamExt;
 use serde_json::json;
-
-fn bin(xdg: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_triggers-lab"));
-    c.env_remove("TRIGGERS_NATS_URL")
-        .env("XDG_RUNTIME_DIR", xdg)
-        .env("TMPDIR", xdg);
-    c
-}
 
 /// An `up` process, killed when the test ends without stopping it (a failed assertion), so no
 /// test leaves a nats-server behind.
@@ -55,7 +51,7 @@ impl Drop for Up {
 
 /// Starts `up` with `args`; returns it and the URL it printed.
 fn up(xdg: &Path, args: &[&str]) -> (Up, String) {
-    let mut up = bin(xdg)
+    let mut up = bin_in(xdg)
         .args(["up", "--backend", "binary", "--port", "0", "--quiet"])
         .args(args)
         .stdout(Stdio::piped())
@@ -72,15 +68,7 @@ fn up(xdg: &Path, args: &[&str]) -> (Up, String) {
 }
 
 fn run(xdg: &Path, args: &[&str]) -> Output {
-    bin(xdg).args(args).output().unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    bin_in(xdg).args(args).output().unwrap()
 }
 
 fn interrupt(up: &mut Child) -> std::process::ExitStatus {
