@@ -19,8 +19,8 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 use triggers_emulator::recorder::{Record, RecordKind};
 use triggers_emulator::recording::{Recording, advanced_by, read_recording};
-use triggers_sdk::wire::Manifest;
 use triggers_sdk::wire::subject::LockedSubject;
+use triggers_sdk::wire::{CompletionEvent, Manifest};
 
 use crate::exit::{self, UsageError};
 use crate::files::FileError;
@@ -77,7 +77,17 @@ pub(crate) fn run(cmd: ScenarioCommand) -> ExitCode {
 fn from_record(args: &FromRecordArgs) -> Result<()> {
     let recording = read_recording(&args.file).map_err(|e| FileError(e.to_string()))?;
     let services = match &args.services {
-        Some(path) => Services::Copied(services_section(path)?),
+        Some(path) => Services::Copied {
+            section: services_section(path)?,
+            // The runner counts the calls of scripted services only: those without a command.
+            scripted: triggers_scenarios::load_file(path)
+                .map_err(|e| FileError(e.to_string()))?
+                .services
+                .iter()
+                .filter(|s| !s.is_external())
+                .map(|s| s.name.clone())
+                .collect(),
+        },
         None => Services::Made(args.command.iter().cloned().collect()),
     };
     let name = args.file.display().to_string();
@@ -134,8 +144,11 @@ fn duration(d: Duration) -> String {
 
 /// Where the scenario's services come from.
 enum Services {
-    /// Another scenario's `services:` section, as written.
-    Copied(String),
+    /// Another scenario's `services:` section, as written, and its scripted services.
+    Copied {
+        section: String,
+        scripted: BTreeSet<String>,
+    },
     /// Made here: a service named in the map runs its command; any other is a stand-in made from
     /// the manifest it registered (or, with none recorded, a command to fill in).
     Made(BTreeMap<String, String>),
@@ -203,23 +216,6 @@ fn made_services(
         }
     }
     Ok((out.trim_end().to_owned(), scripted))
-}
-
-/// The scripted services (those without a `command`) of a copied `services:` section.
-fn scripted_in(section: &str) -> BTreeSet<String> {
-    #[derive(serde::Deserialize)]
-    struct Section {
-        services: Vec<Value>,
-    }
-    serde_saphyr::from_str::<Section>(section)
-        .map(|s| {
-            s.services
-                .iter()
-                .filter(|svc| svc.get("command").is_none())
-                .filter_map(|svc| svc.get("name").and_then(Value::as_str).map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// A scripted stand-in for the service of manifest `m` (registered in record `seq`): its
@@ -322,6 +318,8 @@ fn scenario(name: &str, recording: &Recording, services: &Services) -> Result<St
 
     let mut flows = Vec::new();
     let mut flow_services = BTreeSet::new();
+    // (flow, version, node) -> the action it runs, as the recording deployed it.
+    let mut actions = BTreeMap::new();
     for r in records {
         if let RecordKind::Deploy {
             flow: Some(flow), ..
@@ -330,6 +328,12 @@ fn scenario(name: &str, recording: &Recording, services: &Services) -> Result<St
             for node in &flow.body.nodes {
                 if !node.service.is_empty() {
                     flow_services.insert(node.service.clone());
+                }
+                if !node.action.is_empty() {
+                    actions.insert(
+                        (flow.id.clone(), flow.version, node.id.clone()),
+                        node.action.clone(),
+                    );
                 }
             }
             // A node or an edge a line, in the flow-body format's key order.
@@ -353,9 +357,9 @@ fn scenario(name: &str, recording: &Recording, services: &Services) -> Result<St
         }
     }
     let scripted = match services {
-        Services::Copied(section) => {
+        Services::Copied { section, scripted } => {
             writeln!(out, "{section}")?;
-            scripted_in(section)
+            scripted.clone()
         }
         Services::Made(commands) => {
             let (section, scripted) = made_services(records, &flow_services, commands)?;
@@ -427,7 +431,10 @@ fn scenario(name: &str, recording: &Recording, services: &Services) -> Result<St
                     records,
                     r,
                     (run_id, &name, status_word(*status)),
-                    &scripted,
+                    &Counted {
+                        scripted: &scripted,
+                        actions: &actions,
+                    },
                 )?;
             }
             RecordKind::ClockAdvanced { to, .. } => {
@@ -453,16 +460,14 @@ fn scenario(name: &str, recording: &Recording, services: &Services) -> Result<St
     Ok(out)
 }
 
-/// A settled run's expectations: its status, its completion events in order, its DLQ entries.
 /// A settled run's expectations: its status, its completion events in order, its DLQ entries
-/// by subject and kind, and the calls (attempts) of each action of the `scripted` services (the
-/// runner counts the calls of scripted services only).
+/// by subject and kind, and the calls (attempts) of each action `counted` counts.
 fn expectations(
     out: &mut String,
     records: &[Record],
     settled: &Record,
     (run_id, name, status): (&str, &str, &str),
-    scripted: &BTreeSet<String>,
+    counted: &Counted<'_>,
 ) -> Result<()> {
     writeln!(
         out,
@@ -495,49 +500,34 @@ fn expectations(
         }
     }
     // (service, action) -> attempts, each an action node's completion event, in first-call order.
-    let mut calls: Vec<((String, String), usize)> = Vec::new();
-    for r in records {
-        if let RecordKind::Completion { event } = &r.kind
-            && event.flow_run_id == run_id
-            && event.node_type == "action"
-            && scripted.contains(&event.service)
-            && let Some(action) =
-                action_of(records, &event.flow_id, event.flow_version, &event.node_id)
-        {
-            let key = (event.service.clone(), action);
-            match calls.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, n)) => *n += 1,
-                None => calls.push((key, 1)),
-            }
+    let calls = grouped(records.iter().filter_map(|r| match &r.kind {
+        RecordKind::Completion { event } if event.flow_run_id == run_id => {
+            counted.action(event).map(|key| (key, r.seq))
         }
-    }
+        _ => None,
+    }));
     if !calls.is_empty() {
         writeln!(
             out,
             "  # the calls (attempts) of each action, from its completion events"
         )?;
-        for ((service, action), count) in calls {
+        for ((service, action), seqs) in calls {
             writeln!(
                 out,
-                "  - expect_calls: {{service: {service}, action: {action}, run: {name}, count: {count}}}"
+                "  - expect_calls: {{service: {service}, action: {action}, run: {name}, count: {}}}",
+                seqs.len()
             )?;
         }
     }
     // (subject, kind) -> the records.
-    let mut dlq: Vec<((String, String), Vec<u64>)> = Vec::new();
-    for r in records {
-        if let RecordKind::Dlq {
+    let dlq = grouped(records.iter().filter_map(|r| match &r.kind {
+        RecordKind::Dlq {
             entry: Some(entry), ..
-        } = &r.kind
-            && entry.envelope.flow_run_id == run_id
-        {
-            let key = (r.subject.clone(), entry.kind.clone());
-            match dlq.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, seqs)) => seqs.push(r.seq),
-                None => dlq.push((key, vec![r.seq])),
-            }
+        } if entry.envelope.flow_run_id == run_id => {
+            Some(((r.subject.clone(), entry.kind.clone()), r.seq))
         }
-    }
+        _ => None,
+    }));
     for ((subject, kind), seqs) in dlq {
         let list: Vec<String> = seqs.iter().map(ToString::to_string).collect();
         writeln!(
@@ -554,18 +544,38 @@ fn expectations(
     Ok(())
 }
 
-/// The action node `node` of flow `flow_id` v`version` runs, as the recording deployed it.
-fn action_of(records: &[Record], flow_id: &str, version: i64, node: &str) -> Option<String> {
-    records.iter().rev().find_map(|r| match &r.kind {
-        RecordKind::Deploy {
-            flow: Some(flow), ..
-        } if flow.id == flow_id && flow.version == version => flow
-            .body
-            .nodes
-            .iter()
-            .find(|n| n.id == node)
-            .map(|n| n.action.clone())
-            .filter(|a| !a.is_empty()),
-        _ => None,
-    })
+/// Which completion events are calls `expect_calls` can count: those of action nodes of the
+/// scripted services (the runner counts the calls of scripted services only).
+struct Counted<'a> {
+    scripted: &'a BTreeSet<String>,
+    /// (flow, version, node) -> the action it runs.
+    actions: &'a BTreeMap<(String, i64, String), String>,
+}
+
+impl Counted<'_> {
+    /// The (service, action) `event` is a call of, if it counts.
+    fn action(&self, event: &CompletionEvent) -> Option<(String, String)> {
+        if event.node_type != "action" || !self.scripted.contains(&event.service) {
+            return None;
+        }
+        let node = (
+            event.flow_id.clone(),
+            event.flow_version,
+            event.node_id.clone(),
+        );
+        let action = self.actions.get(&node)?;
+        Some((event.service.clone(), action.clone()))
+    }
+}
+
+/// The records of each key, keys in the order they first came.
+fn grouped<K: PartialEq>(items: impl Iterator<Item = (K, u64)>) -> Vec<(K, Vec<u64>)> {
+    let mut groups: Vec<(K, Vec<u64>)> = Vec::new();
+    for (key, seq) in items {
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, seqs)) => seqs.push(seq),
+            None => groups.push((key, vec![seq])),
+        }
+    }
+    groups
 }

@@ -95,12 +95,7 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     // Before anything starts: a refused discovery file, or a malformed scenario, costs nothing
     // yet.
     let mut slot = Slot::prepare(&name)?;
-    let mut service_scenarios = Vec::new();
-    for path in &args.services {
-        service_scenarios.push(
-            triggers_scenarios::load_file(path).map_err(|e| files::FileError(e.to_string()))?,
-        );
-    }
+    let service_scenarios = service_scenarios(&args.services)?;
     let choice = nats_choice::choose(args.backend, args.nats.as_deref(), "up");
     if args.nats.is_none() && args.port != 0 {
         check_port_free(args.port)?;
@@ -159,28 +154,7 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     )
     .await?;
 
-    let mut scripted = Vec::new();
-    for scenario in &service_scenarios {
-        let started = triggers_scenarios::ScriptedServices::start(scenario, nats.url())
-            .await
-            .map_err(|e| anyhow::anyhow!("{}: {e}", scenario.file))?;
-        if !args.quiet {
-            eprintln!(
-                "started the scripted services of {}: {}{}",
-                scenario.file,
-                started.names().join(", "),
-                if started.skipped.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        " (not {}: commands, start them yourself)",
-                        started.skipped.join(", ")
-                    )
-                }
-            );
-        }
-        scripted.push(started);
-    }
+    let scripted = start_scripted(&service_scenarios, nats.url(), args.quiet).await?;
 
     let credentials = nats.control_credentials();
     slot.write(&Instance {
@@ -320,6 +294,48 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     drop(emulator);
     nats.stop().await?;
     Ok(())
+}
+
+/// The scenario files of `--services`, read (and checked) before anything starts.
+pub(crate) fn service_scenarios(paths: &[PathBuf]) -> Result<Vec<triggers_scenarios::Scenario>> {
+    paths
+        .iter()
+        .map(|path| {
+            triggers_scenarios::load_file(path).map_err(|e| files::FileError(e.to_string()).into())
+        })
+        .collect()
+}
+
+/// Starts the scripted services of each scenario on `url`, saying on standard error (unless
+/// `quiet`) what it started and which services, given as commands, it left to the user.
+pub(crate) async fn start_scripted(
+    scenarios: &[triggers_scenarios::Scenario],
+    url: &str,
+    quiet: bool,
+) -> Result<Vec<triggers_scenarios::ScriptedServices>> {
+    let mut all = Vec::new();
+    for scenario in scenarios {
+        let started = triggers_scenarios::ScriptedServices::start(scenario, url)
+            .await
+            .map_err(|e| anyhow::anyhow!("{}: {e}", scenario.file))?;
+        if !quiet {
+            eprintln!(
+                "started the scripted services of {}: {}{}",
+                scenario.file,
+                started.names().join(", "),
+                if started.skipped.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " (not {}: commands, start them yourself)",
+                        started.skipped.join(", ")
+                    )
+                }
+            );
+        }
+        all.push(started);
+    }
+    Ok(all)
 }
 
 /// `up`'s log and `--record` file: every record once, in order, from the first. A record the
@@ -681,13 +697,18 @@ pub(crate) async fn trigger(
     payload: Payload,
     wait: Option<Duration>,
 ) -> Result<()> {
-    let payload: Result<Value, String> = match payload {
-        Payload::Raw(raw) => Err(raw),
-        Payload::Json(None) => Ok(Value::Object(Default::default())),
+    // What is sent, read (and refused) before any `up` is looked for.
+    enum Sent {
+        Json(Value),
+        Raw(String),
+    }
+    let sent = match payload {
+        Payload::Raw(raw) => Sent::Raw(raw),
+        Payload::Json(None) => Sent::Json(Value::Object(Default::default())),
         Payload::Json(Some(p)) if p.starts_with('@') => {
-            Ok(files::read(std::path::Path::new(&p[1..]))?)
+            Sent::Json(files::read(std::path::Path::new(&p[1..]))?)
         }
-        Payload::Json(Some(p)) => Ok(serde_json::from_str(&p).map_err(|e| {
+        Payload::Json(Some(p)) => Sent::Json(serde_json::from_str(&p).map_err(|e| {
             UsageError(format!(
                 "the payload {p:?} is not JSON ({e}); write JSON, @FILE to read one, or --raw \
                  TEXT to send it as it is"
@@ -695,9 +716,9 @@ pub(crate) async fn trigger(
         })?),
     };
     let client = control(&args).await?;
-    let run_id = match &payload {
-        Ok(json) => client.trigger(&flow, json).await?,
-        Err(raw) => client.trigger_raw(&flow, None, raw).await?,
+    let run_id = match &sent {
+        Sent::Json(json) => client.trigger(&flow, json).await?,
+        Sent::Raw(raw) => client.trigger_raw(&flow, None, raw).await?,
     };
     outln!("{run_id}");
     let Some(limit) = wait else {

@@ -48,11 +48,7 @@ struct OwnLab {
 
 impl OwnLab {
     async fn start(paths: &[PathBuf]) -> Result<Self> {
-        let mut scenarios = Vec::new();
-        for path in paths {
-            scenarios
-                .push(triggers_scenarios::load_file(path).map_err(|e| FileError(e.to_string()))?);
-        }
+        let scenarios = crate::lab_cmd::service_scenarios(paths)?;
         let choice =
             crate::nats_choice::choose(crate::nats_choice::BackendArg::Auto, None, "replay");
         eprintln!(
@@ -65,21 +61,7 @@ impl OwnLab {
         )
         .await
         .map_err(|e| crate::exit::EnvironmentError(e.to_string()))?;
-        let mut services = Vec::new();
-        for scenario in &scenarios {
-            let started = triggers_scenarios::ScriptedServices::start(scenario, harness.url())
-                .await
-                .map_err(|e| anyhow::anyhow!("{}: {e}", scenario.file))?;
-            if !started.skipped.is_empty() {
-                eprintln!(
-                    "note: {} of {} are commands, not started: run them beside `triggers-lab up \
-                     --services` and replay against it to include them",
-                    started.skipped.join(", "),
-                    scenario.file
-                );
-            }
-            services.push(started);
-        }
+        let services = crate::lab_cmd::start_scripted(&scenarios, harness.url(), false).await?;
         Ok(OwnLab { services, harness })
     }
 

@@ -363,14 +363,14 @@ async fn handle(
         }
         "trigger" => {
             let req: TriggerRequest = parse(payload).map_err(err)?;
-            let bytes = match req.payload_json {
-                _ if req.payload_raw.is_some() => req.payload_raw.unwrap_or_default().into_bytes(),
-                Some(text) => {
+            let bytes = match (req.payload_raw, req.payload_json) {
+                (Some(raw), _) => raw.into_bytes(),
+                (None, Some(text)) => {
                     serde_json::from_str::<serde::de::IgnoredAny>(&text)
                         .map_err(|e| err(format!("payload_json is not JSON: {e}")))?;
                     text.into_bytes()
                 }
-                None => {
+                (None, None) => {
                     triggers_sdk::wire::json::to_vec(&triggers_sdk::wire::json::GoAny(&req.payload))
                         .map_err(|e| err(e.to_string()))?
                 }
@@ -714,13 +714,8 @@ impl ControlClient {
     /// # Errors
     /// When the call fails.
     pub async fn trigger(&self, flow_id: &str, payload: &Value) -> Result<String, ControlError> {
-        let v: Value = self
-            .call("trigger", json!({"flow_id": flow_id, "payload": payload}))
-            .await?;
-        Ok(v.get("run_id")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned())
+        self.start_run(json!({"flow_id": flow_id, "payload": payload}))
+            .await
     }
 
     /// Starts a run with `payload_json` sent exactly as written (a 64-bit integer stays exact);
@@ -733,16 +728,8 @@ impl ControlClient {
         flow_id: &str,
         payload_json: &str,
     ) -> Result<String, ControlError> {
-        let v: Value = self
-            .call(
-                "trigger",
-                json!({"flow_id": flow_id, "payload_json": payload_json}),
-            )
-            .await?;
-        Ok(v.get("run_id")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned())
+        self.start_run(json!({"flow_id": flow_id, "payload_json": payload_json}))
+            .await
     }
 
     /// Starts a run at the `service-in` node `entry` (the flow's first entry point when `None`)
@@ -756,16 +743,8 @@ impl ControlClient {
         entry: Option<&str>,
         payload_json: &str,
     ) -> Result<String, ControlError> {
-        let v: Value = self
-            .call(
-                "trigger",
-                json!({"flow_id": flow_id, "entry": entry, "payload_json": payload_json}),
-            )
-            .await?;
-        Ok(v.get("run_id")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned())
+        self.start_run(json!({"flow_id": flow_id, "entry": entry, "payload_json": payload_json}))
+            .await
     }
 
     /// Starts a run at the `service-in` node `entry` (the flow's first entry point when `None`)
@@ -779,12 +758,13 @@ impl ControlClient {
         entry: Option<&str>,
         raw: &str,
     ) -> Result<String, ControlError> {
-        let v: Value = self
-            .call(
-                "trigger",
-                json!({"flow_id": flow_id, "entry": entry, "payload_raw": raw}),
-            )
-            .await?;
+        self.start_run(json!({"flow_id": flow_id, "entry": entry, "payload_raw": raw}))
+            .await
+    }
+
+    /// A `trigger` call with `request`: the new run's id.
+    async fn start_run(&self, request: Value) -> Result<String, ControlError> {
+        let v: Value = self.call("trigger", request).await?;
         Ok(v.get("run_id")
             .and_then(Value::as_str)
             .unwrap_or_default()

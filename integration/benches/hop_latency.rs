@@ -21,14 +21,11 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, consumer::PullConsumer};
 use futures::StreamExt;
 use hdrhistogram::Histogram;
-use serde_json::{Value, json};
+use serde_json::json;
 use triggers_integration::bench;
-use triggers_sdk::runtime::{
-    ActionContext, ActionDef, ActionError, ResultEventConfig, RunningService, RuntimeConfig,
-    Service,
-};
+use triggers_sdk::runtime::{RunningService, RuntimeConfig};
 use triggers_sdk::transport;
-use triggers_sdk::wire::{CompletionEvent, GoTime};
+use triggers_sdk::wire::CompletionEvent;
 
 async fn stream(js: &jetstream::Context, name: &str, subject: &str) -> jetstream::stream::Stream {
     js.create_stream(jetstream::stream::Config {
@@ -77,21 +74,8 @@ async fn raw_pipeline(client: &async_nats::Client) -> async_nats::Subscriber {
     tokio::spawn(async move {
         let mut messages = second.messages().await.unwrap();
         while let Some(Ok(msg)) = messages.next().await {
-            let now = GoTime::now();
-            let event = CompletionEvent {
-                flow_run_id: "r".into(),
-                flow_id: "raw".into(),
-                flow_version: 1,
-                node_id: "b".into(),
-                node_type: "action".into(),
-                service: "raw".into(),
-                started_at: now,
-                finished_at: now,
-                status: "succeeded".into(),
-                ..Default::default()
-            };
             publisher
-                .publish("raw.events", event.to_json().unwrap().into())
+                .publish("raw.events", bench::raw_event("b").into())
                 .await
                 .unwrap();
             msg.ack().await.unwrap();
@@ -101,25 +85,18 @@ async fn raw_pipeline(client: &async_nats::Client) -> async_nats::Subscriber {
 }
 
 /// A no-op service `name` on `<name>.inbound`.
-async fn service(url: &str, name: &str, action: &str) -> RunningService {
-    Service::builder(name, "1.0.0")
-        .action(
-            ActionDef::new(action, |v: Value, _ctx: ActionContext| async move {
-                Ok::<_, ActionError>(v)
-            })
-            .result_event(ResultEventConfig::Off),
-        )
-        .nats_source("nats", format!("{name}.inbound"))
-        .config(RuntimeConfig {
+async fn hop_service(url: &str, name: &str, action: &str) -> RunningService {
+    bench::noop_service(
+        name,
+        action,
+        &format!("{name}.inbound"),
+        RuntimeConfig {
             nats_url: Some(url.to_owned()),
             heartbeat_interval: Some(Duration::from_secs(5)),
             ..Default::default()
-        })
-        .build()
-        .unwrap()
-        .start()
-        .await
-        .unwrap()
+        },
+    )
+    .await
 }
 
 /// The runtime's hop: services `hopa` and `hopb` on the flow `in → a → inb → b`, with a stand-in
@@ -168,8 +145,8 @@ async fn runtime_pipeline(
         .unwrap();
     transport::round_trip(client).await.unwrap();
     let services = vec![
-        service(url, "hopa", "a").await,
-        service(url, "hopb", "b").await,
+        hop_service(url, "hopa", "a").await,
+        hop_service(url, "hopb", "b").await,
     ];
     (services, events)
 }

@@ -14,13 +14,10 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::PullConsumer};
 use futures::StreamExt;
-use serde_json::{Value, json};
+use serde_json::json;
 use triggers_integration::{bench, config, lab};
 use triggers_sdk::flow::Flow;
-use triggers_sdk::runtime::{
-    ActionContext, ActionDef, ActionError, ResultEventConfig, RuntimeConfig, Service,
-};
-use triggers_sdk::wire::GoTime;
+use triggers_sdk::runtime::RuntimeConfig;
 
 const CONCURRENCY: usize = 64;
 
@@ -115,21 +112,8 @@ async fn raw_with(url: &str, n: usize, round: usize, event: bool) -> Duration {
             let events_subject = events_subject.clone();
             tokio::spawn(async move {
                 if event {
-                    let now = GoTime::now();
-                    let ev = triggers_sdk::wire::CompletionEvent {
-                        flow_run_id: "r".into(),
-                        flow_id: "f".into(),
-                        flow_version: 1,
-                        node_id: "noop".into(),
-                        node_type: "action".into(),
-                        service: "raw".into(),
-                        started_at: now,
-                        finished_at: now,
-                        status: "succeeded".into(),
-                        ..Default::default()
-                    };
                     publisher
-                        .publish(events_subject, ev.to_json().unwrap().into())
+                        .publish(events_subject, bench::raw_event("noop").into())
                         .await
                         .unwrap();
                 }
@@ -154,24 +138,17 @@ async fn raw_with(url: &str, n: usize, round: usize, event: bool) -> Duration {
 async fn with_emulator(lab: &triggers_emulator::Harness, n: usize, round: usize) -> Duration {
     let service_name = format!("bench{round}");
     let inbound = format!("bench{round}.inbound");
-    let running = Service::builder(service_name.clone(), "1.0.0")
-        .action(
-            ActionDef::new("noop", |v: Value, _ctx: ActionContext| async move {
-                Ok::<_, ActionError>(v)
-            })
-            .result_event(ResultEventConfig::Off),
-        )
-        .nats_source("nats", inbound.clone())
-        .config(RuntimeConfig {
+    let running = bench::noop_service(
+        &service_name,
+        "noop",
+        &inbound,
+        RuntimeConfig {
             max_concurrency: Some(CONCURRENCY),
             heartbeat_interval: Some(Duration::from_secs(5)),
             ..config(lab)
-        })
-        .build()
-        .unwrap()
-        .start()
-        .await
-        .unwrap();
+        },
+    )
+    .await;
     let flow: Flow = serde_json::from_value(json!({"id": service_name, "nodes": [
         {"id": "in", "type": "service-in", "service": service_name},
         {"id": "noop", "type": "action", "service": service_name, "action": "noop"}
@@ -320,24 +297,17 @@ async fn runtime_alone(url: &str, n: usize, round: usize) -> Duration {
                 .unwrap();
         }
     });
-    let running = Service::builder(service_name.clone(), "1.0.0")
-        .action(
-            ActionDef::new("noop", |v: Value, _ctx: ActionContext| async move {
-                Ok::<_, ActionError>(v)
-            })
-            .result_event(ResultEventConfig::Off),
-        )
-        .nats_source("nats", inbound.clone())
-        .config(RuntimeConfig {
+    let running = bench::noop_service(
+        &service_name,
+        "noop",
+        &inbound,
+        RuntimeConfig {
             nats_url: Some(url.to_owned()),
             max_concurrency: Some(CONCURRENCY),
             ..Default::default()
-        })
-        .build()
-        .unwrap()
-        .start()
-        .await
-        .unwrap();
+        },
+    )
+    .await;
     let mut events = client
         .subscribe(format!("triggers.v2.flow.events.{service_name}"))
         .await

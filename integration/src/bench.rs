@@ -1,10 +1,15 @@
 //! What the benches share: their arguments, a bare nats-server, and the envelope a trigger
 //! carries (so that the raw baselines publish messages as large as the runtime's).
 
+use serde_json::Value;
 use triggers_emulator::{Backend, NatsConfig, NatsServer};
+use triggers_sdk::runtime::{
+    ActionContext, ActionDef, ActionError, ResultEventConfig, RunningService, RuntimeConfig,
+    Service,
+};
 use triggers_sdk::transport;
 use triggers_sdk::wire::header::names;
-use triggers_sdk::wire::{Envelope, GoTime};
+use triggers_sdk::wire::{CompletionEvent, Envelope, GoTime};
 
 /// The bench's numeric arguments (after `--`), and whether it measures: `cargo bench` passes
 /// `--bench`; `cargo test --all-targets` does not, and then a bench makes a small run that only
@@ -69,4 +74,55 @@ pub fn envelope_headers(flow: &str, version: i64, run_id: &str, n: usize) -> asy
     let mut h = e.to_headers();
     h.insert(names::NATS_MSG_ID, e.nats_msg_id());
     transport::to_nats(&h).expect("valid envelope headers")
+}
+
+/// A service `name` with one no-op `action` (its input is its result), consuming `inbound`,
+/// started with `config`.
+///
+/// # Panics
+/// When it cannot start.
+pub async fn noop_service(
+    name: &str,
+    action: &str,
+    inbound: &str,
+    config: RuntimeConfig,
+) -> RunningService {
+    Service::builder(name, "1.0.0")
+        .action(
+            ActionDef::new(action, |v: Value, _ctx: ActionContext| async move {
+                Ok::<_, ActionError>(v)
+            })
+            .result_event(ResultEventConfig::Off),
+        )
+        .nats_source("nats", inbound)
+        .config(config)
+        .build()
+        .expect("a no-op service")
+        .start()
+        .await
+        .expect("the no-op service starts")
+}
+
+/// The completion event the raw baselines publish: node `node` succeeded, as large as the
+/// runtime's.
+///
+/// # Panics
+/// Never (the event always encodes).
+#[must_use]
+pub fn raw_event(node: &str) -> Vec<u8> {
+    let now = GoTime::now();
+    CompletionEvent {
+        flow_run_id: "r".into(),
+        flow_id: "raw".into(),
+        flow_version: 1,
+        node_id: node.into(),
+        node_type: "action".into(),
+        service: "raw".into(),
+        started_at: now,
+        finished_at: now,
+        status: "succeeded".into(),
+        ..Default::default()
+    }
+    .to_json()
+    .expect("an event encodes")
 }

@@ -292,11 +292,6 @@ mod tests {
         }
         assert_eq!(drops.count(), 3);
     }
-}
-
-#[cfg(test)]
-mod patience {
-    use super::*;
 
     #[derive(Debug)]
     struct Failure {

@@ -38,7 +38,7 @@ tokio::task_local! {
 /// PING goes out behind it, and the server reads a connection in order) confirms it, and so does
 /// the ack of a JetStream publish sent after it. Deliveries waiting at once share one flush
 /// rather than each making its own.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Confirmer {
     /// Plain publishes queued on the connection, numbered from 1.
     sent: std::sync::atomic::AtomicU64,
@@ -46,16 +46,6 @@ pub(crate) struct Confirmer {
     confirmed: tokio::sync::watch::Sender<u64>,
     /// A flush is on its way.
     flushing: std::sync::atomic::AtomicBool,
-}
-
-impl Default for Confirmer {
-    fn default() -> Self {
-        Confirmer {
-            sent: std::sync::atomic::AtomicU64::new(0),
-            confirmed: tokio::sync::watch::channel(0).0,
-            flushing: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
 }
 
 impl Confirmer {
