@@ -133,16 +133,29 @@ fn pages() {
     snapshot("service_page", &model);
 }
 
-/// Nodes no run reached in this session are dimmed and marked `○`, with a legend: `refund`'s
-/// output (its one run is still retrying the action); none of `order` v3 (its runs reached each,
-/// the timer's resume included).
+/// Nodes no run reached in this session are dimmed and marked `○`, edges none took drawn `╌▷`,
+/// with a legend: `refund`'s output and the edge to it (its one run is still retrying the
+/// action); none of `order` v3 (its runs reached each node and took each edge, the timer's
+/// resume included).
 #[test]
 fn nodes_not_run_yet() {
     let model = full();
-    let ran = &model.ran[&("order".to_owned(), 3)];
-    assert_eq!(ran.len(), 6, "{ran:?}");
-    let ran: Vec<_> = model.ran[&("refund".to_owned(), 1)].iter().collect();
+    let order = &model.ran[&("order".to_owned(), 3)];
+    assert_eq!(order.nodes.len(), 6, "{order:?}");
+    let flow = model.flows["order"].flow.as_ref().unwrap();
+    assert_eq!(order.edges.len(), flow.body.edges.len(), "{order:?}");
+    let refund = &model.ran[&("refund".to_owned(), 1)];
+    let ran: Vec<_> = refund.nodes.iter().collect();
     assert_eq!(ran, ["refund", "rin"]);
+    let flow = model.flows["refund"].flow.as_ref().unwrap();
+    let taken: Vec<_> = flow
+        .body
+        .edges
+        .iter()
+        .filter(|e| refund.edges.contains(&e.id))
+        .map(|e| (e.from.as_str(), e.to.as_str()))
+        .collect();
+    assert_eq!(taken, [("rin", "refund")]);
     let mut model = full();
     keys(&mut model, "2j");
     snapshot("flows_not_run", &model);

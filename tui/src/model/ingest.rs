@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use triggers_emulator::control::StateSummary;
 use triggers_emulator::recorder::{Record, RecordKind, Run, RunStatus, TimelineEntry};
-use triggers_sdk::flow::{Flow, NodeType};
+use triggers_sdk::flow::{Flow, Node, NodeType};
 use triggers_sdk::wire::header::names;
 use triggers_sdk::wire::subject::LockedSubject;
 use triggers_sdk::wire::{
@@ -103,7 +103,7 @@ impl Model {
                 engine_step(run, event.seq, node, "service-in", "triggered", clock);
                 let version = run.flow_version;
                 if let Some(entry) = &entry {
-                    self.note_ran(flow_id, version, entry, "triggered");
+                    self.note_ran(run_id, flow_id, version, entry, "triggered");
                 }
                 run_changed = true;
             }
@@ -115,7 +115,7 @@ impl Model {
                     engine_step(run, event.seq, node_id, "timer", "armed", clock);
                     refresh_status(run, clock);
                     let (flow_id, version) = (run.flow_id.clone(), run.flow_version);
-                    self.note_ran(&flow_id, version, node_id, "armed");
+                    self.note_ran(run_id, &flow_id, version, node_id, "armed");
                     run_changed = true;
                 }
             }
@@ -126,7 +126,7 @@ impl Model {
                     run.timers = run.timers.saturating_sub(1);
                     engine_step(run, event.seq, node_id, "timer", "fired", clock);
                     let (flow_id, version) = (run.flow_id.clone(), run.flow_version);
-                    self.note_ran(&flow_id, version, node_id, "fired");
+                    self.note_ran(run_id, &flow_id, version, node_id, "fired");
                     run_changed = true;
                 }
             }
@@ -285,6 +285,7 @@ impl Model {
         }
         let passive = self.mode == Mode::Passive;
         self.note_ran(
+            &event.flow_run_id,
             &event.flow_id,
             event.flow_version,
             &event.node_id,
@@ -411,7 +412,13 @@ impl Model {
     /// Replaces a run with the emulator's full account of it (fetched on drill-in).
     pub(crate) fn apply_run(&mut self, run: Run) {
         for e in &run.timeline {
-            self.note_ran(&run.flow_id, run.flow_version, &e.node_id, &e.status);
+            self.note_ran(
+                &run.id,
+                &run.flow_id,
+                run.flow_version,
+                &e.node_id,
+                &e.status,
+            );
         }
         let row = self.run_mut(&run.id, &run.flow_id, run.flow_version, run.started_at);
         row.from_emulator = true;
@@ -548,28 +555,66 @@ impl MaxTime for Option<GoTime> {
 }
 
 impl Model {
-    /// Remembers for the rest of the session that `node` of the flow version ran (its graph
-    /// marks the nodes no run reached). A dead-lettered delivery is not running; a timer that
-    /// fired also ran the service-in it resumes into, which sends no event of its own.
-    fn note_ran(&mut self, flow_id: &str, version: i64, node: &str, status: &str) {
-        if status == "dead_lettered" || flow_id.is_empty() {
+    /// Remembers for the rest of the session that `node` of the flow version ran in `run_id`,
+    /// and which edges into and out of it that run took (its graph marks the nodes and edges no
+    /// run reached). A dead-lettered delivery is not running; a timer that fired also ran the
+    /// service-in it resumes into, which sends no event of its own.
+    fn note_ran(&mut self, run_id: &str, flow_id: &str, version: i64, node: &str, status: &str) {
+        if flow_id.is_empty() {
             return;
         }
-        let mut ran = vec![node.to_owned()];
-        if status == "fired"
-            && let Some(flow) = self.flows.get(flow_id).and_then(|f| f.flow.as_ref())
-        {
-            ran.extend(
-                flow.successors(node)
-                    .filter(|(_, n)| n.node_type == NodeType::ServiceIn)
-                    .map(|(_, n)| n.id.clone()),
-            );
+        let flow = self.flows.get(flow_id).and_then(|f| f.flow.clone());
+        let timeline: Vec<(String, String)> = self
+            .run_index
+            .get(run_id)
+            .and_then(|abs| self.runs.get_abs(*abs))
+            .map(|run| {
+                run.timeline
+                    .iter()
+                    .map(|t| (t.node_id.clone(), t.status.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let in_run =
+            |id: &str, test: fn(&str) -> bool| timeline.iter().any(|(n, s)| n == id && test(s));
+        let covered = self.ran.entry((flow_id.to_owned(), version)).or_default();
+        if status != "dead_lettered" {
+            covered.nodes.insert(node.to_owned());
         }
-        self.ran
-            .entry((flow_id.to_owned(), version))
-            .or_default()
-            .extend(ran);
+        let Some(flow) = flow.filter(|f| f.version == version) else {
+            return;
+        };
+        // A service-in a fired timer resumed into passed its output on without an event.
+        let passed = |n: &Node| {
+            in_run(&n.id, passed_on)
+                || (n.node_type == NodeType::ServiceIn
+                    && flow.predecessors(&n.id).any(|(_, p)| {
+                        p.node_type == NodeType::Timer && in_run(&p.id, |s| s == "fired")
+                    }))
+        };
+        // Any event of a node (a retry too) says a predecessor's output reached it.
+        for (edge, from) in flow.predecessors(node) {
+            if passed(from) {
+                covered.edges.insert(edge.id.clone());
+            }
+        }
+        if passed_on(status) {
+            for (edge, to) in flow.successors(node) {
+                let resumed = status == "fired" && to.node_type == NodeType::ServiceIn;
+                if resumed {
+                    covered.nodes.insert(to.id.clone());
+                }
+                if resumed || in_run(&to.id, |_| true) {
+                    covered.edges.insert(edge.id.clone());
+                }
+            }
+        }
     }
+}
+
+/// A node with this status passed its output on to its successors.
+fn passed_on(status: &str) -> bool {
+    matches!(status, "succeeded" | "triggered" | "fired")
 }
 
 fn engine_step(run: &mut RunRow, seq: u64, node: &str, node_type: &str, status: &str, at: GoTime) {
@@ -602,5 +647,66 @@ fn refresh_status(run: &mut RunRow, now: GoTime) {
         run.settled_at = Some(now);
     } else if !run.status.is_settled() {
         run.settled_at = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::{at_ms, empty_model};
+    use crate::model::Mode;
+    use crate::theme::Theme;
+
+    fn event(run: &str, node: &str, status: &str) -> CompletionEvent {
+        CompletionEvent {
+            flow_run_id: run.into(),
+            flow_id: "diamond".into(),
+            flow_version: 1,
+            node_id: node.into(),
+            node_type: "action".into(),
+            service: "s".into(),
+            started_at: at_ms(0),
+            finished_at: at_ms(1),
+            status: status.into(),
+            error: String::new(),
+            trace_id: String::new(),
+        }
+    }
+
+    /// A node reached by two edges ran, but only through the edge whose source passed its
+    /// output on: the other edge is not taken, whatever order the events came in.
+    #[test]
+    fn an_edge_into_a_node_that_ran_is_taken_only_from_a_node_that_passed_on() {
+        let flow: Flow = serde_json::from_value(serde_json::json!({"id": "diamond", "version": 1,
+            "nodes": [
+                {"id": "in", "type": "service-in", "service": "s"},
+                {"id": "a", "type": "action", "service": "s", "action": "a"},
+                {"id": "b", "type": "action", "service": "s", "action": "b"},
+                {"id": "c", "type": "action", "service": "s", "action": "c"}],
+            "edges": [
+                {"id": "in-a", "from": "in", "to": "a"}, {"id": "in-b", "from": "in", "to": "b"},
+                {"id": "a-c", "from": "a", "to": "c"}, {"id": "b-c", "from": "b", "to": "c"}]}))
+        .expect("a flow");
+        for order in [["a", "b", "c"], ["c", "b", "a"]] {
+            let mut model = empty_model(Mode::Control, Theme::colored());
+            let row = model.flow_row("diamond");
+            row.version = 1;
+            row.flow = Some(flow.clone());
+            let run = model.run_mut("r1", "diamond", 1, at_ms(0));
+            engine_step(run, 1, "in", "service-in", "triggered", at_ms(0));
+            model.note_ran("r1", "diamond", 1, "in", "triggered");
+            for (seq, node) in order.iter().enumerate() {
+                let status = if *node == "a" { "failed" } else { "succeeded" };
+                model.completion(&event("r1", node, status), seq as u64 + 2);
+            }
+            let covered = &model.ran[&("diamond".to_owned(), 1)];
+            let edges: Vec<&str> = covered.edges.iter().map(String::as_str).collect();
+            assert_eq!(
+                edges,
+                ["b-c", "in-a", "in-b"],
+                "events in the order {order:?}"
+            );
+            assert_eq!(covered.nodes.len(), 4);
+        }
     }
 }

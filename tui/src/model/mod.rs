@@ -367,6 +367,15 @@ impl Default for ModelConfig {
     }
 }
 
+/// What of one flow version ran in this session: its nodes, and its edges taken (an edge
+/// `a -> b` is taken in a run where `a` passed its output on and `b` was reached, the rule of
+/// `run --coverage`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Covered {
+    pub(crate) nodes: BTreeSet<String>,
+    pub(crate) edges: BTreeSet<String>,
+}
+
 /// Everything the screen shows.
 #[derive(Debug)]
 pub struct Model {
@@ -382,9 +391,9 @@ pub struct Model {
     pub(crate) services: BTreeMap<String, ServiceRow>,
     pub(crate) flows: BTreeMap<String, FlowRow>,
     pub(crate) runs: Ring<RunRow>,
-    /// The nodes that ran, per flow id and version, over the whole session (runs dropped off
-    /// `runs` included): the flow graph marks the others as not run yet.
-    pub(crate) ran: BTreeMap<(String, i64), BTreeSet<String>>,
+    /// The nodes that ran and the edges taken, per flow id and version, over the whole session
+    /// (runs dropped off `runs` included): the flow graph marks the others as not run yet.
+    pub(crate) ran: BTreeMap<(String, i64), Covered>,
     pub(crate) run_index: HashMap<String, u64>,
     pub(crate) events: Ring<Event>,
     pub(crate) dlq: Ring<DlqRow>,

@@ -13,7 +13,7 @@ use triggers_sdk::flow::{Flow, Node, NodeType, timer_delay_ms};
 use super::lists::ListTable;
 use super::{liveness_text, run_status_text};
 use crate::format::{clock_time, duration_ns, one_line, pretty_json, span_ns};
-use crate::model::{Detail, DlqRow, Event, ListId, Model, Page, ViolationRow};
+use crate::model::{Covered, Detail, DlqRow, Event, ListId, Model, Page, ViolationRow};
 use crate::theme::Theme;
 
 pub(crate) fn draw_timeline(model: &Model, run_id: &str, frame: &mut Frame, area: Rect) {
@@ -332,11 +332,14 @@ fn node_label(n: &Node) -> String {
 
 /// What marks a node no run reached in this session, in the graph and its legend.
 pub(crate) const NOT_RUN: &str = "○";
+/// The arrow of an edge no run took in this session (a taken one is `─▶`).
+pub(crate) const NOT_TAKEN: &str = "╌▷";
 
 /// The flow as a tree of text from its entry points: each edge `└─▶`, a node reached again
-/// marked `↺`, nodes no entry reaches listed as roots of their own. With `ran` (the nodes some
-/// run reached), the others are marked [`NOT_RUN`]; each line says whether it was.
-pub(crate) fn flow_graph(flow: &Flow, ran: Option<&BTreeSet<String>>) -> Vec<(String, bool)> {
+/// marked `↺`, nodes no entry reaches listed as roots of their own. With `ran` (what some run
+/// reached), the nodes not run are marked [`NOT_RUN`] and the edges not taken drawn
+/// [`NOT_TAKEN`]; each line says whether it shows either.
+pub(crate) fn flow_graph(flow: &Flow, ran: Option<&Covered>) -> Vec<(String, bool)> {
     let mut out = Vec::new();
     let mut seen = BTreeSet::new();
     let entries: Vec<&Node> = flow.entry_points().collect();
@@ -354,11 +357,11 @@ pub(crate) fn flow_graph(flow: &Flow, ran: Option<&BTreeSet<String>>) -> Vec<(St
 }
 
 /// The flow graph of `flow` as the views show it: nodes no run of this version reached in this
-/// session dimmed and marked, with a legend when there are any.
+/// session, and edges none took, dimmed and marked, with a legend when there are any.
 pub(crate) fn graph_lines(model: &Model, flow: &Flow, indent: &str) -> Vec<Line<'static>> {
     let t = model.theme;
     let ran = model.ran.get(&(flow.id.clone(), flow.version));
-    let empty = BTreeSet::new();
+    let empty = Covered::default();
     let lines = flow_graph(flow, Some(ran.unwrap_or(&empty)));
     let any_not_run = lines.iter().any(|(_, not_run)| *not_run);
     let mut out: Vec<Line<'static>> = lines
@@ -375,7 +378,7 @@ pub(crate) fn graph_lines(model: &Model, flow: &Flow, indent: &str) -> Vec<Line<
     if any_not_run {
         out.push(Line::styled(
             format!(
-                "{indent}{NOT_RUN} not run yet (no run of v{} reached it this session)",
+                "{indent}{NOT_RUN} not run yet, {NOT_TAKEN} not taken yet (by no run of v{} this session)",
                 flow.version
             ),
             t.dim(),
@@ -388,27 +391,28 @@ fn walk<'a>(
     flow: &'a Flow,
     node: &'a Node,
     prefix: &str,
-    branch: Option<(bool, bool)>,
-    ran: Option<&BTreeSet<String>>,
+    branch: Option<Branch>,
+    ran: Option<&Covered>,
     seen: &mut BTreeSet<&'a str>,
     out: &mut Vec<(String, bool)>,
 ) {
-    // `branch`: (is the last child, the edge carries a mapping).
-    let (lead, child_prefix) = match branch {
+    let arrow = |b: &Branch| if b.taken { "─▶" } else { NOT_TAKEN };
+    let (lead, child_prefix) = match &branch {
         None => (String::new(), String::new()),
-        Some((last, _)) => (
-            format!("{prefix}{}", if last { "└─▶ " } else { "├─▶ " }),
-            format!("{prefix}{}", if last { "    " } else { "│   " }),
+        Some(b) => (
+            format!("{prefix}{}{} ", if b.last { "└" } else { "├" }, arrow(b)),
+            format!("{prefix}{}", if b.last { "    " } else { "│   " }),
         ),
     };
-    let mapping = if branch.is_some_and(|(_, m)| m) {
+    let mapping = if branch.as_ref().is_some_and(|b| b.mapped) {
         " (mapped)"
     } else {
         ""
     };
-    let not_run = ran.is_some_and(|r| !r.contains(&node.id));
+    let not_run = ran.is_some_and(|r| !r.nodes.contains(&node.id));
+    let dim = not_run || branch.as_ref().is_some_and(|b| !b.taken);
     if !seen.insert(node.id.as_str()) {
-        out.push((format!("{lead}↺ {}{mapping}", node.id), not_run));
+        out.push((format!("{lead}↺ {}{mapping}", node.id), dim));
         return;
     }
     let mark = if not_run {
@@ -416,24 +420,28 @@ fn walk<'a>(
     } else {
         String::new()
     };
-    out.push((
-        format!("{lead}{mark}{}{mapping}", node_label(node)),
-        not_run,
-    ));
+    out.push((format!("{lead}{mark}{}{mapping}", node_label(node)), dim));
     if out.len() > 500 {
         return; // a flow this large is read on its page, not drawn
     }
     let children: Vec<_> = flow.successors(&node.id).collect();
     let n = children.len();
     for (i, (edge, next)) in children.into_iter().enumerate() {
-        walk(
-            flow,
-            next,
-            &child_prefix,
-            Some((i + 1 == n, edge.mapping.is_some())),
-            ran,
-            seen,
-            out,
-        );
+        let branch = Branch {
+            last: i + 1 == n,
+            mapped: edge.mapping.is_some(),
+            taken: ran.is_none_or(|r| r.edges.contains(&edge.id)),
+        };
+        walk(flow, next, &child_prefix, Some(branch), ran, seen, out);
     }
+}
+
+/// The edge a line of the graph is reached by.
+struct Branch {
+    /// The last of its node's successors.
+    last: bool,
+    /// The edge carries a mapping.
+    mapped: bool,
+    /// Some run took it (always, without coverage).
+    taken: bool,
 }
