@@ -46,11 +46,14 @@ fn golden(path: &Path, actual: &[u8]) {
 #[rstest]
 fn manifest_hash_cases(#[files("../testdata/manifests/*/manifest.json")] path: PathBuf) {
     let dir = path.parent().unwrap();
-    let manifest = Manifest::from_json(&fs::read(&path).unwrap()).unwrap();
+    let bytes = fs::read(&path).unwrap();
+    let manifest = Manifest::from_json(&bytes).unwrap();
     let canonical = manifest.hash_input().unwrap();
     golden(&dir.join("canonical.json"), &canonical);
     let hash = manifest.compute_hash().unwrap();
     golden(&dir.join("hash.txt"), format!("{hash}\n").as_bytes());
+    // The CLI's path, from the text: the same hash.
+    assert_eq!(Manifest::hash_of_json(&bytes), Some(hash.clone()));
     // The whole manifest re-encodes and decodes to the same value (catalog fields included).
     let again = Manifest::from_json(&manifest.to_json().unwrap()).unwrap();
     assert_eq!(again.compute_hash().unwrap(), hash);

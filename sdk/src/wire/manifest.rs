@@ -336,8 +336,8 @@ impl<T: Serialize> Serialize for NilIfEmpty<T> {
 }
 
 #[derive(Serialize)]
-struct HashInput<'a> {
-    actions: NilIfEmpty<HashAction<'a>>,
+struct HashInput<'a, 'v, S> {
+    actions: NilIfEmpty<&'v HashAction<'a, S>>,
     service_sources: NilIfEmpty<&'a ServiceSource>,
     supports_nodes: NilIfEmpty<&'a str>,
     #[serde(skip_serializing_if = "is_false")]
@@ -348,16 +348,61 @@ struct HashInput<'a> {
     runtime_lookups: Option<NilIfEmpty<HashLookup<'a>>>,
 }
 
+/// One action as hashed; `S` writes a schema (a decoded map, or the text of one: see
+/// `manifest_hash`).
 #[derive(Serialize)]
-struct HashAction<'a> {
-    name: &'a str,
-    #[serde(serialize_with = "go_object")]
-    input_schema: &'a Option<Map<String, Value>>,
-    #[serde(serialize_with = "go_object")]
-    result_schema: &'a Option<Map<String, Value>>,
-    timeout_ms: i64,
-    retry: &'a Retry,
-    dlq: &'a str,
+pub(super) struct HashAction<'a, S> {
+    pub(super) name: &'a str,
+    pub(super) input_schema: S,
+    pub(super) result_schema: S,
+    pub(super) timeout_ms: i64,
+    pub(super) retry: &'a Retry,
+    pub(super) dlq: &'a str,
+}
+
+/// A decoded schema as hashed: keys sorted, numbers through `float64`.
+struct GoObject<'a>(&'a Option<Map<String, Value>>);
+
+impl Serialize for GoObject<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        go_object(self.0, serializer)
+    }
+}
+
+/// What is hashed besides the actions, borrowed from a decoded manifest (or its hashing view).
+pub(super) struct HashedParts<'a> {
+    pub(super) service_sources: &'a [ServiceSource],
+    pub(super) supports_nodes: &'a [String],
+    pub(super) supports_rate_limit: bool,
+    pub(super) runtime_capabilities: &'a [String],
+    pub(super) runtime_lookups: &'a [Lookup],
+}
+
+/// The hash input made of `actions` (sorted here) and `parts`: the one place its shape is
+/// written, whichever way the manifest was read.
+fn hash_input<'a, 'v, S: Serialize>(
+    actions: &'v mut [HashAction<'a, S>],
+    parts: &HashedParts<'a>,
+) -> HashInput<'a, 'v, S> {
+    // Stable, so equal names (which validation refuses) keep their order.
+    actions.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
+    let lookups: Vec<HashLookup<'_>> = sorted_by_name(parts.runtime_lookups, |l| &l.name)
+        .into_iter()
+        .map(|l| HashLookup {
+            name: &l.name,
+            params: NilIfEmpty(sorted_by_name(&l.params, |f| &f.name)),
+            result_fields: NilIfEmpty(sorted_by_name(&l.result_fields, |f| &f.name)),
+        })
+        .collect();
+    HashInput {
+        actions: NilIfEmpty(actions.iter().collect()),
+        service_sources: NilIfEmpty(sorted_by_name(parts.service_sources, |s| &s.name)),
+        supports_nodes: NilIfEmpty(sorted_strings(parts.supports_nodes)),
+        supports_rate_limit: parts.supports_rate_limit,
+        runtime_capabilities: (!parts.runtime_capabilities.is_empty())
+            .then(|| NilIfEmpty(sorted_strings(parts.runtime_capabilities))),
+        runtime_lookups: (!lookups.is_empty()).then_some(NilIfEmpty(lookups)),
+    }
 }
 
 #[derive(Serialize)]
@@ -365,6 +410,16 @@ struct HashLookup<'a> {
     name: &'a str,
     params: NilIfEmpty<&'a InputField>,
     result_fields: NilIfEmpty<&'a InputField>,
+}
+
+/// `sha256:<64 lowercase hex>` of the hash input made of `actions` and `parts`, its bytes
+/// written straight into the digest.
+pub(super) fn hash_text<'a, S: Serialize>(
+    mut actions: Vec<HashAction<'a, S>>,
+    parts: &HashedParts<'a>,
+) -> Result<String, JsonError> {
+    let digest = json::sha256(&hash_input(&mut actions, parts))?;
+    Ok(format!("sha256:{}", hex::encode(digest)))
 }
 
 fn sorted_by_name<T>(items: &[T], name: impl Fn(&T) -> &str) -> Vec<&T> {
@@ -402,39 +457,32 @@ impl Manifest {
     /// # Errors
     /// Only for values JSON cannot carry (a NaN or infinite backoff factor).
     pub fn hash_input(&self) -> Result<Vec<u8>, JsonError> {
-        json::to_vec(&self.hash_view())
+        let mut actions = self.hashed_actions();
+        json::to_vec(&hash_input(&mut actions, &self.hashed_parts()))
     }
 
-    /// The hashed subset, borrowed from the manifest and sorted: [`Manifest::hash_input`] writes
-    /// it, [`Manifest::compute_hash`] hashes it as it is written (the same writer either way).
-    fn hash_view(&self) -> HashInput<'_> {
-        let actions = sorted_by_name(&self.actions, |a| &a.name)
-            .into_iter()
+    /// The hashed part of each action, borrowed from the manifest.
+    fn hashed_actions(&self) -> Vec<HashAction<'_, GoObject<'_>>> {
+        self.actions
+            .iter()
             .map(|a| HashAction {
                 name: &a.name,
-                input_schema: &a.input_schema,
-                result_schema: &a.result_schema,
+                input_schema: GoObject(&a.input_schema),
+                result_schema: GoObject(&a.result_schema),
                 timeout_ms: a.timeout_ms,
                 retry: &a.retry,
                 dlq: &a.dlq,
             })
-            .collect();
-        let lookups: Vec<HashLookup<'_>> = sorted_by_name(&self.runtime_lookups, |l| &l.name)
-            .into_iter()
-            .map(|l| HashLookup {
-                name: &l.name,
-                params: NilIfEmpty(sorted_by_name(&l.params, |f| &f.name)),
-                result_fields: NilIfEmpty(sorted_by_name(&l.result_fields, |f| &f.name)),
-            })
-            .collect();
-        HashInput {
-            actions: NilIfEmpty(actions),
-            service_sources: NilIfEmpty(sorted_by_name(&self.service_sources, |s| &s.name)),
-            supports_nodes: NilIfEmpty(sorted_strings(&self.supports_nodes)),
+            .collect()
+    }
+
+    fn hashed_parts(&self) -> HashedParts<'_> {
+        HashedParts {
+            service_sources: &self.service_sources,
+            supports_nodes: &self.supports_nodes,
             supports_rate_limit: self.supports_rate_limit,
-            runtime_capabilities: (!self.runtime_capabilities.is_empty())
-                .then(|| NilIfEmpty(sorted_strings(&self.runtime_capabilities))),
-            runtime_lookups: (!lookups.is_empty()).then_some(NilIfEmpty(lookups)),
+            runtime_capabilities: &self.runtime_capabilities,
+            runtime_lookups: &self.runtime_lookups,
         }
     }
 
@@ -443,8 +491,7 @@ impl Manifest {
     /// # Errors
     /// As [`Manifest::hash_input`].
     pub fn compute_hash(&self) -> Result<String, JsonError> {
-        let digest = json::sha256(&self.hash_view())?;
-        Ok(format!("sha256:{}", hex::encode(digest)))
+        hash_text(self.hashed_actions(), &self.hashed_parts())
     }
 
     /// Sets `manifest_hash` to the computed hash.

@@ -12,6 +12,7 @@ pub mod header;
 pub mod idempotency;
 pub mod json;
 pub mod manifest;
+mod manifest_hash;
 pub mod result_event;
 pub mod schema;
 pub mod shapes;

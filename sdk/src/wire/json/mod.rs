@@ -20,6 +20,7 @@ use serde_json::Value;
 
 use crate::error::JsonError;
 
+mod canon;
 mod raw;
 mod writer;
 
@@ -110,6 +111,22 @@ impl Serialize for GoAny<'_> {
                 m.end()
             }
         }
+    }
+}
+
+/// JSON text that serialises, through this module's writer, as Go's re-encoding of it decoded
+/// into `any` (what [`GoAny`] writes for the decoded value), without decoding it into a tree.
+/// Writing fails with [`JsonError::Custom`] where the text holds something the fast path leaves
+/// to a real decode (see `canon`); other serializers see a newtype around a string.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GoAnyText<'a>(pub(crate) &'a str);
+
+/// The newtype name [`GoAnyText`] is recognised by.
+const GO_ANY_TEXT_TOKEN: &str = "$triggers::GoAnyText";
+
+impl Serialize for GoAnyText<'_> {
+    fn serialize<S: ser::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_newtype_struct(GO_ANY_TEXT_TOKEN, self.0)
     }
 }
 

@@ -5,8 +5,9 @@ use std::fmt::Display;
 use serde::ser::{self, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::canon::go_any_text;
 use super::raw::{SERDE_JSON_RAW_TOKEN, compact_into};
-use super::{push_f32, push_f64, push_str};
+use super::{GO_ANY_TEXT_TOKEN, push_f32, push_f64, push_str};
 use crate::error::JsonError;
 
 impl ser::Error for JsonError {
@@ -19,6 +20,9 @@ pub(super) struct Writer {
     pub(super) out: Vec<u8>,
     /// Set for [`RawJson`]'s field: the next string is JSON text to copy, not to quote.
     raw_next: bool,
+    /// Set for [`GoAnyText`](super::GoAnyText): the next string is JSON text to re-encode as Go
+    /// would after decoding it into `any`.
+    go_any_next: bool,
     /// When hashing: where `out` is drained to, so a large document is never held whole.
     pub(super) digest: Option<Sha256>,
     /// Maps being written: their entries may still be reordered, so `out` is not drained then.
@@ -73,6 +77,7 @@ impl Writer {
         Writer {
             out: Vec::with_capacity(128),
             raw_next: false,
+            go_any_next: false,
             digest: None,
             maps_open: 0,
         }
@@ -198,6 +203,10 @@ impl<'w> ser::Serializer for &'w mut Writer {
     fn serialize_str(self, v: &str) -> Result<(), JsonError> {
         if std::mem::take(&mut self.raw_next) {
             compact_into(&mut self.out, v);
+        } else if std::mem::take(&mut self.go_any_next) {
+            go_any_text(&mut self.out, v.as_bytes()).ok_or_else(|| {
+                JsonError::Custom("JSON text left to a full decode (see wire::json::canon)".into())
+            })?;
         } else {
             push_str(&mut self.out, v);
         }
@@ -233,9 +242,10 @@ impl<'w> ser::Serializer for &'w mut Writer {
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
         self,
-        _name: &'static str,
+        name: &'static str,
         value: &T,
     ) -> Result<(), JsonError> {
+        self.go_any_next = name == GO_ANY_TEXT_TOKEN;
         value.serialize(self)
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
