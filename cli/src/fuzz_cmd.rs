@@ -104,6 +104,7 @@ pub(crate) async fn fuzz(args: FuzzArgs) -> Result<()> {
         seed,
         invalid: args.invalid,
         run_timeout: args.run_timeout,
+        shrink_time: triggers_scenarios::fuzz::SHRINK_TIME,
     };
     eprintln!(
         "fuzzing {}.{}: {} input(s), seed {seed}{}",

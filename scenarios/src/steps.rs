@@ -458,6 +458,7 @@ async fn fuzz(lab: &Lab<'_>, f: &crate::model::FuzzStep) -> StepResult {
         seed: f.seed.unwrap_or(1),
         invalid: f.invalid,
         run_timeout: f.run_timeout.map_or(lab.scenario.step_timeout, |d| d.0),
+        shrink_time: crate::fuzz::SHRINK_TIME,
     };
     let report = crate::fuzz::fuzz(lab.em(), &lab.hand, &config).await?;
     if report.failure.is_some() {

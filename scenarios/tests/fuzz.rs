@@ -63,6 +63,7 @@ fn config(action: &str, runs: u32, seed: u64, invalid: bool) -> FuzzConfig {
         seed,
         invalid,
         run_timeout: Duration::from_secs(10),
+        shrink_time: triggers_scenarios::fuzz::SHRINK_TIME,
     }
 }
 

@@ -234,6 +234,7 @@ async fn every_planted_bug_is_found_with_the_default_runs_and_shrunk_to_what_sho
             seed: 1,
             invalid: false,
             run_timeout: Duration::from_secs(10),
+            shrink_time: triggers_scenarios::fuzz::SHRINK_TIME,
         };
         let report = fuzz(&lab, lab.client(), &config)
             .await
@@ -248,4 +249,87 @@ async fn every_planted_bug_is_found_with_the_default_runs_and_shrunk_to_what_sho
     }
     assert!(missed.is_empty(), "{}", missed.join("\n"));
     service.shutdown().await;
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Stall {
+    stall: bool,
+    a: Option<String>,
+    b: Option<String>,
+    c: Option<String>,
+}
+
+/// Never answers when `stall` is set: each smaller input that still stalls costs a whole run
+/// timeout.
+async fn stall(input: Stall, _: ActionContext) -> Result<Done, ActionError> {
+    let _ = (input.a, input.b, input.c);
+    if input.stall {
+        tokio::time::sleep(Duration::from_secs(120)).await;
+    }
+    done()
+}
+
+/// A bug that hangs is found, and its shrinking stops at its time budget and says so, rather
+/// than spending a run timeout on every smaller input for minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shrinking_an_input_that_hangs_stops_at_its_time_budget() {
+    let lab = Harness::start().await.expect("harness");
+    let service = Service::builder("staller", "1.0.0")
+        .action(
+            ActionDef::new("stall", stall)
+                .max_attempts(1)
+                .timeout(Duration::from_secs(300)),
+        )
+        .nats_source("inbound", "staller.inbound")
+        .config(RuntimeConfig {
+            nats_url: Some(lab.url().to_owned()),
+            ..RuntimeConfig::default()
+        })
+        .build()
+        .expect("valid service")
+        .start()
+        .await
+        .expect("the service starts");
+    lab.wait_for_registration("staller")
+        .await
+        .expect("registered");
+    let started = std::time::Instant::now();
+    let report = fuzz(
+        &lab,
+        lab.client(),
+        &FuzzConfig {
+            service: "staller".into(),
+            action: "stall".into(),
+            runs: DEFAULT_FUZZ_RUNS,
+            seed: 1,
+            invalid: false,
+            run_timeout: Duration::from_millis(400),
+            shrink_time: Duration::from_millis(500),
+        },
+    )
+    .await
+    .expect("the campaign runs");
+    let failure = report.failure.clone().expect("the hang is found");
+    assert!(
+        failure.reason.contains("did not settle"),
+        "{}",
+        failure.reason
+    );
+    assert_eq!(
+        failure.minimal["stall"],
+        json!(true),
+        "{}",
+        report.describe()
+    );
+    assert!(
+        report.describe().contains("shrinking stopped after 500ms"),
+        "{}",
+        report.describe()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(service); // its stalled handlers are abandoned with the test
 }

@@ -23,6 +23,11 @@ pub use generate::{Generator, Inputs};
 pub use shrink::shrink;
 pub use target::FuzzTarget;
 
+/// The most smaller inputs one failure's shrinking tries.
+const SHRINK_TRIES: u32 = 600;
+/// The longest one failure's shrinking takes, unless [`FuzzConfig::shrink_time`] says.
+pub const SHRINK_TIME: Duration = Duration::from_secs(120);
+
 /// What `fuzz` is asked to do.
 #[derive(Debug, Clone)]
 pub struct FuzzConfig {
@@ -39,6 +44,9 @@ pub struct FuzzConfig {
     pub invalid: bool,
     /// How long one run may take to settle.
     pub run_timeout: Duration,
+    /// The longest a failure's shrinking may take ([`SHRINK_TIME`] by default): an input that
+    /// hangs costs a whole `run_timeout` per smaller input tried.
+    pub shrink_time: Duration,
 }
 
 /// How a fuzz campaign went.
@@ -65,6 +73,9 @@ pub struct FuzzFailure {
     pub reason: String,
     /// Which run (0-based) found it.
     pub run: u32,
+    /// Why shrinking stopped before it ran out of smaller inputs (its time or try budget), if
+    /// it did: the minimal input may then not be the smallest.
+    pub shrinking_stopped: Option<String>,
 }
 
 impl FuzzReport {
@@ -77,10 +88,14 @@ impl FuzzReport {
                 self.runs, self.invalid_runs, self.seed
             ),
             Some(f) => format!(
-                "input {} fails: {}\n  (shrunk from {}, found at run {} of seed {}; the same seed reproduces it)",
+                "input {} fails: {}\n  (shrunk from {}{}, found at run {} of seed {}; the same seed reproduces it)",
                 serde_json::to_string(&f.minimal).unwrap_or_default(),
                 f.reason,
                 cut(&serde_json::to_string(&f.original).unwrap_or_default(), 200),
+                f.shrinking_stopped
+                    .as_ref()
+                    .map(|s| format!(", shrinking stopped {s}"))
+                    .unwrap_or_default(),
                 f.run + 1,
                 self.seed
             ),
@@ -246,15 +261,23 @@ pub async fn fuzz_target<T: FuzzTarget>(
             });
             let mut minimal = input.clone();
             let mut why = reason;
-            // Greedy shrinking, bounded: take the first smaller input that still fails, the
-            // same way (a valid input stays valid), until none does.
-            let mut budget = 600;
-            'shrinking: while budget > 0 {
+            // Greedy shrinking, bounded in tries and in time (an input that hangs costs a whole
+            // run timeout per try): take the first smaller input that still fails (a valid
+            // input stays valid), until none does.
+            let mut budget = SHRINK_TRIES;
+            let deadline = tokio::time::Instant::now() + config.shrink_time;
+            let mut stopped = None;
+            'shrinking: loop {
                 for candidate in shrink(&minimal) {
-                    budget -= 1;
                     if budget == 0 {
+                        stopped = Some(format!("after {SHRINK_TRIES} tries"));
                         break 'shrinking;
                     }
+                    if tokio::time::Instant::now() >= deadline {
+                        stopped = Some(format!("after {:?}", config.shrink_time));
+                        break 'shrinking;
+                    }
+                    budget -= 1;
                     let candidate_invalid = !inputs.accepts(&candidate);
                     if candidate_invalid != expect_invalid {
                         continue;
@@ -279,6 +302,7 @@ pub async fn fuzz_target<T: FuzzTarget>(
                     minimal,
                     reason: why,
                     run,
+                    shrinking_stopped: stopped,
                 }),
             });
         }
