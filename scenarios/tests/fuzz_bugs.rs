@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 use triggers_emulator::Harness;
 use triggers_scenarios::fuzz::{FuzzConfig, fuzz};
 use triggers_scenarios::model::DEFAULT_FUZZ_RUNS;
-use triggers_sdk::runtime::{ActionContext, ActionDef, ActionError, RuntimeConfig, Service};
+use triggers_sdk::runtime::{
+    ActionContext, ActionDef, ActionError, RunningService, RuntimeConfig, Service, ServiceBuilder,
+};
 
 #[derive(Deserialize, JsonSchema)]
 struct Text {
@@ -194,6 +196,22 @@ const BUGS: &[(&str, Check, &str)] = &[
     ),
 ];
 
+/// Starts the service on the lab's server and waits for its registration.
+async fn start(lab: &Harness, builder: ServiceBuilder, name: &str) -> RunningService {
+    let service = builder
+        .config(RuntimeConfig {
+            nats_url: Some(lab.url().to_owned()),
+            ..RuntimeConfig::default()
+        })
+        .build()
+        .expect("valid service")
+        .start()
+        .await
+        .expect("the service starts");
+    lab.wait_for_registration(name).await.expect("registered");
+    service
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_planted_bug_is_found_with_the_default_runs_and_shrunk_to_what_shows_it() {
     let lab = Harness::start().await.expect("harness");
@@ -212,19 +230,7 @@ async fn every_planted_bug_is_found_with_the_default_runs_and_shrunk_to_what_sho
         .action(ActionDef::new("no_note", no_note).max_attempts(1))
         .action(ActionDef::new("fraction", fraction).max_attempts(1));
     builder = builder.nats_source("inbound", "gallery.inbound");
-    let service = builder
-        .config(RuntimeConfig {
-            nats_url: Some(lab.url().to_owned()),
-            ..RuntimeConfig::default()
-        })
-        .build()
-        .expect("valid service")
-        .start()
-        .await
-        .expect("the service starts");
-    lab.wait_for_registration("gallery")
-        .await
-        .expect("registered");
+    let service = start(&lab, builder, "gallery").await;
     let mut missed = Vec::new();
     for (action, minimal_ok, reason) in BUGS {
         let config = FuzzConfig {
@@ -280,19 +286,8 @@ async fn shrinking_an_input_that_hangs_stops_at_its_time_budget() {
                 .max_attempts(1)
                 .timeout(Duration::from_secs(300)),
         )
-        .nats_source("inbound", "staller.inbound")
-        .config(RuntimeConfig {
-            nats_url: Some(lab.url().to_owned()),
-            ..RuntimeConfig::default()
-        })
-        .build()
-        .expect("valid service")
-        .start()
-        .await
-        .expect("the service starts");
-    lab.wait_for_registration("staller")
-        .await
-        .expect("registered");
+        .nats_source("inbound", "staller.inbound");
+    let service = start(&lab, service, "staller").await;
     let started = std::time::Instant::now();
     let report = fuzz(
         &lab,

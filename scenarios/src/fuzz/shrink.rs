@@ -103,25 +103,8 @@ mod tests {
         assert!(shrink(&json!("é")).contains(&json!("a")));
     }
 
-    /// Greedy shrinking of a float that fails above a bound ends close to the bound.
-    #[test]
-    fn a_float_is_shrunk_near_its_boundary() {
-        let fails = |v: &Value| v.as_f64().is_some_and(|f| f > 100.25);
-        let mut v = json!(123_456.789);
-        'outer: loop {
-            for c in shrink(&v) {
-                if fails(&c) {
-                    v = c;
-                    continue 'outer;
-                }
-            }
-            break;
-        }
-        // The smallest integer past it: simpler than any fraction.
-        assert_eq!(v, json!(101));
-        // Below 1, fractions are all there is: bisection gets close.
-        let fails = |v: &Value| v.as_f64().is_some_and(|f| f > 0.25);
-        let mut v = json!(0.987_654);
+    /// What greedy shrinking ends on: the first smaller input that still fails, again and again.
+    fn greedy(mut v: Value, fails: impl Fn(&Value) -> bool) -> Value {
         'again: loop {
             for c in shrink(&v) {
                 if fails(&c) {
@@ -129,8 +112,20 @@ mod tests {
                     continue 'again;
                 }
             }
-            break;
+            return v;
         }
+    }
+
+    /// Greedy shrinking of a float that fails above a bound ends close to the bound.
+    #[test]
+    fn a_float_is_shrunk_near_its_boundary() {
+        let v = greedy(json!(123_456.789), |v| {
+            v.as_f64().is_some_and(|f| f > 100.25)
+        });
+        // The smallest integer past it: simpler than any fraction.
+        assert_eq!(v, json!(101));
+        // Below 1, fractions are all there is: bisection gets close.
+        let v = greedy(json!(0.987_654), |v| v.as_f64().is_some_and(|f| f > 0.25));
         let f = v.as_f64().unwrap();
         assert!(f > 0.25 && f < 0.26, "{f}");
     }
