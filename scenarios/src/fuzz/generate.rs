@@ -10,8 +10,13 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use regex_syntax::hir::{Class, Hir, HirKind};
 use serde_json::{Map, Number, Value, json};
+
+use super::keywords::{
+    bound, effective, int_range, lower, matches_type, merge_into, multiple_in, number_value,
+    types_of, types_of_value, upper,
+};
+use super::strings::parse_pattern;
 
 /// Strings a fuzzer is for: empty, blank, control characters, quotes, markup, non-ASCII,
 /// right-to-left, astral-plane, long.
@@ -63,14 +68,12 @@ const EDGE_INTS: &[i64] = &[
 /// How deep the generator goes before it makes the smallest value a schema allows (a recursive
 /// `$ref` ends there).
 const DEEP: usize = 8;
-/// How many `$ref`s one schema may pass through before it is taken as "anything".
-const MAX_REFS: usize = 32;
 /// How many tries an input the schema accepts gets (see [`Inputs`]).
 const TRIES: usize = 100;
 
 /// Generates inputs from a JSON Schema, boundary values first.
 pub struct Generator {
-    rng: StdRng,
+    pub(super) rng: StdRng,
     /// Inputs made so far: the first ones favour edges.
     made: u32,
 }
@@ -101,11 +104,11 @@ impl Generator {
         self.breaking(schema, schema, 0)
     }
 
-    fn edge_first(&self) -> bool {
+    pub(super) fn edge_first(&self) -> bool {
         self.made <= 40
     }
 
-    fn pick<'v, T>(&mut self, items: &'v [T]) -> &'v T {
+    pub(super) fn pick<'v, T>(&mut self, items: &'v [T]) -> &'v T {
         &items[self.rng.random_range(0..items.len())]
     }
 
@@ -312,166 +315,6 @@ impl Generator {
             s.push('x');
         }
         Value::String(s)
-    }
-
-    /// A string of a well-known `format`, edges among them; `None` for a format it does not
-    /// know (a plain string is made instead).
-    fn formatted(&mut self, format: &str) -> Option<String> {
-        let r = &mut self.rng;
-        let s = match format {
-            "date-time" => match r.random_range(0..4) {
-                0 => "1970-01-01T00:00:00Z".to_owned(),
-                1 => "2024-02-29T23:59:59.999999999+14:00".to_owned(),
-                2 => "9999-12-31T23:59:59-12:00".to_owned(),
-                _ => format!(
-                    "20{:02}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-                    r.random_range(0..100),
-                    r.random_range(1..=12),
-                    r.random_range(1..=28),
-                    r.random_range(0..24),
-                    r.random_range(0..60),
-                    r.random_range(0..60)
-                ),
-            },
-            "date" => match r.random_range(0..4) {
-                0 => "2024-02-29".to_owned(),
-                1 => "0001-01-01".to_owned(),
-                2 => "9999-12-31".to_owned(),
-                _ => format!(
-                    "{:04}-{:02}-{:02}",
-                    r.random_range(1900..2100),
-                    r.random_range(1..=12),
-                    r.random_range(1..=28)
-                ),
-            },
-            "time" => match r.random_range(0..3) {
-                0 => "00:00:00Z".to_owned(),
-                1 => "23:59:59.999+05:30".to_owned(),
-                _ => format!(
-                    "{:02}:{:02}:{:02}Z",
-                    r.random_range(0..24),
-                    r.random_range(0..60),
-                    r.random_range(0..60)
-                ),
-            },
-            "email" | "idn-email" => match r.random_range(0..4) {
-                0 => "a@b.co".to_owned(),
-                1 => "o.brien+tag@example.com".to_owned(),
-                2 => format!("{}@example.org", "x".repeat(64)),
-                _ => format!("user{}@example.com", r.random_range(0..100_000)),
-            },
-            "uuid" => match r.random_range(0..3) {
-                0 => "00000000-0000-0000-0000-000000000000".to_owned(),
-                _ => {
-                    let b: u128 = r.random();
-                    let h = format!("{b:032x}");
-                    format!(
-                        "{}-{}-4{}-a{}-{}",
-                        &h[0..8],
-                        &h[8..12],
-                        &h[13..16],
-                        &h[17..20],
-                        &h[20..32]
-                    )
-                }
-            },
-            "uri" | "iri" | "uri-reference" | "iri-reference" => match r.random_range(0..3) {
-                0 => "https://example.com/a/b?c=d&e=%20#f".to_owned(),
-                1 => "urn:isbn:0451450523".to_owned(),
-                _ => format!("http://localhost:{}/", r.random_range(1..65_536)),
-            },
-            "hostname" | "idn-hostname" => match r.random_range(0..3) {
-                0 => "a".to_owned(),
-                1 => "xn--bcher-kva.example".to_owned(),
-                _ => format!("host-{}.example.com", r.random_range(0..1000)),
-            },
-            "ipv4" => match r.random_range(0..3) {
-                0 => "0.0.0.0".to_owned(),
-                1 => "255.255.255.255".to_owned(),
-                _ => format!(
-                    "{}.{}.{}.{}",
-                    r.random_range(0..256),
-                    r.random_range(0..256),
-                    r.random_range(0..256),
-                    r.random_range(0..256)
-                ),
-            },
-            "ipv6" => {
-                ["::", "::1", "fe80::1", "2001:db8::ff00:42:8329"][r.random_range(0..4)].to_owned()
-            }
-            "duration" => {
-                ["P1D", "PT0S", "P1Y2M3DT4H5M6S", "PT36H"][r.random_range(0..4)].to_owned()
-            }
-            _ => return None,
-        };
-        Some(s)
-    }
-
-    /// A string the pattern matches (anchors aside).
-    fn sample(&mut self, hir: &Hir, out: &mut String) {
-        match hir.kind() {
-            HirKind::Empty | HirKind::Look(_) => {}
-            HirKind::Literal(lit) => out.push_str(&String::from_utf8_lossy(&lit.0)),
-            HirKind::Class(Class::Unicode(class)) => {
-                // Mostly printable ASCII where the class has some (JSON Schema's `\d`, `\w`
-                // and `\s` are ASCII, the parser's are Unicode), sometimes anywhere in it.
-                let printable: Vec<(u32, u32)> = class
-                    .ranges()
-                    .iter()
-                    .map(|r| (u32::from(r.start()).max(0x20), u32::from(r.end()).min(0x7e)))
-                    .filter(|(a, b)| a <= b)
-                    .collect();
-                let (a, b) = if !printable.is_empty() && self.rng.random_bool(0.95) {
-                    *self.pick(&printable)
-                } else if let Some(range) = class.ranges().get(
-                    self.rng
-                        .random_range(0..class.ranges().len().max(1))
-                        .min(class.ranges().len().saturating_sub(1)),
-                ) {
-                    (u32::from(range.start()), u32::from(range.end()))
-                } else {
-                    return;
-                };
-                let code = self.rng.random_range(a..=b);
-                out.push(char::from_u32(code).unwrap_or('x'));
-            }
-            HirKind::Class(Class::Bytes(class)) => {
-                let ranges = class.ranges();
-                if !ranges.is_empty() {
-                    let range = self.pick(ranges);
-                    let byte = self
-                        .rng
-                        .random_range(range.start()..=range.end().min(0x7f).max(range.start()));
-                    out.push(char::from(byte.min(0x7f)));
-                }
-            }
-            HirKind::Repetition(rep) => {
-                let max = rep.max.unwrap_or(rep.min.saturating_add(4));
-                let max = max.min(rep.min.saturating_add(16));
-                let n = if self.edge_first() && self.rng.random_bool(0.5) {
-                    if self.rng.random_bool(0.5) {
-                        rep.min
-                    } else {
-                        max
-                    }
-                } else {
-                    self.rng.random_range(rep.min..=max)
-                };
-                for _ in 0..n.min(4096) {
-                    self.sample(&rep.sub, out);
-                }
-            }
-            HirKind::Capture(capture) => self.sample(&capture.sub, out),
-            HirKind::Concat(parts) => {
-                for part in parts {
-                    self.sample(part, out);
-                }
-            }
-            HirKind::Alternation(branches) => {
-                let branch = self.pick(branches);
-                self.sample(branch, out);
-            }
-        }
     }
 
     fn array(&mut self, root: &Value, obj: &Map<String, Value>, depth: usize) -> Value {
@@ -755,263 +598,6 @@ pub(super) fn validator(schema: &Value) -> Result<jsonschema::Validator, String>
         .build(schema)
         .map_err(|e| e.to_string())
 }
-
-/// `schema` with its `$ref`s followed (local ones) and its `allOf` merged in; `None` for a
-/// boolean schema or one that cannot be resolved.
-fn effective(root: &Value, schema: &Value) -> Option<Value> {
-    let mut current = schema.as_object()?.clone();
-    for _ in 0..MAX_REFS {
-        let Some(reference) = current.get("$ref").and_then(Value::as_str) else {
-            break;
-        };
-        let target = resolve(root, reference)?.as_object()?.clone();
-        current.remove("$ref");
-        // Keywords beside a `$ref` apply too (2020-12).
-        let mut merged = target;
-        merge_into(&mut merged, &current);
-        current = merged;
-    }
-    if current.contains_key("$ref") {
-        return None;
-    }
-    if let Some(Value::Array(all)) = current.remove("allOf") {
-        for part in &all {
-            if let Some(Value::Object(p)) = effective(root, part) {
-                merge_into(&mut current, &p);
-            }
-        }
-    }
-    Some(Value::Object(current))
-}
-
-/// A local `$ref`'s target in `root`.
-fn resolve<'a>(root: &'a Value, reference: &str) -> Option<&'a Value> {
-    let pointer = reference.strip_prefix('#')?;
-    if pointer.is_empty() {
-        return Some(root);
-    }
-    root.pointer(pointer)
-}
-
-/// Merges `from`'s keywords into `into`: properties merged, required joined, bounds tightened,
-/// the rest kept from `into` when it has them.
-fn merge_into(into: &mut Map<String, Value>, from: &Map<String, Value>) {
-    for (key, value) in from {
-        match (key.as_str(), into.get_mut(key), value) {
-            ("properties", Some(Value::Object(mine)), Value::Object(theirs)) => {
-                for (k, v) in theirs {
-                    mine.entry(k.clone()).or_insert_with(|| v.clone());
-                }
-            }
-            ("required", Some(Value::Array(mine)), Value::Array(theirs)) => {
-                for v in theirs {
-                    if !mine.contains(v) {
-                        mine.push(v.clone());
-                    }
-                }
-            }
-            ("minimum" | "exclusiveMinimum" | "minLength" | "minItems", Some(mine), theirs)
-                if theirs.as_f64() > mine.as_f64() =>
-            {
-                *mine = theirs.clone();
-            }
-            ("maximum" | "exclusiveMaximum" | "maxLength" | "maxItems", Some(mine), theirs)
-                if theirs.is_number() && (theirs.as_f64() < mine.as_f64() || !mine.is_number()) =>
-            {
-                *mine = theirs.clone();
-            }
-            (_, None, _) => {
-                into.insert(key.clone(), value.clone());
-            }
-            _ => {}
-        }
-    }
-}
-
-/// `pattern` parsed, its `\d`, `\w` and `\s` made ASCII as in ECMA-262 (the parser's are
-/// Unicode); `None` for what the parser does not take (lookaround, backreferences).
-fn parse_pattern(pattern: &str) -> Option<Hir> {
-    let mut ecma = String::with_capacity(pattern.len() + 16);
-    let mut in_class = false;
-    let mut chars = pattern.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => {
-                let Some(next) = chars.next() else {
-                    ecma.push(c);
-                    break;
-                };
-                let ascii = match next {
-                    'd' => Some("0-9"),
-                    'w' => Some("A-Za-z0-9_"),
-                    's' => Some(" \\t\\n\\r\\x0B\\x0C"),
-                    _ => None,
-                };
-                match (ascii, in_class) {
-                    (Some(set), true) => ecma.push_str(set),
-                    (Some(set), false) => {
-                        ecma.push('[');
-                        ecma.push_str(set);
-                        ecma.push(']');
-                    }
-                    (None, _) => {
-                        let negated = match next {
-                            'D' => Some("0-9"),
-                            'W' => Some("A-Za-z0-9_"),
-                            'S' => Some(" \\t\\n\\r\\x0B\\x0C"),
-                            _ => None,
-                        };
-                        match negated {
-                            Some(set) if !in_class => {
-                                ecma.push_str("[^");
-                                ecma.push_str(set);
-                                ecma.push(']');
-                            }
-                            _ => {
-                                ecma.push(c);
-                                ecma.push(next);
-                            }
-                        }
-                    }
-                }
-            }
-            '[' if !in_class => {
-                in_class = true;
-                ecma.push(c);
-            }
-            ']' if in_class => {
-                in_class = false;
-                ecma.push(c);
-            }
-            _ => ecma.push(c),
-        }
-    }
-    regex_syntax::ParserBuilder::new().build().parse(&ecma).ok()
-}
-
-/// A length or count keyword (`minLength`, `maxItems`...): a non-negative number.
-fn bound(obj: &Map<String, Value>, key: &str) -> Option<f64> {
-    obj.get(key)
-        .and_then(Value::as_f64)
-        .filter(|v| v.is_finite() && *v >= 0.0)
-}
-
-/// The lower bound and whether it is exclusive (draft 4's boolean form too).
-fn lower(obj: &Map<String, Value>) -> (f64, bool) {
-    edge(
-        obj,
-        "minimum",
-        "exclusiveMinimum",
-        f64::NEG_INFINITY,
-        f64::max,
-    )
-}
-
-/// The upper bound and whether it is exclusive.
-fn upper(obj: &Map<String, Value>) -> (f64, bool) {
-    edge(obj, "maximum", "exclusiveMaximum", f64::INFINITY, f64::min)
-}
-
-fn edge(
-    obj: &Map<String, Value>,
-    inclusive: &str,
-    exclusive: &str,
-    none: f64,
-    tighter: fn(f64, f64) -> f64,
-) -> (f64, bool) {
-    let closed = obj.get(inclusive).and_then(Value::as_f64);
-    match obj.get(exclusive) {
-        Some(Value::Bool(true)) => (closed.unwrap_or(none), closed.is_some()),
-        Some(v) if v.is_number() => {
-            let open = v.as_f64().unwrap_or(none);
-            match closed {
-                Some(c) if tighter(c, open) == c && c != open => (c, false),
-                _ => (open, true),
-            }
-        }
-        _ => (closed.unwrap_or(none), false),
-    }
-}
-
-/// The integer range a schema allows, exclusive bounds moved inward.
-fn int_range(obj: &Map<String, Value>) -> (i64, i64) {
-    let (lo, lo_open) = lower(obj);
-    let (hi, hi_open) = upper(obj);
-    let lo = if lo.is_finite() {
-        let c = lo.ceil();
-        if lo_open && c == lo { c + 1.0 } else { c }
-    } else {
-        f64::MIN
-    };
-    let hi = if hi.is_finite() {
-        let f = hi.floor();
-        if hi_open && f == hi { f - 1.0 } else { f }
-    } else {
-        f64::MAX
-    };
-    (saturate(lo), saturate(hi))
-}
-
-fn saturate(v: f64) -> i64 {
-    if v >= 9.2e18 {
-        i64::MAX
-    } else if v <= -9.2e18 {
-        i64::MIN
-    } else {
-        v as i64
-    }
-}
-
-/// The multiple of `m` nearest `v` toward zero that lies within `lo..=hi` (or `v` when none
-/// does nearby).
-fn multiple_in(v: i64, m: i64, lo: i64, hi: i64) -> i64 {
-    let down = v.saturating_sub(v.rem_euclid(m));
-    [down, down.saturating_add(m), down.saturating_sub(m)]
-        .into_iter()
-        .find(|c| (lo..=hi).contains(c) && c.rem_euclid(m) == 0)
-        .unwrap_or(v)
-}
-
-fn number_value(v: f64) -> Value {
-    if v.fract() == 0.0 && v.abs() < 9.0e15 {
-        json!(v as i64)
-    } else {
-        Number::from_f64(v).map_or(Value::Null, Value::Number)
-    }
-}
-
-fn types_of(obj: &Map<String, Value>) -> Vec<String> {
-    match obj.get("type") {
-        Some(Value::String(t)) => vec![t.clone()],
-        Some(Value::Array(ts)) => ts
-            .iter()
-            .filter_map(Value::as_str)
-            .map(str::to_owned)
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-fn types_of_value(root: &Value, schema: &Value) -> Vec<String> {
-    match effective(root, schema) {
-        Some(Value::Object(obj)) => types_of(&obj),
-        _ => Vec::new(),
-    }
-}
-
-fn matches_type(v: &Value, types: &[String]) -> bool {
-    types.iter().any(|t| match t.as_str() {
-        "null" => v.is_null(),
-        "boolean" => v.is_boolean(),
-        "integer" => v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|f| f.fract() == 0.0),
-        "number" => v.is_number(),
-        "string" => v.is_string(),
-        "array" => v.is_array(),
-        "object" => v.is_object(),
-        _ => false,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

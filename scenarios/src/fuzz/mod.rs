@@ -6,7 +6,9 @@
 //! same inputs, so a failure is reproduced by its seed.
 
 mod generate;
+mod keywords;
 mod shrink;
+mod strings;
 mod target;
 
 use std::time::Duration;
