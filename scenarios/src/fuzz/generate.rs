@@ -556,7 +556,7 @@ impl Inputs {
     /// An input the schema accepts.
     ///
     /// # Errors
-    /// When none was found in [`TRIES`] tries: what the last one broke, and where.
+    /// When none was found in 100 tries: what the last one broke, and where.
     pub fn valid(&self, generator: &mut Generator) -> Result<Value, String> {
         let mut last = Value::Null;
         for _ in 0..TRIES {
