@@ -392,6 +392,8 @@ pub(crate) struct Shared {
     pub(crate) config: EmulatorConfig,
     state: Mutex<State>,
     changed: watch::Sender<u64>,
+    /// Wakes for the `wait_*` calls, by what they wait on.
+    pub(crate) topics: crate::topics::Topics,
     records_tx: broadcast::Sender<Record>,
     pub(crate) tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -467,6 +469,7 @@ impl Emulator {
             }),
             config,
             changed,
+            topics: crate::topics::Topics::default(),
             records_tx,
             tasks: Mutex::new(Vec::new()),
         });
@@ -992,8 +995,11 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Tells whoever follows the state that it changed: the emulator's own tasks (every
+    /// change), and the waiters of what the records pushed since the last call were about.
     pub(crate) fn notify(&self) {
         self.changed.send_modify(|v| *v += 1);
+        self.topics.wake();
     }
 
     /// Appends a record; returns its sequence number.
@@ -1039,6 +1045,7 @@ impl Shared {
             payload,
             kind,
         };
+        self.topics.touch(&record.kind);
         // No receiver is fine: nobody follows the records. A clone shares the bytes.
         let _ = self.records_tx.send(record.clone());
         state.records.push(record);

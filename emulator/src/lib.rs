@@ -45,6 +45,7 @@ pub mod release;
 mod resend;
 mod run;
 mod timers;
+mod topics;
 mod wait;
 
 /// NATS provisioning: the [`natsbox`] crate, re-exported under its old path.

@@ -9,6 +9,7 @@ use triggers_sdk::wire::{DlqEntry, Heartbeat};
 use crate::emulator::{Emulator, State};
 use crate::error::WaitError;
 use crate::recorder::{Record, RecordKind, Run, ServiceState, TimelineEntry};
+use crate::topics::Topic;
 
 /// Which DLQ entry to wait for. Empty fields match anything.
 #[derive(Debug, Clone, Default)]
@@ -118,9 +119,11 @@ impl DlqRecord {
 }
 
 impl Emulator {
-    /// Waits until `check` finds something, re-checking whenever the emulator records anything.
+    /// Waits until `check` finds something, re-checking whenever the emulator records anything
+    /// about `topic` (and every [`RECHECK`](crate::topics::RECHECK) in any case).
     async fn wait_until<T>(
         &self,
+        topic: Topic,
         timeout: Duration,
         what: impl Fn() -> String,
         check: impl Fn(&State) -> Option<T>,
@@ -131,27 +134,27 @@ impl Emulator {
         let deadline = now
             .checked_add(timeout)
             .unwrap_or_else(|| now + triggers_sdk::runtime::MAX_DURATION);
-        let mut changes = self.changes();
+        let mut wakes = self.shared.topics.subscribe(topic);
         loop {
-            // Mark the current version seen before checking, so no change slips between the two.
-            changes.borrow_and_update();
+            // Mark the wakes so far seen before checking, so no change slips between the two.
+            wakes.seen();
             let found = check(&self.lock());
             if let Some(found) = found {
                 return Ok(found);
             }
-            match tokio::time::timeout_at(deadline, changes.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) | Err(_) => {
-                    let state = self.lock();
-                    if let Some(found) = check(&state) {
-                        return Ok(found);
-                    }
-                    return Err(WaitError::Timeout {
-                        waited: timeout,
-                        waiting_for: what(),
-                        saw: saw(&state),
-                    });
+            if tokio::time::timeout_at(deadline, wakes.next())
+                .await
+                .is_err()
+            {
+                let state = self.lock();
+                if let Some(found) = check(&state) {
+                    return Ok(found);
                 }
+                return Err(WaitError::Timeout {
+                    waited: timeout,
+                    waiting_for: what(),
+                    saw: saw(&state),
+                });
             }
         }
     }
@@ -162,6 +165,7 @@ impl Emulator {
     /// [`WaitError::Timeout`] listing the registrations that did arrive.
     pub async fn wait_for_registration(&self, service: &str) -> Result<ServiceState, WaitError> {
         self.wait_until(
+            Topic::Service(service.to_owned()),
             self.wait_timeout.unwrap_or(self.config().wait_timeout),
             || format!("service {service:?} to register"),
             |s| s.services.get(service).cloned(),
@@ -180,6 +184,7 @@ impl Emulator {
         pred: impl Fn(&Heartbeat) -> bool,
     ) -> Result<Heartbeat, WaitError> {
         self.wait_until(
+            Topic::Service(service.to_owned()),
             self.wait_timeout.unwrap_or(self.config().wait_timeout),
             || format!("a matching heartbeat from {service:?}"),
             |s| {
@@ -209,6 +214,7 @@ impl Emulator {
     ) -> Result<TimelineEntry, WaitError> {
         let run_id = run_id.as_ref();
         self.wait_until(
+            Topic::Run(run_id.to_owned()),
             self.wait_timeout.unwrap_or(self.config().wait_timeout),
             || format!("node {node_id:?} of run {run_id} to finish"),
             |s| {
@@ -235,6 +241,7 @@ impl Emulator {
     pub async fn wait_run_settled(&self, run_id: impl AsRef<str>) -> Result<Run, WaitError> {
         let run_id = run_id.as_ref();
         self.wait_until(
+            Topic::Run(run_id.to_owned()),
             self.wait_timeout.unwrap_or(self.config().wait_timeout),
             || format!("run {run_id} to settle"),
             |s| {
@@ -255,6 +262,7 @@ impl Emulator {
     pub async fn wait_run_idle(&self, run_id: impl AsRef<str>) -> Result<Run, WaitError> {
         let run_id = run_id.as_ref();
         self.wait_until(
+            Topic::Run(run_id.to_owned()),
             self.wait_timeout.unwrap_or(self.config().wait_timeout),
             || format!("run {run_id} to be idle (settled, or waiting on a timer)"),
             |s| s.runs.get(run_id).filter(|r| r.pending.is_empty()).cloned(),
@@ -272,6 +280,7 @@ impl Emulator {
         rule: &str,
     ) -> Result<crate::conformance::Violation, WaitError> {
         self.wait_until(
+            Topic::Violations,
             self.wait_timeout.unwrap_or(self.config().wait_timeout),
             || format!("a {rule} conformance violation"),
             |s| s.violations.iter().find(|v| v.rule == rule).cloned(),
@@ -286,6 +295,7 @@ impl Emulator {
     /// [`WaitError::Timeout`] listing the DLQ entries that did arrive.
     pub async fn wait_dlq(&self, filter: DlqFilter) -> Result<DlqRecord, WaitError> {
         self.wait_until(
+            Topic::Dlq,
             self.wait_timeout.unwrap_or(self.config().wait_timeout),
             || format!("{} (after Nats-Msg-Id dedup)", filter.describe()),
             |s| {
@@ -309,6 +319,7 @@ impl Emulator {
         count: usize,
     ) -> Result<Vec<DlqRecord>, WaitError> {
         self.wait_until(
+            Topic::Dlq,
             self.wait_timeout.unwrap_or(self.config().wait_timeout),
             || format!("{count} x {}", filter.describe()),
             |s| {
