@@ -6,7 +6,7 @@
 //! | 1 | a verdict failed: a scenario, a run, a manifest check, a refused deploy |
 //! | 2 | usage: a bad flag or argument, a malformed or unreadable input file |
 //! | 3 | environment: no nats-server, no running `up`, cannot connect |
-//! | 130 / 143 | stopped by SIGINT / SIGTERM |
+//! | 130 / 143 / 129 | stopped by SIGINT / SIGTERM / SIGHUP |
 
 use std::process::ExitCode;
 
@@ -24,7 +24,7 @@ Exit codes (the same for every command):
   1    a verdict failed (a scenario, a run, a manifest check, a refused deploy)
   2    usage: a bad flag or argument, a malformed or unreadable input file
   3    environment: no nats-server, no running `triggers-lab up`, cannot connect
-  130  stopped by SIGINT (Ctrl-C); 143 stopped by SIGTERM";
+  130  stopped by SIGINT (Ctrl-C); 143 by SIGTERM; 129 by SIGHUP (terminal closed)";
 
 /// The user's input is wrong: a flag, an argument, a file. Exit code 2.
 #[derive(Debug, thiserror::Error)]

@@ -1,9 +1,12 @@
-//! SIGINT and SIGTERM for the long-running commands (`run`, `demo`, `up`, `watch`): the first
-//! asks for a clean stop, a second forces a quick exit that still takes down what we started.
+//! SIGINT, SIGTERM and SIGHUP for the long-running commands (`run`, `demo`, `up`, `watch`): the
+//! first asks for a clean stop, a second forces a quick exit that still takes down what we
+//! started. SIGHUP is what a closed terminal or a dropped SSH session sends: it stops as SIGTERM
+//! does, so the reports are still written.
 //!
 //! The exit code of a stop by signal is 128 + its number, as a shell reports it: 130 for SIGINT,
-//! 143 for SIGTERM.
+//! 143 for SIGTERM, 129 for SIGHUP.
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -14,6 +17,7 @@ use tokio::sync::watch;
 pub(crate) enum Sig {
     Int,
     Term,
+    Hup,
 }
 
 impl Sig {
@@ -21,14 +25,16 @@ impl Sig {
         match self {
             Sig::Int => "SIGINT",
             Sig::Term => "SIGTERM",
+            Sig::Hup => "SIGHUP",
         }
     }
 
-    /// 130 or 143.
+    /// 130, 143 or 129.
     pub(crate) fn code(self) -> u8 {
         match self {
             Sig::Int => 130,
             Sig::Term => 143,
+            Sig::Hup => 129,
         }
     }
 
@@ -59,12 +65,18 @@ impl Signals {
                 return;
             };
             let _ = tx.send(Some(first));
-            eprintln!(
+            // Not `eprintln!`: after a SIGHUP the terminal may be gone, and a failed write must
+            // not end the clean stop.
+            let _ = writeln!(
+                std::io::stderr(),
                 "\n{}: stopping cleanly; press Ctrl-C again to force (what was started is still killed)",
                 first.name()
             );
             if next.recv().await.is_some() {
-                eprintln!("forced: killing what is left and exiting");
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "forced: killing what is left and exiting"
+                );
                 triggers_emulator::nats::remove_own_containers(FORCED_CLEANUP).await;
                 std::process::exit(i32::from(first.code()));
             }
@@ -89,12 +101,14 @@ impl Signals {
     }
 }
 
-/// SIGINT and SIGTERM as one stream.
+/// SIGINT, SIGTERM and SIGHUP as one stream.
 struct Stream {
     #[cfg(unix)]
     int: tokio::signal::unix::Signal,
     #[cfg(unix)]
     term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    hup: tokio::signal::unix::Signal,
 }
 
 fn stream() -> Option<Stream> {
@@ -104,10 +118,13 @@ fn stream() -> Option<Stream> {
         match (
             signal(SignalKind::interrupt()),
             signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
         ) {
-            (Ok(int), Ok(term)) => Some(Stream { int, term }),
-            (Err(e), _) | (_, Err(e)) => {
-                eprintln!("warning: cannot handle SIGINT/SIGTERM ({e}); Ctrl-C will not clean up");
+            (Ok(int), Ok(term), Ok(hup)) => Some(Stream { int, term, hup }),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                eprintln!(
+                    "warning: cannot handle SIGINT/SIGTERM/SIGHUP ({e}); Ctrl-C will not clean up"
+                );
                 None
             }
         }
@@ -125,6 +142,7 @@ impl Stream {
             tokio::select! {
                 s = self.int.recv() => s.map(|()| Sig::Int),
                 s = self.term.recv() => s.map(|()| Sig::Term),
+                s = self.hup.recv() => s.map(|()| Sig::Hup),
             }
         }
         #[cfg(not(unix))]

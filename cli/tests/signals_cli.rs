@@ -1,7 +1,7 @@
-//! SIGINT and SIGTERM from the outside: `triggers-lab run` stops the scenario in progress, stops
-//! its external service (by process group) and its nats-server, deletes the store, writes the
-//! reports with the scenario marked interrupted and the rest not run, and exits 130 / 143; a
-//! second Ctrl-C forces the exit and still kills what it started; a SIGKILLed `up` takes its
+//! SIGINT, SIGTERM and SIGHUP from the outside: `triggers-lab run` stops the scenario in
+//! progress, stops its external service (by process group) and its nats-server, deletes the
+//! store, writes the reports with the scenario marked interrupted and the rest not run, and exits
+//! 130 / 143 / 129; a second Ctrl-C forces the exit and still kills what it started; a SIGKILLed `up` takes its
 //! nats-server with it. Processes are checked by pid; bounds are generous (no timed
 //! assertions: each wait returns as soon as what it waits for happens).
 
@@ -222,6 +222,12 @@ fn sigint_stops_the_run_cleans_up_writes_reports_and_exits_130() {
 #[test]
 fn sigterm_stops_the_run_cleans_up_writes_reports_and_exits_143() {
     interrupted_by(Signal::TERM, "SIGTERM", 143);
+}
+
+/// A closed terminal or a dropped SSH session: the same clean stop, reports included.
+#[test]
+fn sighup_stops_the_run_cleans_up_writes_reports_and_exits_129() {
+    interrupted_by(Signal::HUP, "SIGHUP", 129);
 }
 
 #[test]

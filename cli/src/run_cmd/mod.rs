@@ -219,7 +219,10 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
     loop {
         let before = snapshot(&args.paths);
         let code = execute(&args.paths, &args.common, &selection, &outputs);
-        if code == ExitCode::from(130) || code == ExitCode::from(143) {
+        if [130, 143, 129]
+            .into_iter()
+            .any(|c| code == ExitCode::from(c))
+        {
             return code;
         }
         eprintln!(
