@@ -86,35 +86,94 @@ impl GoTime {
 
     /// Writes Go's text (without JSON quotes) into `out`.
     fn write_go(&self, out: &mut impl fmt::Write) -> fmt::Result {
+        // Written digit by digit into a buffer and handed over at once: this runs for every
+        // envelope and completion event, where `write!` with its padding specs cost the most.
+        let mut text = Ascii::default();
         let t = self.0;
-        let year = t.year();
+        let (year, month, day) = t.to_calendar_date();
         if year < 0 {
-            write!(out, "-{:04}", -year)?;
-        } else {
-            write!(out, "{year:04}")?;
+            text.push(b'-');
         }
-        write!(
-            out,
-            "-{:02}-{:02}T{:02}:{:02}:{:02}",
-            u8::from(t.month()),
-            t.day(),
-            t.hour(),
-            t.minute(),
-            t.second()
-        )?;
-        let nanos = t.nanosecond();
+        text.digits(year.unsigned_abs(), 4);
+        text.push(b'-');
+        text.digits(u32::from(u8::from(month)), 2);
+        text.push(b'-');
+        text.digits(u32::from(day), 2);
+        let (hour, minute, second, nanos) = t.to_hms_nano();
+        text.push(b'T');
+        text.digits(u32::from(hour), 2);
+        text.push(b':');
+        text.digits(u32::from(minute), 2);
+        text.push(b':');
+        text.digits(u32::from(second), 2);
         if nanos != 0 {
-            let digits = format!("{nanos:09}");
-            write!(out, ".{}", digits.trim_end_matches('0'))?;
+            // Go's RFC3339Nano: the fraction without its trailing zeros.
+            let mut fraction = nanos;
+            let mut width = 9;
+            while fraction % 10 == 0 {
+                fraction /= 10;
+                width -= 1;
+            }
+            text.push(b'.');
+            text.digits(fraction, width);
         }
         let offset = t.offset();
         if offset.is_utc() {
-            out.write_char('Z')
+            text.push(b'Z');
         } else {
             let (h, m, _) = offset.as_hms();
-            let sign = if offset.is_negative() { '-' } else { '+' };
-            write!(out, "{sign}{:02}:{:02}", h.unsigned_abs(), m.unsigned_abs())
+            text.push(if offset.is_negative() { b'-' } else { b'+' });
+            text.digits(u32::from(h.unsigned_abs()), 2);
+            text.push(b':');
+            text.digits(u32::from(m.unsigned_abs()), 2);
         }
+        out.write_str(text.as_str())
+    }
+}
+
+/// A short ASCII text on the stack.
+struct Ascii {
+    buf: [u8; 48],
+    len: usize,
+}
+
+impl Default for Ascii {
+    fn default() -> Self {
+        Ascii {
+            buf: [0; 48],
+            len: 0,
+        }
+    }
+}
+
+impl Ascii {
+    fn push(&mut self, b: u8) {
+        if let Some(slot) = self.buf.get_mut(self.len) {
+            *slot = b;
+            self.len += 1;
+        }
+    }
+
+    /// `n` in decimal, zero-padded to at least `width` digits.
+    fn digits(&mut self, mut n: u32, width: usize) {
+        let mut tmp = [b'0'; 10];
+        let mut i = tmp.len();
+        while n > 0 || tmp.len() - i < width {
+            i -= 1;
+            tmp[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if i == 0 {
+                break;
+            }
+        }
+        for &b in &tmp[i..] {
+            self.push(b);
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        // Only ASCII is ever pushed.
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default()
     }
 }
 
@@ -182,6 +241,56 @@ impl<'de> Deserialize<'de> for GoTime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The text as `write!` with padding specs wrote it before the buffer: the reference.
+    fn reference(t: OffsetDateTime) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let year = t.year();
+        if year < 0 {
+            let _ = write!(out, "-{:04}", -year);
+        } else {
+            let _ = write!(out, "{year:04}");
+        }
+        let _ = write!(
+            out,
+            "-{:02}-{:02}T{:02}:{:02}:{:02}",
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second()
+        );
+        let nanos = t.nanosecond();
+        if nanos != 0 {
+            let _ = write!(out, ".{}", format!("{nanos:09}").trim_end_matches('0'));
+        }
+        let offset = t.offset();
+        if offset.is_utc() {
+            out.push('Z');
+        } else {
+            let (h, m, _) = offset.as_hms();
+            let sign = if offset.is_negative() { '-' } else { '+' };
+            let _ = write!(out, "{sign}{:02}:{:02}", h.unsigned_abs(), m.unsigned_abs());
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_text_is_the_reference_text(
+            nanos in -377_705_116_800_000_000_000i128..253_402_300_799_999_999_999i128,
+            offset_minutes in -1439i32..=1439,
+            whole in proptest::bool::ANY,
+        ) {
+            let nanos = if whole { nanos - nanos % 1_000_000_000 } else { nanos };
+            let offset = time::UtcOffset::from_whole_seconds(offset_minutes * 60).unwrap();
+            if let Ok(t) = OffsetDateTime::from_unix_timestamp_nanos(nanos) {
+                let t = t.to_offset(offset);
+                proptest::prop_assert_eq!(GoTime(t).to_string(), reference(t));
+            }
+        }
+    }
 
     #[test]
     fn trims_trailing_zeros_and_drops_a_zero_fraction() {
