@@ -1,5 +1,26 @@
 //! `triggers-lab`: the one binary of triggers-lab. Thin: each subcommand delegates to a crate.
 
+// Printing never panics in this binary. std's `print!` family panics when the write fails, and a
+// write fails when the terminal is gone (a SIGHUP: the window closed, the SSH session dropped) or
+// the reader of a pipe went away; a panic there would cut short the clean stop that writes the
+// reports. These shadow std's macros for every module below (declared after them): the same
+// syntax, the output dropped where there is nowhere to write it.
+macro_rules! println {
+    () => {{ use std::io::Write as _; let _ = writeln!(std::io::stdout()); }};
+    ($($arg:tt)*) => {{ use std::io::Write as _; let _ = writeln!(std::io::stdout(), $($arg)*); }};
+}
+#[allow(unused_macros)] // kept so that a `print!` added later does not panic either
+macro_rules! print {
+    ($($arg:tt)*) => {{ use std::io::Write as _; let _ = write!(std::io::stdout(), $($arg)*); }};
+}
+macro_rules! eprintln {
+    () => {{ use std::io::Write as _; let _ = writeln!(std::io::stderr()); }};
+    ($($arg:tt)*) => {{ use std::io::Write as _; let _ = writeln!(std::io::stderr(), $($arg)*); }};
+}
+macro_rules! eprint {
+    ($($arg:tt)*) => {{ use std::io::Write as _; let _ = write!(std::io::stderr(), $($arg)*); }};
+}
+
 mod conform_cmd;
 mod control_cmd;
 mod detach;

@@ -145,6 +145,28 @@ steps:
             .unwrap()
     }
 
+    /// [`Setup::spawn_run`] in a terminal of its own (`script` gives it a pseudo-terminal for
+    /// standard output and error); `None` where there is no `script`.
+    fn spawn_run_in_terminal(&self) -> Option<Child> {
+        let command = format!(
+            "exec {} run --backend binary --json {} --junit {} {} {}",
+            env!("CARGO_BIN_EXE_triggers-lab"),
+            self.dir.path().join("report.json").display(),
+            self.dir.path().join("junit.xml").display(),
+            self.dir.path().join("a-slow.yaml").display(),
+            self.dir.path().join("b-after.yaml").display(),
+        );
+        std::process::Command::new("script")
+            .args(["-q", "-c", &command, "/dev/null"])
+            .env_remove("TRIGGERS_NATS_URL")
+            .env("TMPDIR", &self.tmp)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()
+    }
+
     fn output(&self, name: &str) -> String {
         std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default()
     }
@@ -228,6 +250,33 @@ fn sigterm_stops_the_run_cleans_up_writes_reports_and_exits_143() {
 #[test]
 fn sighup_stops_the_run_cleans_up_writes_reports_and_exits_129() {
     interrupted_by(Signal::HUP, "SIGHUP", 129);
+}
+
+/// The terminal itself goes (the window closed): the run gets SIGHUP and every write to its
+/// output fails from then on. It still stops cleanly and writes its reports, where a failed
+/// `println!` used to panic and cut the stop short.
+#[test]
+fn a_run_whose_terminal_is_gone_still_stops_cleanly_and_writes_its_reports() {
+    let setup = Setup::new(SERVICE);
+    let Some(mut terminal) = setup.spawn_run_in_terminal() else {
+        eprintln!("skipped: no `script` to give the run a terminal");
+        return;
+    };
+    let (service, server) = setup.started();
+    // Killing `script` closes the terminal's master side: the kernel hangs the terminal up.
+    signal(&terminal, Signal::KILL);
+    let _ = wait_exit(&mut terminal);
+    for pid in service.iter().chain([&server]) {
+        wait_until(&format!("process {pid} to be gone"), || !alive(*pid));
+    }
+    wait_until("the JSON report", || {
+        serde_json::from_str::<serde_json::Value>(&setup.output("report.json")).is_ok()
+    });
+    let report: serde_json::Value = serde_json::from_str(&setup.output("report.json")).unwrap();
+    assert_eq!(report["interrupted"], "SIGHUP", "{report}");
+    assert_eq!(report["scenarios"][0]["outcome"], "interrupted", "{report}");
+    assert!(setup.output("junit.xml").contains("type=\"interrupted\""));
+    assert_eq!(setup.store_dirs_left(), Vec::<String>::new());
 }
 
 #[test]
