@@ -3,15 +3,15 @@
 // Printing never panics in this binary. std's `print!` family panics when the write fails, and a
 // write fails when the terminal is gone (a SIGHUP: the window closed, the SSH session dropped) or
 // the reader of a pipe went away; a panic there would cut short the clean stop that writes the
-// reports. These shadow std's macros for every module below (declared after them): the same
-// syntax, the output dropped where there is nowhere to write it.
+// reports. These shadow std's macros for every module below (declared after them): standard
+// output goes through `out::write_stdout` as `outln!` does (a closed pipe silences the rest), and
+// standard error drops what it cannot write.
 macro_rules! println {
-    () => {{ use std::io::Write as _; let _ = writeln!(std::io::stdout()); }};
-    ($($arg:tt)*) => {{ use std::io::Write as _; let _ = writeln!(std::io::stdout(), $($arg)*); }};
+    ($($arg:tt)*) => { $crate::out::outln!($($arg)*) };
 }
 #[allow(unused_macros)] // kept so that a `print!` added later does not panic either
 macro_rules! print {
-    ($($arg:tt)*) => {{ use std::io::Write as _; let _ = write!(std::io::stdout(), $($arg)*); }};
+    ($($arg:tt)*) => { $crate::out::out!($($arg)*) };
 }
 macro_rules! eprintln {
     () => {{ use std::io::Write as _; let _ = writeln!(std::io::stderr()); }};
