@@ -6,7 +6,6 @@
 //! The exit code of a stop by signal is 128 + its number, as a shell reports it: 130 for SIGINT,
 //! 143 for SIGTERM, 129 for SIGHUP.
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -21,6 +20,9 @@ pub(crate) enum Sig {
 }
 
 impl Sig {
+    /// Every stop signal.
+    pub(crate) const ALL: [Sig; 3] = [Sig::Int, Sig::Term, Sig::Hup];
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             Sig::Int => "SIGINT",
@@ -65,18 +67,13 @@ impl Signals {
                 return;
             };
             let _ = tx.send(Some(first));
-            // Not `eprintln!`: after a SIGHUP the terminal may be gone, and a failed write must
-            // not end the clean stop.
-            let _ = writeln!(
-                std::io::stderr(),
+            // (This binary's `eprintln!` never panics: after a SIGHUP the terminal may be gone.)
+            eprintln!(
                 "\n{}: stopping cleanly; press Ctrl-C again to force (what was started is still killed)",
                 first.name()
             );
             if next.recv().await.is_some() {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "forced: killing what is left and exiting"
-                );
+                eprintln!("forced: killing what is left and exiting");
                 triggers_emulator::nats::remove_own_containers(FORCED_CLEANUP).await;
                 std::process::exit(i32::from(first.code()));
             }

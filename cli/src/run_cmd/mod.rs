@@ -219,9 +219,10 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
     loop {
         let before = snapshot(&args.paths);
         let code = execute(&args.paths, &args.common, &selection, &outputs);
-        if [130, 143, 129]
-            .into_iter()
-            .any(|c| code == ExitCode::from(c))
+        // Stopped by a signal: no more watching.
+        if crate::signals::Sig::ALL
+            .iter()
+            .any(|s| code == s.exit_code())
         {
             return code;
         }

@@ -381,11 +381,9 @@ pub(super) struct HashedParts<'a> {
 /// The hash input made of `actions` (sorted here) and `parts`: the one place its shape is
 /// written, whichever way the manifest was read.
 fn hash_input<'a, 'v, S: Serialize>(
-    actions: &'v mut [HashAction<'a, S>],
+    actions: &'v [HashAction<'a, S>],
     parts: &HashedParts<'a>,
 ) -> HashInput<'a, 'v, S> {
-    // Stable, so equal names (which validation refuses) keep their order.
-    actions.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
     let lookups: Vec<HashLookup<'_>> = sorted_by_name(parts.runtime_lookups, |l| &l.name)
         .into_iter()
         .map(|l| HashLookup {
@@ -395,7 +393,7 @@ fn hash_input<'a, 'v, S: Serialize>(
         })
         .collect();
     HashInput {
-        actions: NilIfEmpty(actions.iter().collect()),
+        actions: NilIfEmpty(sorted_by_name(actions, |a| a.name)),
         service_sources: NilIfEmpty(sorted_by_name(parts.service_sources, |s| &s.name)),
         supports_nodes: NilIfEmpty(sorted_strings(parts.supports_nodes)),
         supports_rate_limit: parts.supports_rate_limit,
@@ -415,10 +413,10 @@ struct HashLookup<'a> {
 /// `sha256:<64 lowercase hex>` of the hash input made of `actions` and `parts`, its bytes
 /// written straight into the digest.
 pub(super) fn hash_text<'a, S: Serialize>(
-    mut actions: Vec<HashAction<'a, S>>,
+    actions: &[HashAction<'a, S>],
     parts: &HashedParts<'a>,
 ) -> Result<String, JsonError> {
-    let digest = json::sha256(&hash_input(&mut actions, parts))?;
+    let digest = json::sha256(&hash_input(actions, parts))?;
     Ok(format!("sha256:{}", hex::encode(digest)))
 }
 
@@ -457,8 +455,7 @@ impl Manifest {
     /// # Errors
     /// Only for values JSON cannot carry (a NaN or infinite backoff factor).
     pub fn hash_input(&self) -> Result<Vec<u8>, JsonError> {
-        let mut actions = self.hashed_actions();
-        json::to_vec(&hash_input(&mut actions, &self.hashed_parts()))
+        json::to_vec(&hash_input(&self.hashed_actions(), &self.hashed_parts()))
     }
 
     /// The hashed part of each action, borrowed from the manifest.
@@ -491,7 +488,7 @@ impl Manifest {
     /// # Errors
     /// As [`Manifest::hash_input`].
     pub fn compute_hash(&self) -> Result<String, JsonError> {
-        hash_text(self.hashed_actions(), &self.hashed_parts())
+        hash_text(&self.hashed_actions(), &self.hashed_parts())
     }
 
     /// Sets `manifest_hash` to the computed hash.

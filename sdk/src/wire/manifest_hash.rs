@@ -126,7 +126,7 @@ impl Manifest {
     #[must_use]
     pub fn hash_of_json(bytes: &[u8]) -> Option<String> {
         let doc: HashDoc<'_> = serde_json::from_slice(bytes).ok()?;
-        let actions = doc
+        let actions: Vec<_> = doc
             .actions
             .iter()
             .map(|a| HashAction {
@@ -145,7 +145,7 @@ impl Manifest {
             runtime_capabilities: &doc.runtime_capabilities,
             runtime_lookups: &doc.runtime_lookups,
         };
-        hash_text(actions, &parts).ok()
+        hash_text(&actions, &parts).ok()
     }
 }
 

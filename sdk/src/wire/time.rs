@@ -155,18 +155,13 @@ impl Ascii {
     }
 
     /// `n` in decimal, zero-padded to at least `width` digits.
-    fn digits(&mut self, mut n: u32, width: usize) {
-        let mut tmp = [b'0'; 10];
-        let mut i = tmp.len();
-        while n > 0 || tmp.len() - i < width {
-            i -= 1;
-            tmp[i] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if i == 0 {
-                break;
-            }
+    fn digits(&mut self, n: u32, width: usize) {
+        let mut buf = itoa::Buffer::new();
+        let text = buf.format(n);
+        for _ in text.len()..width {
+            self.push(b'0');
         }
-        for &b in &tmp[i..] {
+        for &b in text.as_bytes() {
             self.push(b);
         }
     }

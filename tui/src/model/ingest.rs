@@ -563,20 +563,16 @@ impl Model {
         if flow_id.is_empty() {
             return;
         }
-        let flow = self.flows.get(flow_id).and_then(|f| f.flow.clone());
-        let timeline: Vec<(String, String)> = self
+        // Borrowed, field by field: this runs for every event.
+        let flow = self.flows.get(flow_id).and_then(|f| f.flow.as_ref());
+        let timeline: &[TimelineEntry] = self
             .run_index
             .get(run_id)
             .and_then(|abs| self.runs.get_abs(*abs))
-            .map(|run| {
-                run.timeline
-                    .iter()
-                    .map(|t| (t.node_id.clone(), t.status.clone()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let in_run =
-            |id: &str, test: fn(&str) -> bool| timeline.iter().any(|(n, s)| n == id && test(s));
+            .map_or(&[], |run| run.timeline.as_slice());
+        let in_run = |id: &str, test: fn(&str) -> bool| {
+            timeline.iter().any(|t| t.node_id == id && test(&t.status))
+        };
         let covered = self.ran.entry((flow_id.to_owned(), version)).or_default();
         if status != "dead_lettered" {
             covered.nodes.insert(node.to_owned());
