@@ -169,8 +169,9 @@ impl Runtime {
     ) -> Result<(), Fatal> {
         let subject =
             subject::dlq_action(self.service(), action).map_err(|e| Fatal(e.to_string()))?;
-        self.dead_letter(&subject, kind, envelope, body, err_msg, identity)
-            .await
+        // Boxed: a dead letter is the rare path, and its future (the ledger, the publish) is
+        // kilobytes that every delivery's future would otherwise carry and copy.
+        Box::pin(self.dead_letter(&subject, kind, envelope, body, err_msg, identity)).await
     }
 
     /// A DLQ entry on `triggers.v2.dlq.<service>.<kind>`, for a message with no action context.
@@ -184,8 +185,8 @@ impl Runtime {
     ) -> Result<(), Fatal> {
         let subject =
             subject::dlq_fallback(self.service(), kind).map_err(|e| Fatal(e.to_string()))?;
-        self.dead_letter(&subject, kind.as_str(), envelope, body, err_msg, identity)
-            .await
+        // Boxed, as in dead_letter_action.
+        Box::pin(self.dead_letter(&subject, kind.as_str(), envelope, body, err_msg, identity)).await
     }
 
     /// Writes the entry with the instant its failure was first dead-lettered at (the ledger's),
