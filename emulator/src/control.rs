@@ -3,8 +3,9 @@
 //! locked `triggers.v2.` namespace.
 //!
 //! Requests are JSON on `triggerslab.v1.control.<op>`; every reply is
-//! `{"ok": true, "result": ...}` or `{"ok": false, "error": "..."}`. Every record is also published,
-//! as JSON, on `triggerslab.v1.records`.
+//! `{"ok": true, "result": ...}` or `{"ok": false, "error": "..."}`. While someone follows (a
+//! `follow` request, renewed before its lease runs out), every record is also published, as JSON,
+//! on `triggerslab.v1.records`; nobody following, nothing is serialised nor sent.
 //!
 //! Who may use it: by default anyone on the server (tests in one process). `triggers-lab up`
 //! closes it two ways ([`ControlAccess`]): on a server it starts, the API lives in a NATS account
@@ -25,6 +26,7 @@
 //! | `records` | `{"since": seq, "limit": n}` | records after `since` |
 //! | `violations` | `{}` | every conformance violation |
 //! | `services` | `{}` | every registered service by name, with its whole manifest (schemas included) |
+//! | `follow` | `{"lease_ms"?}` | `{"subject", "lease_ms"}`: records are published on `subject` for the lease |
 
 use std::time::Duration;
 
@@ -44,8 +46,14 @@ use crate::recorder::{Liveness, Record, Run, RunStatus};
 
 /// The prefix of every control subject.
 pub const PREFIX: &str = "triggerslab.v1.control";
-/// Where every record is published as JSON (followed by `.<token>` when the emulator has one).
+/// Where records are published as JSON while someone follows (followed by `.<token>` when the
+/// emulator has one).
 pub const RECORDS_SUBJECT: &str = "triggerslab.v1.records";
+/// How long a `follow` request keeps the records published unless renewed, when it names no
+/// `lease_ms`; [`ControlClient::follow`] renews it every third of this.
+pub const FOLLOW_LEASE: Duration = Duration::from_secs(10);
+/// The longest lease a `follow` request gets (a `nats sub` by hand can ask for this much).
+pub const MAX_FOLLOW_LEASE: Duration = Duration::from_secs(3600);
 /// The header a control request carries its [`ControlToken`] in.
 pub const TOKEN_HEADER: &str = "Triggers-Lab-Token";
 
@@ -439,7 +447,7 @@ async fn handle(
             "the manifests are too large to send at once; read them from the records (kind `registration`)",
         ),
         other => Err(err(format!(
-            "unknown control op {other:?}; ops: state, deploy, check_release, trigger, resend_dlq, advance, runs, run, records, violations, services"
+            "unknown control op {other:?}; ops: state, deploy, check_release, trigger, resend_dlq, advance, runs, run, records, violations, services, follow"
         ))),
     }
 }
@@ -468,7 +476,8 @@ fn reply_bytes(result: Result<Vec<u8>, Value>, max: usize) -> Vec<u8> {
     }
 }
 
-/// Subscribes the control subjects; returns the task that serves them and forwards records.
+/// Subscribes the control subjects; returns the task that serves them (and starts the records'
+/// forwarder while someone follows).
 pub(crate) async fn serve(
     emulator: Emulator,
 ) -> Result<impl std::future::Future<Output = ()> + Send + 'static, EmulatorError> {
@@ -487,55 +496,140 @@ pub(crate) async fn serve(
     triggers_sdk::transport::round_trip(&client)
         .await
         .map_err(|e| EmulatorError::nats("subscribe to the control API", e))?;
-    let mut records = emulator.subscribe_records();
+    let lease = std::sync::Arc::new(std::sync::Mutex::new(Lease::default()));
     Ok(async move {
-        let forward_client = client.clone();
-        let forward = async move {
-            loop {
-                match records.recv().await {
+        while let Some(msg) = requests.next().await {
+            let op = msg
+                .subject
+                .as_str()
+                .rsplit('.')
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            // A reply above the server's max_payload would never be sent, and the requester
+            // would wait for nothing: keep room for the envelope of the result.
+            let max = client
+                .server_info()
+                .max_payload
+                .saturating_sub(64)
+                .max(1024);
+            let result = if let Some(refusal) = refuse(token.as_ref(), msg.headers.as_ref()) {
+                Err(Value::from(refusal))
+            } else if op == "follow" {
+                follow(&emulator, &client, &lease, &records_to, &msg.payload)
+            } else {
+                handle(&emulator, &op, &msg.payload, max).await
+            };
+            if let Some(to) = msg.reply {
+                let bytes = reply_bytes(result, max);
+                if let Err(e) = client.publish(to, bytes.into()).await {
+                    tracing::warn!(op, "a control reply could not be sent: {e}");
+                }
+            }
+        }
+    })
+}
+
+/// Whether records are being published, and until when.
+#[derive(Debug, Default)]
+struct Lease {
+    until: Option<tokio::time::Instant>,
+    /// A forwarder task is running.
+    forwarding: bool,
+}
+
+/// A `follow` request: records are published on `subject` for the lease it asks (at most
+/// [`MAX_FOLLOW_LEASE`]), or until a later request's lease ends, whichever is later. The
+/// forwarder's receiver is made here, before the reply, so every record after the reply is sent.
+fn follow(
+    emulator: &Emulator,
+    client: &async_nats::Client,
+    lease: &std::sync::Arc<std::sync::Mutex<Lease>>,
+    subject: &str,
+    payload: &[u8],
+) -> Result<Vec<u8>, Value> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct FollowRequest {
+        lease_ms: Option<u64>,
+    }
+    let req: FollowRequest = parse(payload).map_err(Value::from)?;
+    let asked = req
+        .lease_ms
+        .map_or(FOLLOW_LEASE, Duration::from_millis)
+        .min(MAX_FOLLOW_LEASE);
+    let until = tokio::time::Instant::now() + asked;
+    {
+        let mut held = lease.lock().unwrap_or_else(|e| e.into_inner());
+        held.until = Some(held.until.map_or(until, |u| u.max(until)));
+        if !held.forwarding {
+            held.forwarding = true;
+            tokio::spawn(forward_records(
+                emulator.subscribe_records(),
+                client.clone(),
+                subject.to_owned(),
+                lease.clone(),
+            ));
+        }
+    }
+    let ms = u64::try_from(asked.as_millis()).unwrap_or(u64::MAX);
+    serde_json::to_vec(&json!({"subject": subject, "lease_ms": ms}))
+        .map_err(|e| e.to_string().into())
+}
+
+/// Publishes every record on `subject` until the lease runs out (then ends, so an emulator nobody
+/// follows neither serialises nor sends records) or the emulator is gone. A forwarder that falls
+/// behind the recorder's channel skips records, counted and logged here; a follower sees the gap
+/// in their `seq` and fetches them with `records`.
+async fn forward_records(
+    mut records: tokio::sync::broadcast::Receiver<Record>,
+    client: async_nats::Client,
+    subject: String,
+    lease: std::sync::Arc<std::sync::Mutex<Lease>>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    let mut skipped: u64 = 0;
+    loop {
+        let until = {
+            let mut held = lease.lock().unwrap_or_else(|e| e.into_inner());
+            match held.until {
+                Some(until) if until > tokio::time::Instant::now() => until,
+                _ => {
+                    // Decided under the lock, so a request now starts a new forwarder.
+                    held.forwarding = false;
+                    held.until = None;
+                    return;
+                }
+            }
+        };
+        let sleep = tokio::time::sleep_until(until);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                record = records.recv() => match record {
                     Ok(record) => {
                         if let Ok(bytes) = serde_json::to_vec(&record) {
-                            let _ = forward_client
-                                .publish(records_to.clone(), bytes.into())
-                                .await;
+                            let _ = client.publish(subject.clone(), bytes.into()).await;
                         }
                     }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                }
-            }
-        };
-        let serve = async move {
-            while let Some(msg) = requests.next().await {
-                let op = msg
-                    .subject
-                    .as_str()
-                    .rsplit('.')
-                    .next()
-                    .unwrap_or_default()
-                    .to_owned();
-                // A reply above the server's max_payload would never be sent, and the requester
-                // would wait for nothing: keep room for the envelope of the result.
-                let max = client
-                    .server_info()
-                    .max_payload
-                    .saturating_sub(64)
-                    .max(1024);
-                let result = if let Some(refusal) = refuse(token.as_ref(), msg.headers.as_ref()) {
-                    Err(Value::from(refusal))
-                } else {
-                    handle(&emulator, &op, &msg.payload, max).await
-                };
-                if let Some(to) = msg.reply {
-                    let bytes = reply_bytes(result, max);
-                    if let Err(e) = client.publish(to, bytes.into()).await {
-                        tracing::warn!(op, "a control reply could not be sent: {e}");
+                    Err(RecvError::Lagged(n)) => {
+                        skipped = skipped.saturating_add(n);
+                        tracing::warn!(
+                            skipped,
+                            "the records' forwarder fell behind and skipped {n} records \
+                             (followers fetch them by seq with `records`)"
+                        );
                     }
-                }
+                    Err(RecvError::Closed) => {
+                        lease.lock().unwrap_or_else(|e| e.into_inner()).forwarding = false;
+                        return;
+                    }
+                },
+                // The lease as it was: look again (it may have been renewed).
+                () = &mut sleep => break,
             }
-        };
-        tokio::join!(forward, serve);
-    })
+        }
+    }
 }
 
 /// Why a request is refused for want of the token; `None` when it may go on.
@@ -825,10 +919,12 @@ impl ControlClient {
             .await
     }
 
-    /// Every record from now on, as the emulator publishes them.
+    /// Every record from now on, as the emulator publishes them. The emulator publishes records
+    /// only while someone follows: this asks it to (a `follow` request) and renews the lease
+    /// every third of [`FOLLOW_LEASE`] until the stream is dropped.
     ///
     /// # Errors
-    /// When the subscription fails.
+    /// When the subscription fails, or the emulator does not answer the `follow` request.
     pub async fn follow(&self) -> Result<BoxStream<'static, Record>, ControlError> {
         let sub = self
             .client
@@ -845,8 +941,52 @@ impl ControlClient {
                 url: self.url.clone(),
                 reason,
             })?;
-        Ok(sub
+        let lease =
+            json!({"lease_ms": u64::try_from(FOLLOW_LEASE.as_millis()).unwrap_or(u64::MAX)});
+        let _: Value = self.call("follow", lease.clone()).await?;
+        let renewer = self.clone();
+        let renew = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(FOLLOW_LEASE / 3).await;
+                if let Err(e) = renewer.call::<Value>("follow", lease.clone()).await {
+                    tracing::debug!("the records' lease could not be renewed (tried again): {e}");
+                }
+            }
+        });
+        let records = sub
             .filter_map(|m| async move { serde_json::from_slice(&m.payload).ok() })
-            .boxed())
+            .boxed();
+        Ok(Following {
+            records,
+            _renew: AbortOnDrop(renew),
+        }
+        .boxed())
+    }
+}
+
+/// The records a [`ControlClient::follow`] returns, with the task renewing their lease: dropped
+/// together.
+struct Following {
+    records: BoxStream<'static, Record>,
+    _renew: AbortOnDrop,
+}
+
+impl futures::Stream for Following {
+    type Item = Record;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Record>> {
+        self.records.poll_next_unpin(cx)
+    }
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -194,3 +194,73 @@ async fn with_a_token_requests_without_it_are_refused_and_records_hide() {
         "a record went to the subject without the token"
     );
 }
+
+/// Records are serialised and published only while someone follows: a `follow` request's lease
+/// starts them, and they stop when it runs out unrenewed. A bad request is refused, a lease too
+/// long is cut to the longest.
+#[tokio::test]
+async fn records_are_published_only_while_a_follow_lease_runs() {
+    let lab = common::lab().await;
+    let other = async_nats::connect(lab.url()).await.unwrap();
+    let mut records = other.subscribe(records_subject(None)).await.unwrap();
+    other.flush().await.unwrap();
+    let follow = |body: serde_json::Value| {
+        let other = other.clone();
+        async move {
+            let reply = other
+                .request(format!("{PREFIX}.follow"), body.to_string().into())
+                .await
+                .unwrap();
+            serde_json::from_slice::<serde_json::Value>(&reply.payload).unwrap()
+        }
+    };
+
+    register(&other, &manifest("shop", &["charge"], &[])).await;
+    assert!(
+        quiet(&mut records).await,
+        "a record was published with nobody following"
+    );
+
+    let reply = follow(json!({"lease_ms": 700})).await;
+    assert_eq!(reply["ok"], true, "{reply}");
+    assert_eq!(
+        reply["result"]["subject"], "triggerslab.v1.records",
+        "{reply}"
+    );
+    assert_eq!(reply["result"]["lease_ms"], 700, "{reply}");
+    register(&other, &manifest("billing", &["bill"], &[])).await;
+    let record = tokio::time::timeout(Duration::from_secs(10), records.next())
+        .await
+        .expect("a record while the lease runs")
+        .unwrap();
+    let record: triggers_emulator::recorder::Record =
+        serde_json::from_slice(&record.payload).unwrap();
+    assert_eq!(record.subject, "triggers.v2.manifest.register");
+    while tokio::time::timeout(Duration::from_millis(100), records.next())
+        .await
+        .is_ok()
+    {}
+
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    register(&other, &manifest("stock", &["reserve"], &[])).await;
+    assert!(
+        quiet(&mut records).await,
+        "a record was published after the lease ran out"
+    );
+
+    let reply = follow(json!({"lease_ms": u64::MAX})).await;
+    assert_eq!(reply["result"]["lease_ms"], 3_600_000, "{reply}");
+    let reply = follow(json!({"lease": 1})).await;
+    assert_eq!(reply["ok"], false, "{reply}");
+    assert!(
+        reply["error"].as_str().unwrap().contains("lease"),
+        "{reply}"
+    );
+}
+
+/// Whether nothing arrives on `records` for 300 ms.
+async fn quiet(records: &mut async_nats::Subscriber) -> bool {
+    tokio::time::timeout(Duration::from_millis(300), records.next())
+        .await
+        .is_err()
+}

@@ -2,11 +2,12 @@
 //! async-nats JetStream consume-and-ack (publish to ack), measured in the same run on the same
 //! nats-server, with the same publisher and the same consumer settings; and the same runtime with
 //! the emulator as its orchestrator. Prints each round's rates and ratios, and ends with one line,
-//! `ratios: runtime/raw R, emulator/runtime E`, the medians of the per-round ratios;
-//! `docs/benchmarks.md` keeps the figures.
+//! `ratios: runtime/raw R, emulator/runtime E`, the medians of the per-round ratios, after the
+//! machine's CPU time per message on each side; `docs/benchmarks.md` keeps the figures.
 //!
 //! ```sh
 //! cargo bench -p triggers-integration --bench runtime_throughput [-- MESSAGES [ROUNDS]]
+//! BENCH_ONLY=emulator cargo bench -p triggers-integration --bench runtime_throughput   # one side, to profile
 //! ```
 
 use std::future::IntoFuture;
@@ -55,11 +56,11 @@ async fn publish(
 
 /// Raw async-nats: a durable pull consumer, `CONCURRENCY` messages in flight, each acked (and,
 /// with `event`, a completion event published for each first, as the runtime does).
-async fn raw(url: &str, n: usize, round: usize) -> Duration {
+async fn raw(url: &str, n: usize, round: usize) -> Measured {
     raw_with(url, n, round, false).await
 }
 
-async fn raw_with(url: &str, n: usize, round: usize, event: bool) -> Duration {
+async fn raw_with(url: &str, n: usize, round: usize, event: bool) -> Measured {
     let client = async_nats::connect(url).await.unwrap();
     let js = jetstream::new(client.clone());
     let tag = if event { "rawev" } else { "raw" };
@@ -85,6 +86,7 @@ async fn raw_with(url: &str, n: usize, round: usize, event: bool) -> Duration {
         .await
         .unwrap();
     let start = Instant::now();
+    let cpu = bench::CpuMeter::start();
     let publisher = client.clone();
     let count = tokio::spawn(async move {
         if event {
@@ -130,12 +132,12 @@ async fn raw_with(url: &str, n: usize, round: usize, event: bool) -> Duration {
     publish(&js, &subject, n, |i| envelope_headers("raw", 1, round, i)).await;
     consume.await.unwrap();
     count.await.unwrap();
-    start.elapsed()
+    Measured::since(start, &cpu, n)
 }
 
 /// The runtime with the emulator as its orchestrator (recording and checking every message, and
 /// keeping completion events in a stream): time from the first publish to the n-th event.
-async fn with_emulator(lab: &triggers_emulator::Harness, n: usize, round: usize) -> Duration {
+async fn with_emulator(lab: &triggers_emulator::Harness, n: usize, round: usize) -> Measured {
     let service_name = format!("bench{round}");
     let inbound = format!("bench{round}.inbound");
     let running = bench::noop_service(
@@ -169,6 +171,7 @@ async fn with_emulator(lab: &triggers_emulator::Harness, n: usize, round: usize)
     triggers_sdk::transport::round_trip(&client).await.unwrap();
     let js = jetstream::new(client.clone());
     let start = Instant::now();
+    let cpu = bench::CpuMeter::start();
     let count = tokio::spawn(async move {
         for _ in 0..n {
             events.next().await.unwrap();
@@ -180,9 +183,9 @@ async fn with_emulator(lab: &triggers_emulator::Harness, n: usize, round: usize)
     })
     .await;
     count.await.unwrap();
-    let elapsed = start.elapsed();
+    let measured = Measured::since(start, &cpu, n);
     running.shutdown().await;
-    elapsed
+    measured
 }
 
 fn main() {
@@ -198,9 +201,20 @@ fn main() {
     bench::runtime().block_on(async {
         let bare = bench::server().await;
         println!("{n} messages per round, {rounds} rounds, {CONCURRENCY} in flight, {}", bare.summary());
-        if std::env::var_os("BENCH_ONLY_RUNTIME").is_some() {
-            let s = runtime_alone(bare.url(), n, 0).await;
-            println!("runtime only: {:.0} msg/s", n as f64 / s.as_secs_f64());
+        // One side alone, for a profiler (`perf record`): BENCH_ONLY=raw|raw+event|runtime|emulator.
+        if let Ok(side) = std::env::var("BENCH_ONLY") {
+            let measured = match side.as_str() {
+                "raw" => raw(bare.url(), n, 0).await,
+                "raw+event" => raw_with(bare.url(), n, 0, true).await,
+                "runtime" => runtime_alone(bare.url(), n, 0).await,
+                "emulator" => with_emulator(&lab().await, n, 0).await,
+                other => panic!("BENCH_ONLY={other}: expected raw, raw+event, runtime or emulator"),
+            };
+            println!(
+                "{side} only: {:.0} msg/s, {:.0} µs of CPU per message",
+                n as f64 / measured.elapsed.as_secs_f64(),
+                measured.cpu_micros.unwrap_or(f64::NAN)
+            );
             return;
         }
         // The emulator runs on a server of its own, started once; each round measures it beside
@@ -212,19 +226,24 @@ fn main() {
         let mut emu_rates = Vec::new();
         let mut rt_ratios = Vec::new();
         let mut emu_ratios = Vec::new();
+        let mut cpu: [Vec<f64>; 4] = Default::default();
         for round in 0..rounds {
-            let r = raw(bare.url(), n, round).await;
-            let e = raw_with(bare.url(), n, round, true).await;
-            let s = runtime_alone(bare.url(), n, round).await;
-            let m = with_emulator(&lab, n, round).await;
-            let rate = |d: Duration| n as f64 / d.as_secs_f64();
-            let (rr, er, sr, mr) = (rate(r), rate(e), rate(s), rate(m));
+            let sides = [
+                raw(bare.url(), n, round).await,
+                raw_with(bare.url(), n, round, true).await,
+                runtime_alone(bare.url(), n, round).await,
+                with_emulator(&lab, n, round).await,
+            ];
+            let [rr, er, sr, mr] = sides.map(|m| n as f64 / m.elapsed.as_secs_f64());
             println!(
                 "round {round}: raw {rr:>7.0} msg/s   raw+event {er:>7.0} msg/s   runtime {sr:>7.0} msg/s   emulator {mr:>7.0} msg/s   runtime/raw {:.2} (vs raw+event {:.2})   emulator/runtime {:.2}",
                 sr / rr,
                 sr / er,
                 mr / sr
             );
+            for (spent, side) in cpu.iter_mut().zip(&sides) {
+                spent.extend(side.cpu_micros);
+            }
             raw_rates.push(rr);
             ev_rates.push(er);
             rt_rates.push(sr);
@@ -241,6 +260,15 @@ fn main() {
         println!(
             "median rates: raw {rr:.0} msg/s, raw+event {er:.0} msg/s, runtime {sr:.0} msg/s, emulator {mr:.0} msg/s"
         );
+        // What each side costs the machine (every process, every core) per message: the rates
+        // are bounded by it on a machine the sides saturate, and the machine's other load moves it
+        // far less than it moves a rate.
+        if cpu.iter().all(|c| c.len() == rounds) {
+            let [raw, ev, rt, emu] = cpu.map(|mut c| median(&mut c));
+            println!(
+                "median CPU per message: raw {raw:.0} µs, raw+event {ev:.0} µs, runtime {rt:.0} µs, emulator {emu:.0} µs"
+            );
+        }
         // The ratios are taken within each round (the machine's load changes between rounds), and
         // their medians reported: this last line is what docs/benchmarks.md records.
         println!(
@@ -251,6 +279,22 @@ fn main() {
         drop(lab);
         drop(bare);
     });
+}
+
+/// One side's run: how long it took, and the machine's CPU time per message meanwhile.
+#[derive(Clone, Copy)]
+struct Measured {
+    elapsed: Duration,
+    cpu_micros: Option<f64>,
+}
+
+impl Measured {
+    fn since(start: Instant, cpu: &bench::CpuMeter, n: usize) -> Self {
+        Measured {
+            elapsed: start.elapsed(),
+            cpu_micros: cpu.micros_per(n),
+        }
+    }
 }
 
 /// The median of `v` (the mean of the middle two when its length is even).
@@ -266,7 +310,7 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// The runtime with a stand-in orchestrator that only answers the registration: no emulator
 /// recording or checking anything, so the runtime's own cost is what is measured.
-async fn runtime_alone(url: &str, n: usize, round: usize) -> Duration {
+async fn runtime_alone(url: &str, n: usize, round: usize) -> Measured {
     let service_name = format!("alone{round}");
     let inbound = format!("alone{round}.inbound");
     let client = async_nats::connect(url).await.unwrap();
@@ -314,6 +358,7 @@ async fn runtime_alone(url: &str, n: usize, round: usize) -> Duration {
         .unwrap();
     triggers_sdk::transport::round_trip(&client).await.unwrap();
     let start = Instant::now();
+    let cpu = bench::CpuMeter::start();
     let count = tokio::spawn(async move {
         for _ in 0..n {
             events.next().await.unwrap();
@@ -324,7 +369,7 @@ async fn runtime_alone(url: &str, n: usize, round: usize) -> Duration {
     })
     .await;
     count.await.unwrap();
-    let elapsed = start.elapsed();
+    let measured = Measured::since(start, &cpu, n);
     running.shutdown().await;
-    elapsed
+    measured
 }
