@@ -118,16 +118,16 @@ pub fn from_nats(map: Option<&HeaderMap>) -> Headers {
     let Some(map) = map else {
         return Headers::new();
     };
-    let mut pairs: Vec<(String, String)> = map
-        .iter()
-        .flat_map(|(name, values)| {
-            values
-                .iter()
-                .map(move |v| (name.to_string(), v.as_str().to_owned()))
-        })
-        .collect();
-    // async-nats keeps headers in a HashMap; sort for a stable order in records and tests.
-    pairs.sort();
+    let mut pairs: Vec<(String, String)> = Vec::with_capacity(map.len());
+    for (name, values) in map.iter() {
+        let name: &str = name.as_ref();
+        for value in values {
+            pairs.push((name.to_owned(), value.as_str().to_owned()));
+        }
+    }
+    // async-nats keeps headers in a HashMap; sort for a stable order in records and tests (equal
+    // pairs are alike, so an unstable sort gives the same order).
+    pairs.sort_unstable();
     pairs.into_iter().collect()
 }
 

@@ -1,6 +1,7 @@
 //! A map with a fixed capacity: the runtime's caches (handled keys, kept outcomes, stream lookups)
 //! must not grow with the traffic. The oldest entry goes first; what went is counted.
 
+use std::borrow::Borrow;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 
@@ -21,15 +22,24 @@ impl<K: Hash + Eq + Clone, V> BoundedMap<K, V> {
         }
     }
 
-    pub(crate) fn get(&self, key: &K) -> Option<&V> {
+    pub(crate) fn get<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> Option<&V>
+    where
+        K: Borrow<Q>,
+    {
         self.map.get(key)
     }
 
-    pub(crate) fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+    pub(crate) fn get_mut<Q: Hash + Eq + ?Sized>(&mut self, key: &Q) -> Option<&mut V>
+    where
+        K: Borrow<Q>,
+    {
         self.map.get_mut(key)
     }
 
-    pub(crate) fn contains_key(&self, key: &K) -> bool {
+    pub(crate) fn contains_key<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+    {
         self.map.contains_key(key)
     }
 
@@ -46,9 +56,12 @@ impl<K: Hash + Eq + Clone, V> BoundedMap<K, V> {
         }
     }
 
-    pub(crate) fn remove(&mut self, key: &K) {
+    pub(crate) fn remove<Q: Hash + Eq + ?Sized>(&mut self, key: &Q)
+    where
+        K: Borrow<Q>,
+    {
         if self.map.remove(key).is_some() {
-            self.order.retain(|k| k != key);
+            self.order.retain(|k| k.borrow() != key);
         }
     }
 

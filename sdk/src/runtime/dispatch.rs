@@ -115,9 +115,9 @@ impl Runtime {
     async fn handle_delivery(self: Arc<Self>, msg: jetstream::Message) {
         let headers = transport::from_nats(msg.headers.as_ref());
         let key = headers.get(names::IDEMPOTENCY_KEY).map(str::to_owned);
-        let delivered = msg.info().map(|i| i.delivered).unwrap_or(1).max(1);
+        let origin = ledger::Origin::of(&msg);
+        let delivered = origin.delivered();
         let last = delivered >= i64::from(self.config.max_deliver);
-        let origin = ledger::stream_origin(&msg);
         if delivered > 1
             && let Some(k) = &key
             && self.lock_processed().contains_key(k)
@@ -156,7 +156,7 @@ impl Runtime {
                         "delivery {delivered} of at most {}: an outcome could not be reported: {reason}",
                         self.config.max_deliver
                     ),
-                    &origin,
+                    origin.identity(),
                 )
                 .await
             }
@@ -210,7 +210,7 @@ impl Runtime {
     /// before any node runs ([`ledger`]).
     pub(crate) async fn dispatch(
         &self,
-        origin: &str,
+        origin: &ledger::Origin<'_>,
         headers: &Headers,
         body: &[u8],
     ) -> Result<(), Fatal> {
@@ -224,7 +224,7 @@ impl Runtime {
                 };
                 let partial = partial_envelope(headers);
                 return self
-                    .dead_letter_fallback(kind, &partial, body, &e.to_string(), origin)
+                    .dead_letter_fallback(kind, &partial, body, &e.to_string(), origin.identity())
                     .await;
             }
         };
@@ -237,7 +237,7 @@ impl Runtime {
                         &envelope,
                         body,
                         &format!("the body is not JSON: {e}"),
-                        origin,
+                        origin.identity(),
                     )
                     .await;
             }
@@ -255,7 +255,7 @@ impl Runtime {
                         envelope.flow_version,
                         self.service()
                     ),
-                    origin,
+                    origin.identity(),
                 )
                 .await;
         };
@@ -266,7 +266,7 @@ impl Runtime {
                     &envelope,
                     body,
                     &format!("flow {} has no node {:?}", flow.id, envelope.source_node_id),
-                    origin,
+                    origin.identity(),
                 )
                 .await;
         };
@@ -301,7 +301,7 @@ impl Runtime {
                         flow.id,
                         self.service()
                     ),
-                    origin,
+                    origin.identity(),
                 )
                 .await;
         }
@@ -315,7 +315,7 @@ impl Runtime {
                         &envelope,
                         body,
                         &reason,
-                        origin,
+                        origin.identity(),
                     )
                     .await
                 }
@@ -325,7 +325,7 @@ impl Runtime {
                         &envelope,
                         body,
                         &reason,
-                        origin,
+                        origin.identity(),
                     )
                     .await
                 }
@@ -501,7 +501,7 @@ impl Runtime {
         loop {
             let started = GoTime::now();
             let deadline = tokio::time::Instant::now() + action.timeout;
-            let attempt_envelope = Envelope {
+            let attempt_envelope = || Envelope {
                 retry_count: i64::from(attempt - 1),
                 ..envelope.clone()
             };
@@ -514,7 +514,7 @@ impl Runtime {
                 attempt
             );
             let ctx = ActionContext {
-                envelope: attempt_envelope.clone(),
+                envelope: attempt_envelope(),
                 attempt,
                 max_attempts: max,
                 deadline,
@@ -569,6 +569,9 @@ impl Runtime {
                     true,
                 ),
             };
+            // Only a failure goes on here: the attempt's envelope made again (the handler has its
+            // own), rather than cloned for every success.
+            let attempt_envelope = attempt_envelope();
             if retryable && attempt < max {
                 self.complete(
                     &attempt_envelope,

@@ -45,17 +45,38 @@ pub(crate) fn identity(parts: &[&str]) -> String {
     parts.join("\n")
 }
 
-/// The identity of a message by its place in the inbound stream.
-pub(crate) fn stream_origin(msg: &jetstream::Message) -> String {
-    match msg.info() {
-        Ok(info) => format!(
-            "{}\n{}\n{}",
-            info.stream,
-            info.stream_sequence,
-            info.published.unix_timestamp_nanos()
-        ),
-        // Not a JetStream delivery: no identity, the clock's instant.
-        Err(_) => String::new(),
+/// A message's place in its inbound stream: how many times it was delivered, and the identity of
+/// the failures found before any node runs, written out only when one needs it (the rare path).
+pub(crate) struct Origin<'a> {
+    info: Option<jetstream::message::Info<'a>>,
+    identity: std::sync::OnceLock<String>,
+}
+
+impl<'a> Origin<'a> {
+    pub(crate) fn of(msg: &'a jetstream::Message) -> Self {
+        Origin {
+            info: msg.info().ok(),
+            identity: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Which delivery of the message this is, from 1.
+    pub(crate) fn delivered(&self) -> i64 {
+        self.info.as_ref().map_or(1, |i| i.delivered).max(1)
+    }
+
+    /// The identity: stream, sequence and publication instant; empty for a message that is not a
+    /// JetStream delivery (then the clock's instant stands in).
+    pub(crate) fn identity(&self) -> &str {
+        self.identity.get_or_init(|| match &self.info {
+            Some(info) => format!(
+                "{}\n{}\n{}",
+                info.stream,
+                info.stream_sequence,
+                info.published.unix_timestamp_nanos()
+            ),
+            None => String::new(),
+        })
     }
 }
 

@@ -243,7 +243,13 @@ impl Runtime {
         payload: Vec<u8>,
         target: Target,
     ) -> Result<(), String> {
-        let map = crate::transport::to_nats(headers).map_err(|e| e.to_string())?;
+        // The first attempt takes these headers; a retry (rare) converts them again.
+        let mut first = Some(crate::transport::to_nats(headers).map_err(|e| e.to_string())?);
+        let mut map = || {
+            first
+                .take()
+                .unwrap_or_else(|| crate::transport::to_nats(headers).unwrap_or_default())
+        };
         let payload = bytes::Bytes::from(payload);
         let start = tokio::time::Instant::now();
         let mut pause = Duration::from_millis(100);
@@ -257,7 +263,7 @@ impl Runtime {
                 }
                 if !stream {
                     self.client
-                        .publish_with_headers(subject.to_owned(), map.clone(), payload.clone())
+                        .publish_with_headers(subject.to_owned(), map(), payload.clone())
                         .await
                         .map_err(|e| (e.to_string(), true))?;
                     // A plain publish is confirmed only as far as the server has read it: by
@@ -276,7 +282,7 @@ impl Runtime {
                 let before = self.confirmer.sent();
                 let ack = self
                     .js
-                    .publish_with_headers(subject.to_owned(), map.clone(), payload.clone())
+                    .publish_with_headers(subject.to_owned(), map(), payload.clone())
                     .await
                     .map_err(|e| (e.to_string(), true))?;
                 match ack.await {
@@ -316,7 +322,7 @@ impl Runtime {
     /// Whether a JetStream stream captures `subject`, asked at most every [`CAPTURE_TTL`].
     async fn captured(&self, subject: &str) -> Result<bool, String> {
         let now = tokio::time::Instant::now();
-        if let Some((captured, at)) = self.lock_captures().get(&subject.to_owned())
+        if let Some((captured, at)) = self.lock_captures().get(subject)
             && now.duration_since(*at) < CAPTURE_TTL
         {
             return Ok(*captured);
@@ -336,7 +342,7 @@ impl Runtime {
     }
 
     fn forget_capture(&self, subject: &str) {
-        self.lock_captures().remove(&subject.to_owned());
+        self.lock_captures().remove(subject);
     }
 }
 
@@ -346,17 +352,24 @@ impl Runtime {
 /// (`retry_count`: each `retrying` event is its own). Hashed, so that any key or id (whatever a
 /// peer sent) makes a valid header value of a fixed length.
 fn event_msg_id(envelope: &Envelope, trail: &[&str], node: &str, status: &str) -> String {
-    let mut named = envelope.idempotency_key.clone();
+    use sha2::{Digest, Sha256};
+    // Straight into the hasher (this runs for every event): the same bytes as the parts joined
+    // by newlines.
+    let mut named = Sha256::new();
+    named.update(envelope.idempotency_key.as_bytes());
     for part in trail.iter().copied().chain([node, status]) {
-        named.push('\n');
-        named.push_str(part);
+        named.update(b"\n");
+        named.update(part.as_bytes());
     }
-    named.push('\n');
-    named.push_str(&envelope.retry_count.to_string());
-    format!(
-        "ev:{}",
-        crate::wire::durable_timer::payload_sha256(named.as_bytes())
-    )
+    named.update(b"\n");
+    named.update(itoa::Buffer::new().format(envelope.retry_count).as_bytes());
+    let mut hex = [0u8; 64];
+    // 32 bytes always fit 64 hex digits.
+    let _ = hex::encode_to_slice(named.finalize(), &mut hex);
+    let mut id = String::with_capacity(3 + hex.len());
+    id.push_str("ev:");
+    id.push_str(std::str::from_utf8(&hex).unwrap_or_default());
+    id
 }
 
 /// How long the answer to "does a stream capture this subject" is trusted.
@@ -375,4 +388,36 @@ pub(crate) enum Target {
     Stream,
     /// In a stream if one captures the subject, else a plain publish.
     Auto,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The id is the SHA-256 of the parts joined by newlines, however it is computed.
+    #[test]
+    fn event_msg_id_hashes_the_parts_joined_by_newlines() {
+        let envelope = Envelope {
+            idempotency_key: "run-1:in".into(),
+            retry_count: 12,
+            ..Default::default()
+        };
+        for (trail, node, status) in [
+            (vec![], "charge", "succeeded"),
+            (vec!["e1", "e2"], "ship", "retrying"),
+            (vec!["é"], "", "failed"),
+        ] {
+            let mut joined = envelope.idempotency_key.clone();
+            for part in trail.iter().copied().chain([node, status]) {
+                joined.push('\n');
+                joined.push_str(part);
+            }
+            joined.push_str("\n12");
+            let expected = format!(
+                "ev:{}",
+                crate::wire::durable_timer::payload_sha256(joined.as_bytes())
+            );
+            assert_eq!(event_msg_id(&envelope, &trail, node, status), expected);
+        }
+    }
 }

@@ -84,8 +84,8 @@ impl GoTime {
         *self == Self::ZERO
     }
 
-    /// Writes Go's text (without JSON quotes) into `out`.
-    fn write_go(&self, out: &mut impl fmt::Write) -> fmt::Result {
+    /// Go's text (without JSON quotes), on the stack.
+    fn go_text(&self) -> Ascii {
         // Written digit by digit into a buffer and handed over at once: this runs for every
         // envelope and completion event, where `write!` with its padding specs cost the most.
         let mut text = Ascii::default();
@@ -127,7 +127,7 @@ impl GoTime {
             text.push(b':');
             text.digits(u32::from(m.unsigned_abs()), 2);
         }
-        out.write_str(text.as_str())
+        text
     }
 }
 
@@ -192,7 +192,7 @@ impl From<std::time::SystemTime> for GoTime {
 
 impl fmt::Display for GoTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.write_go(f)
+        f.write_str(self.go_text().as_str())
     }
 }
 
@@ -218,7 +218,8 @@ impl Serialize for GoTime {
                 "year {year} is outside [0,9999], which Go's time JSON cannot carry"
             )));
         }
-        serializer.collect_str(self)
+        // The text as it is, not through `Display` into a fresh `String` (serde's collect_str).
+        serializer.serialize_str(self.go_text().as_str())
     }
 }
 
