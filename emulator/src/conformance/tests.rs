@@ -645,3 +645,82 @@ fn random_bytes_never_panic() {
         }
     }
 }
+
+/// An event whose bytes are exactly what Go writes skips the field-by-field pass; the rules of its
+/// value still find what the field-by-field path finds, word for word.
+#[test]
+fn a_go_exact_event_is_judged_as_the_field_by_field_path_judges_it() {
+    let world = World::new();
+    let cases = [
+        completion(),
+        CompletionEvent {
+            flow_id: "another-flow".into(),
+            ..completion()
+        },
+        CompletionEvent {
+            node_type: "widget".into(),
+            ..completion()
+        },
+        CompletionEvent {
+            status: "done".into(),
+            ..completion()
+        },
+        CompletionEvent {
+            trace_id: "XYZ".into(),
+            ..completion()
+        },
+        CompletionEvent {
+            finished_at: t("2026-05-26T14:30:44Z"),
+            ..completion()
+        },
+        CompletionEvent {
+            service: "stranger".into(),
+            ..completion()
+        },
+        CompletionEvent {
+            service: "bad name".into(),
+            ..completion()
+        },
+        CompletionEvent {
+            flow_run_id: String::new(),
+            node_id: String::new(),
+            ..completion()
+        },
+        CompletionEvent {
+            status: status::FAILED.into(),
+            error: "boom \u{2028} <b>".into(),
+            ..completion()
+        },
+    ];
+    let mut judged = 0;
+    for ev in cases {
+        let payload = ev.to_json().unwrap();
+        let headers = Headers::new();
+        let judge = |by_field: bool| {
+            let mut report = Report {
+                subject: "triggers.v2.flow.events.flow-lab",
+                headers: &headers,
+                payload: &payload,
+                body: Body::from(&payload[..]),
+                shared: None,
+                found: Vec::new(),
+                more: 0,
+            };
+            if by_field {
+                shapes::completion_by_field(&world.ctx(), &mut report, "flow-lab");
+            } else {
+                shapes::completion(&world.ctx(), &mut report, "flow-lab");
+            }
+            report
+                .found
+                .iter()
+                .map(|v| (v.rule, v.message.clone()))
+                .collect::<Vec<_>>()
+        };
+        let fast = judge(false);
+        assert_eq!(fast, judge(true), "{}", String::from_utf8_lossy(&payload));
+        judged += usize::from(!fast.is_empty());
+    }
+    // Every case but the first and the last breaks a rule of the value.
+    assert_eq!(judged, 8);
+}

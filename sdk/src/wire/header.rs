@@ -257,38 +257,50 @@ impl Envelope {
     /// [`EnvelopeError::Absent`] when no envelope header is there at all, else the first missing or
     /// malformed header, by name.
     pub fn from_headers(headers: &Headers) -> Result<Self, EnvelopeError> {
-        if !names::ENVELOPE.iter().any(|n| headers.contains(n)) {
+        // One pass over the headers (this runs for every message): each envelope header's first
+        // value, in any spelling, by its place in names::ENVELOPE.
+        let mut found: [Option<&str>; names::ENVELOPE.len()] = [None; names::ENVELOPE.len()];
+        for (name, value) in headers.iter() {
+            if let Some(i) = names::ENVELOPE
+                .iter()
+                .position(|n| n.eq_ignore_ascii_case(name))
+                && found[i].is_none()
+            {
+                found[i] = Some(value);
+            }
+        }
+        let get = |name: &str| {
+            names::ENVELOPE
+                .iter()
+                .position(|n| *n == name)
+                .and_then(|i| found[i])
+        };
+        if found.iter().all(Option::is_none) {
             return Err(EnvelopeError::Absent);
         }
-        if let Some(missing) = REQUIRED
-            .iter()
-            .find(|n| headers.get(n).is_none_or(str::is_empty))
-        {
+        if let Some(missing) = REQUIRED.iter().find(|n| get(n).is_none_or(str::is_empty)) {
             return Err(EnvelopeError::Missing { header: missing });
         }
-        let text = |name: &str| headers.get(name).unwrap_or_default().to_owned();
+        let text = |name: &str| get(name).unwrap_or_default().to_owned();
         // W3C Trace Context: a traceparent that does not parse is ignored (the trace restarts),
         // never a reason to refuse the message.
-        let traceparent = Some(text(names::TRACEPARENT))
-            .filter(|t| Traceparent::parse(t).is_ok())
-            .unwrap_or_default();
+        let traceparent = get(names::TRACEPARENT)
+            .filter(|t| Traceparent::check(t).is_ok())
+            .unwrap_or_default()
+            .to_owned();
         for (name, width) in [(names::TRACE_ID, 32), (names::SPAN_ID, 16)] {
-            let value = text(name);
-            if !value.is_empty() && !is_lower_hex(&value, width) {
+            let value = get(name).unwrap_or_default();
+            if !value.is_empty() && !is_lower_hex(value, width) {
                 return Err(EnvelopeError::Invalid {
-                    header: if width == 32 {
-                        names::TRACE_ID
-                    } else {
-                        names::SPAN_ID
-                    },
-                    value,
+                    header: name,
+                    value: value.to_owned(),
                     reason: format!("expected {width} lowercase hex digits"),
                 });
             }
         }
-        let flow_version = parse_count(headers, names::FLOW_VERSION)?.unwrap_or_default();
-        let retry_count = parse_count(headers, names::RETRY_COUNT)?.unwrap_or_default();
-        let emitted_at = match headers.get(names::EMITTED_AT) {
+        let flow_version = parse_count(get(names::FLOW_VERSION), names::FLOW_VERSION)?;
+        let retry_count = parse_count(get(names::RETRY_COUNT), names::RETRY_COUNT)?;
+        let emitted_at = match get(names::EMITTED_AT) {
             None => GoTime::ZERO,
             Some(v) => GoTime::parse(v).map_err(|e| EnvelopeError::Invalid {
                 header: names::EMITTED_AT,
@@ -302,10 +314,10 @@ impl Envelope {
             traceparent,
             flow_run_id: text(names::FLOW_RUN_ID),
             flow_id: text(names::FLOW_ID),
-            flow_version,
+            flow_version: flow_version.unwrap_or_default(),
             idempotency_key: text(names::IDEMPOTENCY_KEY),
             source_node_id: text(names::SOURCE_NODE_ID),
-            retry_count,
+            retry_count: retry_count.unwrap_or_default(),
             emitted_at,
         })
     }
@@ -339,8 +351,8 @@ pub fn parse_dlq_msg_id(msg_id: &str) -> Option<(&str, i128)> {
     Some((key, ns.parse().ok()?))
 }
 
-fn parse_count(headers: &Headers, name: &'static str) -> Result<Option<i64>, EnvelopeError> {
-    let Some(value) = headers.get(name) else {
+fn parse_count(value: Option<&str>, name: &'static str) -> Result<Option<i64>, EnvelopeError> {
+    let Some(value) = value else {
         return Ok(None);
     };
     // Canonical decimal only: what Go's strconv.Itoa writes for a non-negative int.
@@ -391,11 +403,32 @@ impl Traceparent {
     /// # Errors
     /// A [`TraceparentError`] saying which part is wrong.
     pub fn parse(s: &str) -> Result<Self, TraceparentError> {
-        let parts: Vec<&str> = s.split('-').collect();
-        if parts.len() < 4 {
-            return Err(TraceparentError::Shape);
+        let [version, trace_id, parent_id, flags] = Self::parts(s)?;
+        Ok(Traceparent {
+            version: version.into(),
+            trace_id: trace_id.into(),
+            parent_id: parent_id.into(),
+            flags: flags.into(),
+        })
+    }
+
+    /// [`Traceparent::parse`]'s checks without keeping the parts (nothing is allocated).
+    ///
+    /// # Errors
+    /// As [`Traceparent::parse`].
+    pub fn check(s: &str) -> Result<(), TraceparentError> {
+        Self::parts(s).map(|_| ())
+    }
+
+    /// The four parts, checked.
+    fn parts(s: &str) -> Result<[&str; 4], TraceparentError> {
+        let mut split = s.split('-');
+        let mut parts = [""; 4];
+        for part in &mut parts {
+            *part = split.next().ok_or(TraceparentError::Shape)?;
         }
-        let (version, trace_id, parent_id, flags) = (parts[0], parts[1], parts[2], parts[3]);
+        let more = split.next().is_some();
+        let [version, trace_id, parent_id, flags] = parts;
         if !is_lower_hex(version, 2) {
             return Err(TraceparentError::Version);
         }
@@ -403,7 +436,7 @@ impl Traceparent {
             return Err(TraceparentError::Version);
         }
         // Version 00 has exactly four parts; later versions may append more.
-        if version == "00" && parts.len() != 4 {
+        if version == "00" && more {
             return Err(TraceparentError::Shape);
         }
         if !is_lower_hex(trace_id, 32) || trace_id.bytes().all(|b| b == b'0') {
@@ -415,12 +448,7 @@ impl Traceparent {
         if !is_lower_hex(flags, 2) {
             return Err(TraceparentError::Flags);
         }
-        Ok(Traceparent {
-            version: version.into(),
-            trace_id: trace_id.into(),
-            parent_id: parent_id.into(),
-            flags: flags.into(),
-        })
+        Ok(parts)
     }
 }
 
@@ -437,6 +465,97 @@ impl fmt::Display for Traceparent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The envelope as read before the single pass: one lookup per field (kept as the reference
+    /// the single pass must agree with).
+    fn from_headers_by_lookup(headers: &Headers) -> Result<Envelope, EnvelopeError> {
+        if !names::ENVELOPE.iter().any(|n| headers.contains(n)) {
+            return Err(EnvelopeError::Absent);
+        }
+        if let Some(missing) = REQUIRED
+            .iter()
+            .find(|n| headers.get(n).is_none_or(str::is_empty))
+        {
+            return Err(EnvelopeError::Missing { header: missing });
+        }
+        let text = |name: &str| headers.get(name).unwrap_or_default().to_owned();
+        let traceparent = Some(text(names::TRACEPARENT))
+            .filter(|t| Traceparent::parse(t).is_ok())
+            .unwrap_or_default();
+        for (name, width) in [(names::TRACE_ID, 32), (names::SPAN_ID, 16)] {
+            let value = text(name);
+            if !value.is_empty() && !is_lower_hex(&value, width) {
+                return Err(EnvelopeError::Invalid {
+                    header: name,
+                    value,
+                    reason: format!("expected {width} lowercase hex digits"),
+                });
+            }
+        }
+        let flow_version = parse_count(headers.get(names::FLOW_VERSION), names::FLOW_VERSION)?;
+        let retry_count = parse_count(headers.get(names::RETRY_COUNT), names::RETRY_COUNT)?;
+        let emitted_at = match headers.get(names::EMITTED_AT) {
+            None => GoTime::ZERO,
+            Some(v) => GoTime::parse(v).map_err(|e| EnvelopeError::Invalid {
+                header: names::EMITTED_AT,
+                value: v.to_owned(),
+                reason: e.to_string(),
+            })?,
+        };
+        Ok(Envelope {
+            trace_id: text(names::TRACE_ID),
+            span_id: text(names::SPAN_ID),
+            traceparent,
+            flow_run_id: text(names::FLOW_RUN_ID),
+            flow_id: text(names::FLOW_ID),
+            flow_version: flow_version.unwrap_or_default(),
+            idempotency_key: text(names::IDEMPOTENCY_KEY),
+            source_node_id: text(names::SOURCE_NODE_ID),
+            retry_count: retry_count.unwrap_or_default(),
+            emitted_at,
+        })
+    }
+
+    use proptest::strategy::Strategy as _;
+
+    proptest::proptest! {
+        /// Any headers (envelope names in any spelling, repeated, empty, with bad values, among
+        /// others) read the same in one pass as by a lookup per field: the same envelope, or the
+        /// same error.
+        #[test]
+        fn the_single_pass_reads_what_the_lookups_read(
+            pairs in proptest::collection::vec(
+                (
+                    proptest::prop_oneof![
+                        proptest::sample::select(names::ENVELOPE.to_vec()).prop_map(|n: &str| n.to_owned()),
+                        proptest::sample::select(names::ENVELOPE.to_vec())
+                            .prop_map(|n: &str| n.to_ascii_lowercase()),
+                        proptest::sample::select(vec!["Nats-Msg-Id", "X-Other"]).prop_map(|n: &str| n.to_owned()),
+                    ],
+                    proptest::prop_oneof![
+                        proptest::sample::select(vec![
+                            "", "0", "7", "07", "-1", "x", "run-1",
+                            "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7",
+                            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-xx",
+                            "2026-05-26T14:30:45.5Z", "yesterday",
+                        ])
+                        .prop_map(|n: &str| n.to_owned()),
+                        "[a-z0-9-]{0,8}",
+                    ],
+                ),
+                0..16,
+            )
+        ) {
+            let mut headers = Headers::new();
+            for (name, value) in pairs {
+                headers.append(name, value);
+            }
+            let one_pass = Envelope::from_headers(&headers).map_err(|e| e.to_string());
+            let by_lookup = from_headers_by_lookup(&headers).map_err(|e| e.to_string());
+            proptest::prop_assert_eq!(one_pass, by_lookup);
+        }
+    }
 
     fn sample() -> Envelope {
         Envelope {
