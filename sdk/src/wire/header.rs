@@ -269,13 +269,17 @@ impl Envelope {
                 found[i] = Some(value);
             }
         }
-        let get = |name: &str| {
+        Self::from_values(|name| {
             names::ENVELOPE
                 .iter()
                 .position(|n| *n == name)
                 .and_then(|i| found[i])
-        };
-        if found.iter().all(Option::is_none) {
+        })
+    }
+
+    /// The envelope from `get`, the first value of each envelope header (by its canonical name).
+    fn from_values<'h>(get: impl Fn(&str) -> Option<&'h str>) -> Result<Self, EnvelopeError> {
+        if names::ENVELOPE.iter().all(|n| get(n).is_none()) {
             return Err(EnvelopeError::Absent);
         }
         if let Some(missing) = REQUIRED.iter().find(|n| get(n).is_none_or(str::is_empty)) {
@@ -466,54 +470,10 @@ impl fmt::Display for Traceparent {
 mod tests {
     use super::*;
 
-    /// The envelope as read before the single pass: one lookup per field (kept as the reference
+    /// The envelope as read before the single pass, by a lookup per field (kept as the reference
     /// the single pass must agree with).
     fn from_headers_by_lookup(headers: &Headers) -> Result<Envelope, EnvelopeError> {
-        if !names::ENVELOPE.iter().any(|n| headers.contains(n)) {
-            return Err(EnvelopeError::Absent);
-        }
-        if let Some(missing) = REQUIRED
-            .iter()
-            .find(|n| headers.get(n).is_none_or(str::is_empty))
-        {
-            return Err(EnvelopeError::Missing { header: missing });
-        }
-        let text = |name: &str| headers.get(name).unwrap_or_default().to_owned();
-        let traceparent = Some(text(names::TRACEPARENT))
-            .filter(|t| Traceparent::parse(t).is_ok())
-            .unwrap_or_default();
-        for (name, width) in [(names::TRACE_ID, 32), (names::SPAN_ID, 16)] {
-            let value = text(name);
-            if !value.is_empty() && !is_lower_hex(&value, width) {
-                return Err(EnvelopeError::Invalid {
-                    header: name,
-                    value,
-                    reason: format!("expected {width} lowercase hex digits"),
-                });
-            }
-        }
-        let flow_version = parse_count(headers.get(names::FLOW_VERSION), names::FLOW_VERSION)?;
-        let retry_count = parse_count(headers.get(names::RETRY_COUNT), names::RETRY_COUNT)?;
-        let emitted_at = match headers.get(names::EMITTED_AT) {
-            None => GoTime::ZERO,
-            Some(v) => GoTime::parse(v).map_err(|e| EnvelopeError::Invalid {
-                header: names::EMITTED_AT,
-                value: v.to_owned(),
-                reason: e.to_string(),
-            })?,
-        };
-        Ok(Envelope {
-            trace_id: text(names::TRACE_ID),
-            span_id: text(names::SPAN_ID),
-            traceparent,
-            flow_run_id: text(names::FLOW_RUN_ID),
-            flow_id: text(names::FLOW_ID),
-            flow_version: flow_version.unwrap_or_default(),
-            idempotency_key: text(names::IDEMPOTENCY_KEY),
-            source_node_id: text(names::SOURCE_NODE_ID),
-            retry_count: retry_count.unwrap_or_default(),
-            emitted_at,
-        })
+        Envelope::from_values(|name| headers.get(name))
     }
 
     use proptest::strategy::Strategy as _;
