@@ -207,15 +207,6 @@ pub struct Envelope {
     pub emitted_at: GoTime,
 }
 
-/// Envelope fields that must be present for a message to be routed.
-const REQUIRED: [&str; 5] = [
-    names::FLOW_RUN_ID,
-    names::FLOW_ID,
-    names::FLOW_VERSION,
-    names::IDEMPOTENCY_KEY,
-    names::SOURCE_NODE_ID,
-];
-
 impl Envelope {
     /// Writes the ten envelope headers in canonical spelling, replacing any present in another.
     ///
@@ -269,31 +260,50 @@ impl Envelope {
                 found[i] = Some(value);
             }
         }
-        Self::from_values(|name| {
-            names::ENVELOPE
-                .iter()
-                .position(|n| *n == name)
-                .and_then(|i| found[i])
-        })
+        Self::from_values(found)
     }
 
-    /// The envelope from `get`, the first value of each envelope header (by its canonical name).
-    fn from_values<'h>(get: impl Fn(&str) -> Option<&'h str>) -> Result<Self, EnvelopeError> {
-        if names::ENVELOPE.iter().all(|n| get(n).is_none()) {
+    /// The envelope from the first value of each of [`names::ENVELOPE`], in its order.
+    fn from_values(found: [Option<&str>; names::ENVELOPE.len()]) -> Result<Self, EnvelopeError> {
+        if found.iter().all(Option::is_none) {
             return Err(EnvelopeError::Absent);
         }
-        if let Some(missing) = REQUIRED.iter().find(|n| get(n).is_none_or(str::is_empty)) {
-            return Err(EnvelopeError::Missing { header: missing });
+        let [
+            trace_id,
+            span_id,
+            traceparent,
+            flow_run_id,
+            flow_id,
+            flow_version,
+            idempotency_key,
+            source_node_id,
+            retry_count,
+            emitted_at,
+        ] = found;
+        // What must be present for a message to be routed.
+        for (header, value) in [
+            (names::FLOW_RUN_ID, flow_run_id),
+            (names::FLOW_ID, flow_id),
+            (names::FLOW_VERSION, flow_version),
+            (names::IDEMPOTENCY_KEY, idempotency_key),
+            (names::SOURCE_NODE_ID, source_node_id),
+        ] {
+            if value.is_none_or(str::is_empty) {
+                return Err(EnvelopeError::Missing { header });
+            }
         }
-        let text = |name: &str| get(name).unwrap_or_default().to_owned();
+        let text = |value: Option<&str>| value.unwrap_or_default().to_owned();
         // W3C Trace Context: a traceparent that does not parse is ignored (the trace restarts),
         // never a reason to refuse the message.
-        let traceparent = get(names::TRACEPARENT)
+        let traceparent = traceparent
             .filter(|t| Traceparent::check(t).is_ok())
             .unwrap_or_default()
             .to_owned();
-        for (name, width) in [(names::TRACE_ID, 32), (names::SPAN_ID, 16)] {
-            let value = get(name).unwrap_or_default();
+        for (name, value, width) in [
+            (names::TRACE_ID, trace_id, 32),
+            (names::SPAN_ID, span_id, 16),
+        ] {
+            let value = value.unwrap_or_default();
             if !value.is_empty() && !is_lower_hex(value, width) {
                 return Err(EnvelopeError::Invalid {
                     header: name,
@@ -302,9 +312,9 @@ impl Envelope {
                 });
             }
         }
-        let flow_version = parse_count(get(names::FLOW_VERSION), names::FLOW_VERSION)?;
-        let retry_count = parse_count(get(names::RETRY_COUNT), names::RETRY_COUNT)?;
-        let emitted_at = match get(names::EMITTED_AT) {
+        let flow_version = parse_count(flow_version, names::FLOW_VERSION)?;
+        let retry_count = parse_count(retry_count, names::RETRY_COUNT)?;
+        let emitted_at = match emitted_at {
             None => GoTime::ZERO,
             Some(v) => GoTime::parse(v).map_err(|e| EnvelopeError::Invalid {
                 header: names::EMITTED_AT,
@@ -313,14 +323,14 @@ impl Envelope {
             })?,
         };
         Ok(Envelope {
-            trace_id: text(names::TRACE_ID),
-            span_id: text(names::SPAN_ID),
+            trace_id: text(trace_id),
+            span_id: text(span_id),
             traceparent,
-            flow_run_id: text(names::FLOW_RUN_ID),
-            flow_id: text(names::FLOW_ID),
+            flow_run_id: text(flow_run_id),
+            flow_id: text(flow_id),
             flow_version: flow_version.unwrap_or_default(),
-            idempotency_key: text(names::IDEMPOTENCY_KEY),
-            source_node_id: text(names::SOURCE_NODE_ID),
+            idempotency_key: text(idempotency_key),
+            source_node_id: text(source_node_id),
             retry_count: retry_count.unwrap_or_default(),
             emitted_at,
         })
@@ -468,15 +478,15 @@ impl fmt::Display for Traceparent {
 
 #[cfg(test)]
 mod tests {
+    use proptest::strategy::Strategy as _;
+
     use super::*;
 
     /// The envelope as read before the single pass, by a lookup per field (kept as the reference
     /// the single pass must agree with).
     fn from_headers_by_lookup(headers: &Headers) -> Result<Envelope, EnvelopeError> {
-        Envelope::from_values(|name| headers.get(name))
+        Envelope::from_values(names::ENVELOPE.map(|name| headers.get(name)))
     }
-
-    use proptest::strategy::Strategy as _;
 
     proptest::proptest! {
         /// Any headers (envelope names in any spelling, repeated, empty, with bad values, among
