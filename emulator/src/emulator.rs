@@ -274,12 +274,20 @@ impl<T: std::hash::Hash + Eq + Clone> BoundedSet<T> {
         }
     }
 
-    pub(crate) fn contains(&self, value: &T) -> bool {
+    pub(crate) fn contains<Q>(&self, value: &Q) -> bool
+    where
+        T: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
         self.members.contains(value)
     }
 
     /// Removes `value`; whether it was there.
-    pub(crate) fn remove(&mut self, value: &T) -> bool {
+    pub(crate) fn remove<Q>(&mut self, value: &Q) -> bool
+    where
+        T: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
         self.members.remove(value)
     }
 }

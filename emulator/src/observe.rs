@@ -1,6 +1,7 @@
 //! Observation: everything on `triggers.v2.>` and on the services' inbound subjects goes through
-//! the conformance checker and the recorder; completion events drive run tracking; DLQ entries
-//! come from the JetStream stream (after `Nats-Msg-Id` dedup).
+//! the conformance checker and the recorder. Completion events (which drive run tracking) and DLQ
+//! entries come from their JetStream streams (after `Nats-Msg-Id` dedup); completion events are
+//! judged there too, once, and dropped from the plain subscription.
 
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use async_nats::jetstream;
 use futures::StreamExt;
 use triggers_sdk::transport;
 use triggers_sdk::wire::header::names;
-use triggers_sdk::wire::subject::LockedSubject;
+use triggers_sdk::wire::subject::{self, LockedSubject};
 use triggers_sdk::wire::{CompletionEvent, DlqEntry, Envelope, GoTime, Headers, Heartbeat};
 
 use crate::conformance::{self, Origin, Violation, runs};
@@ -18,6 +19,10 @@ use crate::recorder::{Body, RecordKind, Run, SharedHeaders, share_headers};
 impl Emulator {
     pub(crate) async fn observe_all(shared: Arc<Shared>, mut sub: async_nats::Subscriber) {
         while let Some(msg) = sub.next().await {
+            if kept_by_stream(&msg.subject) {
+                // Judged and recorded once, as its stream stored it (record_event, record_dlq).
+                continue;
+            }
             let headers = transport::from_nats(msg.headers.as_ref());
             shared.observe(&msg.subject, &headers, Body::from(msg.payload));
         }
@@ -115,25 +120,28 @@ async fn behind(shared: &Shared, name: &str, next_seq: u64) -> bool {
     }
 }
 
-/// A DLQ entry as JetStream stored it (after `Nats-Msg-Id` dedup): recorded, and applied to its
-/// run: a delivery dead-lettered before its nodes ran fails them.
+/// A DLQ entry as JetStream stored it (after `Nats-Msg-Id` dedup): judged, recorded, and applied
+/// to its run: a delivery dead-lettered before its nodes ran fails them.
 pub(crate) fn record_dlq(shared: &Shared, msg: &jetstream::Message) {
     let headers = transport::from_nats(msg.headers.as_ref());
     let msg_id = headers
         .get(names::NATS_MSG_ID)
         .unwrap_or_default()
         .to_owned();
+    let body = Body::from(msg.payload.clone());
+    let (violations, shared_headers) = shared.judge(&msg.subject, &headers, &body);
     let entry = DlqEntry::from_json(&msg.payload).ok();
     let service = match LockedSubject::parse(&msg.subject) {
         Some(LockedSubject::Dlq { service, .. }) => service,
         _ => String::new(),
     };
     let mut state = shared.lock();
-    let seq = shared.push_locked(
+    shared.add_violations(&mut state, violations);
+    let seq = shared.push_shared(
         &mut state,
         &msg.subject,
-        &headers,
-        Body::from(msg.payload.clone()),
+        shared_headers,
+        body,
         RecordKind::Dlq {
             entry: entry.clone(),
             msg_id,
@@ -154,12 +162,28 @@ pub(crate) fn record_dlq(shared: &Shared, msg: &jetstream::Message) {
     }
 }
 
-/// A completion event as JetStream stored it: recorded and applied to its run.
+/// Whether one of the emulator's streams captures subject `name` (`triggers.v2.flow.events.>`,
+/// `triggers.v2.dlq.>`): such a message is judged and recorded as the stream stored it
+/// ([`record_event`], [`record_dlq`]), not from the plain subscription that also receives it.
+pub(crate) fn kept_by_stream(name: &str) -> bool {
+    [subject::FLOW_EVENTS_ALL, subject::DLQ_ALL]
+        .iter()
+        .any(|all| {
+            name.strip_prefix(all.trim_end_matches('>'))
+                .is_some_and(|rest| !rest.is_empty())
+        })
+}
+
+/// A completion event as JetStream stored it (after `Nats-Msg-Id` dedup): judged, recorded and
+/// applied to its run. This is the one place an event is looked at: the plain subscription
+/// gets the same message, and drops it ([`kept_by_stream`]).
 pub(crate) fn record_event(shared: &Shared, msg: &jetstream::Message) {
+    let headers = transport::from_nats(msg.headers.as_ref());
+    let body = Body::from(msg.payload.clone());
+    let (violations, headers) = shared.judge(&msg.subject, &headers, &body);
+    let mut state = shared.lock();
+    shared.add_violations(&mut state, violations);
     if let Ok(event) = CompletionEvent::from_json(&msg.payload) {
-        let headers = share_headers(&transport::from_nats(msg.headers.as_ref()));
-        let body = Body::from(msg.payload.clone());
-        let mut state = shared.lock();
         let seq = shared.push_shared(
             &mut state,
             &msg.subject,
@@ -177,27 +201,8 @@ impl Shared {
     /// Everything seen on `triggers.v2.>` and on inbound subjects: judged (outside the lock, on a
     /// snapshot of the registry), then recorded.
     pub(crate) fn observe(&self, subject: &str, headers: &Headers, payload: Body) {
-        let (registry, origin) = {
-            let mut state = self.lock();
-            let own = [names::NATS_MSG_ID, names::IDEMPOTENCY_KEY]
-                .iter()
-                .filter_map(|name| headers.get(name))
-                .any(|id| state.own_msg_ids.contains(&id.to_owned()))
-                || (subject.starts_with("triggers.v2.flow.broadcast.")
-                    && headers.is_empty()
-                    && state.own_broadcasts.remove(&payload.to_vec()));
-            let origin = if own { Origin::Emulator } else { Origin::Peer };
-            (state.registry.clone(), origin)
-        };
-        let ctx = conformance::Context {
-            manifests: &registry.manifests,
-            inbound: &registry.inbound,
-        };
-        let violations = conformance::check_body(&ctx, subject, headers, &payload, origin);
-        let shared_headers = violations
-            .first()
-            .map(|v| v.headers.clone())
-            .unwrap_or_else(|| share_headers(headers));
+        let (registry, origin, violations, shared_headers) =
+            self.judge_with(subject, headers, &payload);
         let mut state = self.lock();
         self.add_violations(&mut state, violations);
         match LockedSubject::parse(subject) {
@@ -229,8 +234,8 @@ impl Shared {
                     );
                 }
             }
-            // Completion events are recorded from the events stream (record_events), so a server
-            // restart loses none; here they are only checked.
+            // Completion events are judged and recorded from the events stream (record_event),
+            // so a server restart loses none; they do not come this way.
             Some(_) => {}
             None => {
                 if let Some(service) = registry.inbound.get(subject) {
@@ -284,6 +289,54 @@ impl Shared {
         }
         drop(state);
         self.notify();
+    }
+
+    /// The violations of one message (judged outside the lock, on a snapshot of the registry),
+    /// and its headers as records keep them.
+    fn judge(
+        &self,
+        subject: &str,
+        headers: &Headers,
+        payload: &Body,
+    ) -> (Vec<Violation>, SharedHeaders) {
+        let (_, _, violations, shared) = self.judge_with(subject, headers, payload);
+        (violations, shared)
+    }
+
+    /// [`Shared::judge`], with the registry it was judged on and whose message it is.
+    fn judge_with(
+        &self,
+        subject: &str,
+        headers: &Headers,
+        payload: &Body,
+    ) -> (
+        Arc<crate::emulator::Registry>,
+        Origin,
+        Vec<Violation>,
+        SharedHeaders,
+    ) {
+        let (registry, origin) = {
+            let mut state = self.lock();
+            let own = [names::NATS_MSG_ID, names::IDEMPOTENCY_KEY]
+                .iter()
+                .filter_map(|name| headers.get(name))
+                .any(|id| state.own_msg_ids.contains(id))
+                || (subject.starts_with("triggers.v2.flow.broadcast.")
+                    && headers.is_empty()
+                    && state.own_broadcasts.remove(payload.as_bytes()));
+            let origin = if own { Origin::Emulator } else { Origin::Peer };
+            (state.registry.clone(), origin)
+        };
+        let ctx = conformance::Context {
+            manifests: &registry.manifests,
+            inbound: &registry.inbound,
+        };
+        let violations = conformance::check_body(&ctx, subject, headers, payload, origin);
+        let shared = violations
+            .first()
+            .map(|v| v.headers.clone())
+            .unwrap_or_else(|| share_headers(headers));
+        (registry, origin, violations, shared)
     }
 
     /// Keeps violations (and their records) within the bounds; the rest are counted.
