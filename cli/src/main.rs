@@ -46,6 +46,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// The emulator and `load` allocate per message on several threads, where glibc's malloc spent a
+/// quarter of the machine's time (docs/benchmarks.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Build, test and watch services of the triggers platform without the real orchestrator.
 #[derive(Debug, Parser)]
 #[command(name = "triggers-lab", version, about, long_about = None, after_help = exit::HELP)]

@@ -7,9 +7,14 @@
 //! ratios, after the machine's CPU time per message on each side and the emulator's ratio to the
 //! runtime with a stream; `docs/benchmarks.md` keeps the figures.
 //!
+//! Every side runs in this one process, on mimalloc (as `triggers-lab` does): glibc's malloc took
+//! a quarter of the machine's time per message on the runtime's side, more than any code of ours.
+//! `--features system-alloc` measures on glibc's instead.
+//!
 //! ```sh
 //! cargo bench -p triggers-integration --bench runtime_throughput [-- MESSAGES [ROUNDS]]
 //! BENCH_ONLY=emulator cargo bench -p triggers-integration --bench runtime_throughput   # one side, to profile
+//! cargo bench -p triggers-integration --features system-alloc --bench runtime_throughput
 //! ```
 
 use std::future::IntoFuture;
@@ -21,6 +26,17 @@ use serde_json::json;
 use triggers_integration::{bench, config, lab};
 use triggers_sdk::flow::Flow;
 use triggers_sdk::runtime::RuntimeConfig;
+
+#[cfg(not(feature = "system-alloc"))]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The allocator every side runs on, for the report.
+const ALLOCATOR_NAME: &str = if cfg!(feature = "system-alloc") {
+    "the system allocator"
+} else {
+    "mimalloc"
+};
 
 const CONCURRENCY: usize = 64;
 
@@ -202,7 +218,10 @@ fn main() {
         .unwrap_or(if measuring { 3 } else { 1 });
     bench::runtime().block_on(async {
         let bare = bench::server().await;
-        println!("{n} messages per round, {rounds} rounds, {CONCURRENCY} in flight, {}", bare.summary());
+        println!(
+            "{n} messages per round, {rounds} rounds, {CONCURRENCY} in flight, {ALLOCATOR_NAME}, {}",
+            bare.summary()
+        );
         // One side alone, for a profiler (`perf record`):
         // BENCH_ONLY=raw|raw+event|runtime|runtime+stream|emulator.
         if let Ok(side) = std::env::var("BENCH_ONLY") {
