@@ -459,3 +459,61 @@ async fn messages_without_action_context_go_to_the_fallback_dlqs() {
         lab.violations()
     );
 }
+
+/// A burst of deliveries that all publish to a subject the runtime has not asked about yet (here,
+/// the completion events of a new flow, kept in the emulator's stream) asks JetStream once which
+/// stream takes it: the others wait for that answer instead of each sending the same request.
+#[tokio::test]
+async fn a_burst_of_deliveries_asks_jetstream_once_which_stream_takes_their_events() {
+    let lab = lab().await;
+    let running = triggers_integration::bench::noop_service(
+        "burst",
+        "noop",
+        "burst.inbound",
+        RuntimeConfig {
+            max_concurrency: Some(64),
+            ..config(&lab)
+        },
+    )
+    .await;
+    let deployed = lab
+        .deploy(triggers_integration::flow(json!({"id": "burst", "nodes": [
+            {"id": "in", "type": "service-in", "service": "burst"},
+            {"id": "noop", "type": "action", "service": "burst", "action": "noop"}
+        ], "edges": [{"id": "e1", "from": "in", "to": "noop"}]})))
+        .await
+        .unwrap();
+    assert!(
+        running
+            .wait_for_flow("burst", deployed.flow.version, Duration::from_secs(5))
+            .await
+    );
+    // Every stream lookup anyone makes, as the server receives it.
+    let watcher = async_nats::connect(lab.url()).await.unwrap();
+    let mut lookups = watcher.subscribe("$JS.API.STREAM.NAMES").await.unwrap();
+    triggers_sdk::transport::round_trip(&watcher).await.unwrap();
+
+    let lab_ref = &lab;
+    let runs = futures::future::join_all(
+        (0..64).map(|i| async move { lab_ref.trigger("burst", &json!({"n": i})).await.unwrap() }),
+    )
+    .await;
+    for run in &runs {
+        lab.wait_run_settled(run).await.unwrap();
+    }
+    let events_subject = subject::flow_events("burst").unwrap();
+    let mut asked = 0;
+    while let Ok(Some(request)) = tokio::time::timeout(
+        Duration::from_millis(200),
+        futures::StreamExt::next(&mut lookups),
+    )
+    .await
+    {
+        if String::from_utf8_lossy(&request.payload).contains(&events_subject) {
+            asked += 1;
+        }
+    }
+    assert_eq!(asked, 1, "lookups of {events_subject} for 64 deliveries");
+    running.shutdown().await;
+    lab.assert_conformant();
+}

@@ -319,26 +319,42 @@ impl Runtime {
         }
     }
 
-    /// Whether a JetStream stream captures `subject`, asked at most every [`CAPTURE_TTL`].
+    /// Whether a JetStream stream captures `subject`, asked at most every [`CAPTURE_TTL`]. The
+    /// deliveries that find no fresh answer wait for the one asking JetStream and take its answer
+    /// (a failed lookup's too, for [`FAILED_LOOKUP_TTL`]), rather than all asking at once: a
+    /// service starting under load, or the answer expiring, would otherwise send one request per
+    /// message in flight.
     async fn captured(&self, subject: &str) -> Result<bool, String> {
-        let now = tokio::time::Instant::now();
-        if let Some((captured, at)) = self.lock_captures().get(subject)
-            && now.duration_since(*at) < CAPTURE_TTL
-        {
-            return Ok(*captured);
+        if let Some(known) = self.known_capture(subject) {
+            return known;
         }
-        let captured = match self.js.stream_by_subject(subject).await {
-            Ok(_) => true,
-            Err(e) if e.kind() == GetStreamByNameErrorKind::NotFound => false,
-            Err(e) => {
-                return Err(format!(
-                    "cannot ask JetStream which stream takes {subject}: {e}"
-                ));
-            }
+        let _asking = self.capture_lookup.lock().await;
+        if let Some(known) = self.known_capture(subject) {
+            return known;
+        }
+        let asked = tokio::time::Instant::now();
+        let answer = match self.js.stream_by_subject(subject).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == GetStreamByNameErrorKind::NotFound => Ok(false),
+            Err(e) => Err(format!(
+                "cannot ask JetStream which stream takes {subject}: {e}"
+            )),
         };
         self.lock_captures()
-            .insert(subject.to_owned(), (captured, now));
-        Ok(captured)
+            .insert(subject.to_owned(), (answer.clone(), asked));
+        answer
+    }
+
+    /// The last answer about `subject`, while it is fresh.
+    fn known_capture(&self, subject: &str) -> Option<Result<bool, String>> {
+        let captures = self.lock_captures();
+        let (answer, asked) = captures.get(subject)?;
+        let fresh = if answer.is_ok() {
+            CAPTURE_TTL
+        } else {
+            FAILED_LOOKUP_TTL
+        };
+        (asked.elapsed() < fresh).then(|| answer.clone())
     }
 
     fn forget_capture(&self, subject: &str) {
@@ -374,6 +390,10 @@ fn event_msg_id(envelope: &Envelope, trail: &[&str], node: &str, status: &str) -
 
 /// How long the answer to "does a stream capture this subject" is trusted.
 const CAPTURE_TTL: Duration = Duration::from_secs(30);
+
+/// How long a failed lookup's error is the answer for the deliveries that waited on it: they fail
+/// their attempt with it (and retry later) instead of asking again one after another.
+const FAILED_LOOKUP_TTL: Duration = Duration::from_millis(500);
 
 /// How long an outcome keeps trying to reach NATS before the message is given back.
 const REPORT_PATIENCE: Duration = Duration::from_secs(60);

@@ -64,6 +64,9 @@ pub struct RuntimeStats {
 /// Subjects whose stream lookup is remembered at once.
 const MAX_CAPTURES: usize = 4096;
 
+/// Whether a JetStream stream captures a subject, or why JetStream could not say.
+pub(crate) type CaptureAnswer = Result<bool, String>;
+
 /// Everything a running service shares between its tasks.
 pub(crate) struct Runtime {
     pub(crate) manifest: Manifest,
@@ -80,8 +83,11 @@ pub(crate) struct Runtime {
     /// Action outcomes by delivery and trail, so a redelivery hands a result on again rather
     /// than running the handler again.
     pub(crate) outcomes: Mutex<BoundedMap<String, KeptOutcome>>,
-    /// Whether a JetStream stream captures a subject, and when that was asked.
-    pub(crate) captures: Mutex<BoundedMap<String, (bool, tokio::time::Instant)>>,
+    /// Whether a JetStream stream captures a subject (or why that could not be learnt), and when
+    /// that was asked.
+    pub(crate) captures: Mutex<BoundedMap<String, (CaptureAnswer, tokio::time::Instant)>>,
+    /// Held while JetStream is asked which stream captures a subject: one lookup at a time.
+    pub(crate) capture_lookup: tokio::sync::Mutex<()>,
     /// Confirms plain publishes with shared flushes.
     pub(crate) confirmer: crate::runtime::outcome::Confirmer,
     pub(crate) stats: Stats,
@@ -106,7 +112,7 @@ impl Runtime {
 
     pub(crate) fn lock_captures(
         &self,
-    ) -> MutexGuard<'_, BoundedMap<String, (bool, tokio::time::Instant)>> {
+    ) -> MutexGuard<'_, BoundedMap<String, (CaptureAnswer, tokio::time::Instant)>> {
         self.captures.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -338,6 +344,7 @@ impl Service {
             processed: Mutex::new(BoundedMap::new(config.max_handled_keys)),
             outcomes: Mutex::new(BoundedMap::new(config.max_kept_outcomes)),
             captures: Mutex::new(BoundedMap::new(MAX_CAPTURES)),
+            capture_lookup: tokio::sync::Mutex::new(()),
             confirmer: crate::runtime::outcome::Confirmer::default(),
             stats: Stats::default(),
             ledger: tokio::sync::OnceCell::new(),
