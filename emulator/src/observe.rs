@@ -1,7 +1,7 @@
 //! Observation: everything on `triggers.v2.>` and on the services' inbound subjects goes through
 //! the conformance checker and the recorder. Completion events (which drive run tracking) and DLQ
-//! entries come from their JetStream streams (after `Nats-Msg-Id` dedup); completion events are
-//! judged there too, once, and dropped from the plain subscription.
+//! entries come from their JetStream streams (after `Nats-Msg-Id` dedup), and are judged there,
+//! once: the plain subscription drops its copy of them.
 
 use std::sync::Arc;
 
@@ -234,8 +234,9 @@ impl Shared {
                     );
                 }
             }
-            // Completion events are judged and recorded from the events stream (record_event),
-            // so a server restart loses none; they do not come this way.
+            // Completion events and DLQ entries are judged and recorded from their streams
+            // (record_event, record_dlq), so a server restart loses none: they do not come this
+            // way. The rest of the table is judged only.
             Some(_) => {}
             None => {
                 if let Some(service) = registry.inbound.get(subject) {
