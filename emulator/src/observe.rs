@@ -129,18 +129,18 @@ pub(crate) fn record_dlq(shared: &Shared, msg: &jetstream::Message) {
         .unwrap_or_default()
         .to_owned();
     let body = Body::from(msg.payload.clone());
-    let (violations, shared_headers) = shared.judge(&msg.subject, &headers, &body);
+    let judged = shared.judge(&msg.subject, &headers, &body);
     let entry = DlqEntry::from_json(&msg.payload).ok();
     let service = match LockedSubject::parse(&msg.subject) {
         Some(LockedSubject::Dlq { service, .. }) => service,
         _ => String::new(),
     };
     let mut state = shared.lock();
-    shared.add_violations(&mut state, violations);
+    shared.add_violations(&mut state, judged.violations);
     let seq = shared.push_shared(
         &mut state,
         &msg.subject,
-        shared_headers,
+        judged.headers,
         body,
         RecordKind::Dlq {
             entry: entry.clone(),
@@ -180,7 +180,11 @@ pub(crate) fn kept_by_stream(name: &str) -> bool {
 pub(crate) fn record_event(shared: &Shared, msg: &jetstream::Message) {
     let headers = transport::from_nats(msg.headers.as_ref());
     let body = Body::from(msg.payload.clone());
-    let (violations, headers) = shared.judge(&msg.subject, &headers, &body);
+    let Judged {
+        violations,
+        headers,
+        ..
+    } = shared.judge(&msg.subject, &headers, &body);
     let mut state = shared.lock();
     shared.add_violations(&mut state, violations);
     if let Ok(event) = CompletionEvent::from_json(&msg.payload) {
@@ -197,12 +201,27 @@ pub(crate) fn record_event(shared: &Shared, msg: &jetstream::Message) {
     }
 }
 
+/// A message as the checker judged it.
+struct Judged {
+    /// The registry it was judged on.
+    registry: Arc<crate::emulator::Registry>,
+    /// Whose message it is.
+    origin: Origin,
+    violations: Vec<Violation>,
+    /// Its headers as records keep them (shared with its violations).
+    headers: SharedHeaders,
+}
+
 impl Shared {
     /// Everything seen on `triggers.v2.>` and on inbound subjects: judged (outside the lock, on a
     /// snapshot of the registry), then recorded.
     pub(crate) fn observe(&self, subject: &str, headers: &Headers, payload: Body) {
-        let (registry, origin, violations, shared_headers) =
-            self.judge_with(subject, headers, &payload);
+        let Judged {
+            registry,
+            origin,
+            violations,
+            headers: shared_headers,
+        } = self.judge(subject, headers, &payload);
         let mut state = self.lock();
         self.add_violations(&mut state, violations);
         match LockedSubject::parse(subject) {
@@ -292,30 +311,8 @@ impl Shared {
         self.notify();
     }
 
-    /// The violations of one message (judged outside the lock, on a snapshot of the registry),
-    /// and its headers as records keep them.
-    fn judge(
-        &self,
-        subject: &str,
-        headers: &Headers,
-        payload: &Body,
-    ) -> (Vec<Violation>, SharedHeaders) {
-        let (_, _, violations, shared) = self.judge_with(subject, headers, payload);
-        (violations, shared)
-    }
-
-    /// [`Shared::judge`], with the registry it was judged on and whose message it is.
-    fn judge_with(
-        &self,
-        subject: &str,
-        headers: &Headers,
-        payload: &Body,
-    ) -> (
-        Arc<crate::emulator::Registry>,
-        Origin,
-        Vec<Violation>,
-        SharedHeaders,
-    ) {
+    /// One message judged (outside the lock, on a snapshot of the registry).
+    fn judge(&self, subject: &str, headers: &Headers, payload: &Body) -> Judged {
         let (registry, origin) = {
             let mut state = self.lock();
             let own = [names::NATS_MSG_ID, names::IDEMPOTENCY_KEY]
@@ -333,11 +330,16 @@ impl Shared {
             inbound: &registry.inbound,
         };
         let violations = conformance::check_body(&ctx, subject, headers, payload, origin);
-        let shared = violations
+        let headers = violations
             .first()
             .map(|v| v.headers.clone())
             .unwrap_or_else(|| share_headers(headers));
-        (registry, origin, violations, shared)
+        Judged {
+            registry,
+            origin,
+            violations,
+            headers,
+        }
     }
 
     /// Keeps violations (and their records) within the bounds; the rest are counted.

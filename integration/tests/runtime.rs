@@ -477,10 +477,7 @@ async fn a_burst_of_deliveries_asks_jetstream_once_which_stream_takes_their_even
     )
     .await;
     let deployed = lab
-        .deploy(triggers_integration::flow(json!({"id": "burst", "nodes": [
-            {"id": "in", "type": "service-in", "service": "burst"},
-            {"id": "noop", "type": "action", "service": "burst", "action": "noop"}
-        ], "edges": [{"id": "e1", "from": "in", "to": "noop"}]})))
+        .deploy(one_step("burst", "burst", "noop"))
         .await
         .unwrap();
     assert!(
