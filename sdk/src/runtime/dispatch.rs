@@ -107,8 +107,8 @@ impl Runtime {
     /// while reporting the outcome gives it back for a redelivery, up to the consumer's
     /// `max_deliver`, after which it is dead-lettered as `delivery_exhausted`.
     pub(crate) async fn handle(self: Arc<Self>, msg: jetstream::Message) {
-        crate::runtime::outcome::UNCONFIRMED
-            .scope(std::cell::Cell::new(0), self.handle_delivery(msg))
+        crate::runtime::confirm::UNCONFIRMED
+            .scope(std::cell::Cell::new(None), self.handle_delivery(msg))
             .await;
     }
 
@@ -162,16 +162,16 @@ impl Runtime {
             }
             other => other,
         };
-        // Its plain publishes (events), confirmed before the ack, with a flush shared by every
-        // delivery waiting then.
-        let unconfirmed = crate::runtime::outcome::UNCONFIRMED.with(std::cell::Cell::get);
-        let result = match result {
-            Ok(()) if unconfirmed > 0 => self
+        // Its plain publishes (events), confirmed before the ack, with a round trip shared by
+        // every delivery waiting then.
+        let unconfirmed = crate::runtime::confirm::UNCONFIRMED.with(std::cell::Cell::get);
+        let result = match (result, unconfirmed) {
+            (Ok(()), Some(waiting)) => self
                 .confirmer
-                .confirm(&self.client, unconfirmed)
+                .confirm(&self.client, waiting)
                 .await
                 .map_err(|e| Fatal(format!("confirm the published events: {e}"))),
-            other => other,
+            (result, _) => result,
         };
         match result {
             Ok(()) => {

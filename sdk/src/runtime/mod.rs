@@ -38,6 +38,7 @@ mod action;
 mod bounded;
 mod builder;
 mod config;
+mod confirm;
 mod dispatch;
 mod ledger;
 mod limits;

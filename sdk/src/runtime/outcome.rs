@@ -6,6 +6,7 @@ use std::time::Duration;
 use async_nats::jetstream::context::{GetStreamByNameErrorKind, PublishErrorKind};
 
 use crate::flow::Node;
+use crate::runtime::confirm::{self, UNCONFIRMED, Unconfirmed};
 use crate::runtime::service::Runtime;
 use crate::wire::header::{dlq_msg_id, names};
 use crate::wire::subject::{self, FallbackKind};
@@ -21,91 +22,6 @@ impl Failure {
     pub(crate) fn node(message: impl Into<String>) -> Self {
         Failure {
             message: message.into(),
-        }
-    }
-}
-
-tokio::task_local! {
-    /// Set while a delivery is handled ([`Runtime::handle`]): the number ([`Confirmer`]) of the
-    /// last plain publish it made (an event no stream keeps) that may not have reached the server
-    /// yet, 0 for none. It is confirmed once, before the delivery's ack, with one flush shared by
-    /// every delivery waiting then; a JetStream ack in between confirms it already (a hop).
-    pub(crate) static UNCONFIRMED: std::cell::Cell<u64>;
-}
-
-/// Confirms plain publishes with as few flushes as the connection has round trips. Each plain
-/// publish gets a number once it is queued on the connection; a flush started after it (its
-/// PING goes out behind it, and the server reads a connection in order) confirms it, and so does
-/// the ack of a JetStream publish sent after it. Deliveries waiting at once share one flush
-/// rather than each making its own.
-#[derive(Debug, Default)]
-pub(crate) struct Confirmer {
-    /// Plain publishes queued on the connection, numbered from 1.
-    sent: std::sync::atomic::AtomicU64,
-    /// Every plain publish up to this number has reached the server.
-    confirmed: tokio::sync::watch::Sender<u64>,
-    /// A flush is on its way.
-    flushing: std::sync::atomic::AtomicBool,
-}
-
-impl Confirmer {
-    /// Numbers a plain publish just queued.
-    fn queued(&self) -> u64 {
-        self.sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
-    }
-
-    /// The number of the last plain publish queued so far: what a message sent now follows.
-    fn sent(&self) -> u64 {
-        self.sent.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// Every plain publish up to `n` has reached the server.
-    fn confirmed_up_to(&self, n: u64) {
-        self.confirmed.send_if_modified(|c| {
-            let newer = n > *c;
-            if newer {
-                *c = n;
-            }
-            newer
-        });
-    }
-
-    /// Returns once plain publish `n` has reached the server: at once when something confirmed
-    /// it already, else with a flush, this caller's or one on its way. Gives up after
-    /// [`REPORT_PATIENCE`] (NATS unreachable all that time).
-    pub(crate) async fn confirm(&self, client: &async_nats::Client, n: u64) -> Result<(), String> {
-        tokio::time::timeout(REPORT_PATIENCE, self.confirm_unbounded(client, n))
-            .await
-            .unwrap_or_else(|_| {
-                Err(format!(
-                    "the server did not confirm within {REPORT_PATIENCE:?}"
-                ))
-            })
-    }
-
-    async fn confirm_unbounded(&self, client: &async_nats::Client, n: u64) -> Result<(), String> {
-        use std::sync::atomic::Ordering;
-        /// Clears `flushing` however the flush ends, a cancelled wait included.
-        struct Flushing<'a>(&'a std::sync::atomic::AtomicBool);
-        impl Drop for Flushing<'_> {
-            fn drop(&mut self) {
-                self.0.store(false, Ordering::SeqCst);
-            }
-        }
-        let mut confirmed = self.confirmed.subscribe();
-        loop {
-            if *confirmed.borrow_and_update() >= n {
-                return Ok(());
-            }
-            if !self.flushing.swap(true, Ordering::SeqCst) {
-                let _flushing = Flushing(&self.flushing);
-                let target = self.sent();
-                client.flush().await.map_err(|e| e.to_string())?;
-                self.confirmed_up_to(target);
-                continue;
-            }
-            // Another caller's flush: wait for it (or, should it fail, make one).
-            let _ = tokio::time::timeout(Duration::from_millis(50), confirmed.changed()).await;
         }
     }
 }
@@ -262,6 +178,9 @@ impl Runtime {
                     return Err((format!("no JetStream stream captures {subject}"), false));
                 }
                 if !stream {
+                    // Read before the publish is queued: the connection it travels on is this
+                    // one or a later one.
+                    let connection = confirm::connection(&self.client);
                     self.client
                         .publish_with_headers(subject.to_owned(), map(), payload.clone())
                         .await
@@ -270,12 +189,16 @@ impl Runtime {
                     // the delivery, once, before its ack (UNCONFIRMED), unless a JetStream ack
                     // confirms it first; outside a delivery, now.
                     let n = self.confirmer.queued();
-                    if UNCONFIRMED.try_with(|c| c.set(n)).is_ok() {
+                    let waiting = UNCONFIRMED.try_with(|c| {
+                        let waiting = Unconfirmed::and(c.get(), n, connection);
+                        c.set(Some(waiting));
+                    });
+                    if waiting.is_ok() {
                         return Ok(());
                     }
                     return self
                         .confirmer
-                        .confirm(&self.client, n)
+                        .confirm(&self.client, Unconfirmed::and(None, n, connection))
                         .await
                         .map_err(|e| (e, true));
                 }
@@ -288,8 +211,9 @@ impl Runtime {
                 match ack.await {
                     Ok(_) => {
                         // The server reads a connection in order, and acked this after every
-                        // plain publish queued before it.
-                        self.confirmer.confirmed_up_to(before);
+                        // plain publish queued before it on the connection it came back on.
+                        self.confirmer
+                            .confirmed_up_to(before, confirm::connection(&self.client));
                         Ok(())
                     }
                     Err(e) if e.kind() == PublishErrorKind::StreamNotFound => {
@@ -396,7 +320,7 @@ const CAPTURE_TTL: Duration = Duration::from_secs(30);
 const FAILED_LOOKUP_TTL: Duration = Duration::from_millis(500);
 
 /// How long an outcome keeps trying to reach NATS before the message is given back.
-const REPORT_PATIENCE: Duration = Duration::from_secs(60);
+pub(crate) const REPORT_PATIENCE: Duration = Duration::from_secs(60);
 
 /// How long a hop waits for a stream to store it before it is a routing failure.
 const NO_STREAM_PATIENCE: Duration = Duration::from_secs(5);

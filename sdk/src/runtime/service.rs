@@ -88,8 +88,8 @@ pub(crate) struct Runtime {
     pub(crate) captures: Mutex<BoundedMap<String, (CaptureAnswer, tokio::time::Instant)>>,
     /// Held while JetStream is asked which stream captures a subject: one lookup at a time.
     pub(crate) capture_lookup: tokio::sync::Mutex<()>,
-    /// Confirms plain publishes with shared flushes.
-    pub(crate) confirmer: crate::runtime::outcome::Confirmer,
+    /// Confirms plain publishes with shared round trips.
+    pub(crate) confirmer: crate::runtime::confirm::Confirmer,
     pub(crate) stats: Stats,
     /// The DLQ ledger's bucket, opened at the first dead-lettering ([`super::ledger`]).
     pub(crate) ledger: tokio::sync::OnceCell<async_nats::jetstream::kv::Store>,
@@ -345,7 +345,7 @@ impl Service {
             outcomes: Mutex::new(BoundedMap::new(config.max_kept_outcomes)),
             captures: Mutex::new(BoundedMap::new(MAX_CAPTURES)),
             capture_lookup: tokio::sync::Mutex::new(()),
-            confirmer: crate::runtime::outcome::Confirmer::default(),
+            confirmer: crate::runtime::confirm::Confirmer::default(),
             stats: Stats::default(),
             ledger: tokio::sync::OnceCell::new(),
             started_at: GoTime::now(),

@@ -1,0 +1,353 @@
+//! Confirming plain publishes: an event no stream keeps must have reached the server before the
+//! delivery that produced it is acked, or a connection lost in between would lose the event while
+//! the ack, sent again on the new connection, settles the delivery.
+//!
+//! async-nats' `flush` only writes the client's buffer to the socket: bytes in the kernel when
+//! the connection breaks are gone all the same. A confirmation is therefore a round trip, as Go's
+//! `Flush` is: a ping published on this runtime's own inbox behind the publishes it confirms,
+//! received back. The server reads a connection in order, so the echo proves it read every
+//! publish before the ping, provided they travelled on the same connection: each publish carries
+//! the client's connection count read before it was queued, each echo the count read after it
+//! arrived, and a confirmation holds only when the two are equal (a reconnect in between fails
+//! the delivery, which is given back and reported again).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+
+tokio::task_local! {
+    /// Set while a delivery is handled ([`Runtime::handle`](super::service::Runtime)): its plain
+    /// publishes that may not have reached the server yet, `None` for none. They are confirmed
+    /// once, before the delivery's ack, with one round trip shared by every delivery waiting
+    /// then; a JetStream ack in between confirms them already (a hop).
+    pub(crate) static UNCONFIRMED: std::cell::Cell<Option<Unconfirmed>>;
+}
+
+/// How long a ping's echo is waited for before another ping is sent (the first may have been lost
+/// with its connection).
+const ECHO_PATIENCE: Duration = Duration::from_secs(2);
+
+/// A delivery's plain publishes waiting for confirmation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Unconfirmed {
+    /// The number of the last of them.
+    pub(crate) last: u64,
+    /// The client's connection count before the first of them was queued.
+    pub(crate) connection: u64,
+}
+
+impl Unconfirmed {
+    /// Adds a publish numbered `n`, queued on `connection`, to those `waiting` (if any).
+    pub(crate) fn and(waiting: Option<Unconfirmed>, n: u64, connection: u64) -> Unconfirmed {
+        Unconfirmed {
+            last: n,
+            connection: waiting.map_or(connection, |w| w.connection),
+        }
+    }
+}
+
+/// The client's connection count: 1 for its first connection, one more for every reconnect.
+pub(crate) fn connection(client: &async_nats::Client) -> u64 {
+    client.statistics().connects.load(Ordering::SeqCst)
+}
+
+/// Confirms plain publishes with as few round trips as the connection allows. Each plain publish
+/// gets a number once it is queued on the connection; an echo of a ping sent after it confirms
+/// it, and so does the ack of a JetStream publish sent after it, both on the same connection.
+/// Deliveries waiting at once share one round trip rather than each making its own.
+#[derive(Debug, Default)]
+pub(crate) struct Confirmer {
+    /// Plain publishes queued on the connection, numbered from 1.
+    sent: AtomicU64,
+    /// Every plain publish up to `.0` reached the server, if it was queued on connection `.1`.
+    confirmed: tokio::sync::watch::Sender<(u64, u64)>,
+    /// A round trip is on its way.
+    pinging: AtomicBool,
+    /// The inbox pings come back on, subscribed on the first round trip.
+    echo: tokio::sync::Mutex<Option<Echo>>,
+}
+
+#[derive(Debug)]
+struct Echo {
+    inbox: String,
+    pings: async_nats::Subscriber,
+}
+
+impl Confirmer {
+    /// Numbers a plain publish just queued.
+    pub(crate) fn queued(&self) -> u64 {
+        self.sent.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// The number of the last plain publish queued so far: what a message sent now follows.
+    pub(crate) fn sent(&self) -> u64 {
+        self.sent.load(Ordering::SeqCst)
+    }
+
+    /// Every plain publish up to `n` has reached the server, if queued on `connection`.
+    pub(crate) fn confirmed_up_to(&self, n: u64, connection: u64) {
+        self.confirmed.send_if_modified(|c| {
+            let newer = n > c.0;
+            if newer {
+                *c = (n, connection);
+            }
+            newer
+        });
+    }
+
+    /// Returns once the publishes `waiting` have reached the server: at once when something
+    /// confirmed them already, else with a round trip, this caller's or one on its way. Fails
+    /// when the connection they were queued on was replaced before they were confirmed (they
+    /// may be lost), and after [`super::outcome::REPORT_PATIENCE`] (NATS unreachable all that
+    /// time).
+    pub(crate) async fn confirm(
+        &self,
+        client: &async_nats::Client,
+        waiting: Unconfirmed,
+    ) -> Result<(), String> {
+        let patience = super::outcome::REPORT_PATIENCE;
+        tokio::time::timeout(patience, self.confirm_unbounded(client, waiting))
+            .await
+            .unwrap_or_else(|_| Err(format!("the server did not confirm within {patience:?}")))
+    }
+
+    async fn confirm_unbounded(
+        &self,
+        client: &async_nats::Client,
+        waiting: Unconfirmed,
+    ) -> Result<(), String> {
+        /// Clears `pinging` however the round trip ends, a cancelled wait included.
+        struct Pinging<'a>(&'a AtomicBool);
+        impl Drop for Pinging<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::SeqCst);
+            }
+        }
+        let mut confirmed = self.confirmed.subscribe();
+        loop {
+            let (up_to, on) = *confirmed.borrow_and_update();
+            if up_to >= waiting.last {
+                return if on == waiting.connection {
+                    Ok(())
+                } else {
+                    Err(
+                        "the connection to NATS was replaced before the server confirmed the \
+                         events published on it (they may be lost)"
+                            .into(),
+                    )
+                };
+            }
+            if !self.pinging.swap(true, Ordering::SeqCst) {
+                let _pinging = Pinging(&self.pinging);
+                self.round_trip(client).await?;
+                continue;
+            }
+            // Another caller's round trip: wait for it (or, should it fail, make one).
+            let _ = tokio::time::timeout(Duration::from_millis(50), confirmed.changed()).await;
+        }
+    }
+
+    /// Pings this runtime's inbox behind every plain publish queued so far and waits up to
+    /// [`ECHO_PATIENCE`] for the echo (an echo of an earlier, late ping confirms what it
+    /// follows). Returns without confirming when no echo came: the caller pings again.
+    async fn round_trip(&self, client: &async_nats::Client) -> Result<(), String> {
+        let mut echo = self.echo.lock().await;
+        if echo.is_none() {
+            let inbox = client.new_inbox();
+            let pings = client
+                .subscribe(inbox.clone())
+                .await
+                .map_err(|e| format!("cannot subscribe to the confirmation inbox: {e}"))?;
+            *echo = Some(Echo { inbox, pings });
+        }
+        let Some(Echo { inbox, pings }) = echo.as_mut() else {
+            return Err("no confirmation inbox".into());
+        };
+        let target = self.sent();
+        client
+            .publish(inbox.clone(), target.to_string().into())
+            .await
+            .map_err(|e| format!("cannot publish a confirmation ping: {e}"))?;
+        let deadline = tokio::time::Instant::now() + ECHO_PATIENCE;
+        loop {
+            let next = tokio::time::timeout_at(deadline, pings.next()).await;
+            match next {
+                Ok(Some(ping)) => {
+                    let on = connection(client);
+                    let Some(n) = std::str::from_utf8(&ping.payload)
+                        .ok()
+                        .and_then(|n| n.parse::<u64>().ok())
+                    else {
+                        continue;
+                    };
+                    self.confirmed_up_to(n, on);
+                    if n >= target {
+                        return Ok(());
+                    }
+                }
+                Ok(None) => {
+                    *echo = None;
+                    return Err("the confirmation inbox was closed".into());
+                }
+                Err(_) => return Ok(()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::watch;
+
+    use super::*;
+
+    /// A TCP proxy in front of a real nats-server that can hold what clients send (the server
+    /// reads nothing until it is let go) and cut every connection through it, with what it held.
+    struct Proxy {
+        url: String,
+        hold: watch::Sender<bool>,
+        cut: watch::Sender<u64>,
+        _accept: tokio::task::JoinHandle<()>,
+    }
+
+    impl Proxy {
+        async fn start(upstream: String) -> Proxy {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("nats://{}", listener.local_addr().unwrap());
+            let (hold, _) = watch::channel(false);
+            let (cut, _) = watch::channel(0);
+            let (holds, cuts) = (hold.clone(), cut.clone());
+            let accept = tokio::spawn(async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    let server = TcpStream::connect(&upstream).await.unwrap();
+                    let (mut hold, mut cut) = (holds.subscribe(), cuts.subscribe());
+                    cut.mark_unchanged();
+                    tokio::spawn(async move {
+                        let (mut from_client, mut to_client) = client.into_split();
+                        let (mut from_server, mut to_server) = server.into_split();
+                        let down = tokio::io::copy(&mut from_server, &mut to_client);
+                        let up = async {
+                            let mut held = Vec::new();
+                            let mut chunk = [0u8; 4096];
+                            loop {
+                                tokio::select! {
+                                    read = from_client.read(&mut chunk) => match read {
+                                        Ok(0) | Err(_) => return,
+                                        Ok(n) => held.extend_from_slice(&chunk[..n]),
+                                    },
+                                    changed = hold.changed() => if changed.is_err() { return },
+                                }
+                                if !*hold.borrow() && !held.is_empty() {
+                                    if to_server.write_all(&held).await.is_err() {
+                                        return;
+                                    }
+                                    held.clear();
+                                }
+                            }
+                        };
+                        tokio::select! {
+                            _ = down => {}
+                            () = up => {}
+                            _ = cut.changed() => {}
+                        }
+                    });
+                }
+            });
+            Proxy {
+                url,
+                hold,
+                cut,
+                _accept: accept,
+            }
+        }
+
+        fn hold(&self, on: bool) {
+            self.hold.send_replace(on);
+        }
+
+        /// Closes every connection open now; what was held is dropped.
+        fn cut(&self) {
+            self.cut.send_modify(|n| *n += 1);
+        }
+    }
+
+    async fn server() -> natsbox::NatsServer {
+        natsbox::NatsServer::start(natsbox::NatsConfig {
+            backend: natsbox::Backend::Binary,
+            ..Default::default()
+        })
+        .await
+        .expect("a nats-server binary")
+    }
+
+    /// Publishes a plain message as the runtime does: numbered, with its connection.
+    async fn publish(client: &async_nats::Client, confirmer: &Confirmer) -> Unconfirmed {
+        let on = connection(client);
+        client.publish("events", "e".into()).await.unwrap();
+        Unconfirmed::and(None, confirmer.queued(), on)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_publish_is_confirmed_only_once_the_server_has_read_it() {
+        let server = server().await;
+        let upstream = server.url().trim_start_matches("nats://").to_owned();
+        let proxy = Proxy::start(upstream).await;
+        let client = async_nats::connect(&proxy.url).await.unwrap();
+        let confirmer = Arc::new(Confirmer::default());
+        // A first round trip, so the confirmation inbox is subscribed before the hold.
+        let first = publish(&client, &confirmer).await;
+        confirmer.confirm(&client, first).await.unwrap();
+
+        proxy.hold(true);
+        let waiting = publish(&client, &confirmer).await;
+        let confirming = tokio::spawn({
+            let (confirmer, client) = (confirmer.clone(), client.clone());
+            async move { confirmer.confirm(&client, waiting).await }
+        });
+        // Written to the socket is not read by the server: no confirmation while it is held.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            !confirming.is_finished(),
+            "confirmed while the server had read nothing"
+        );
+        proxy.hold(false);
+        tokio::time::timeout(Duration::from_secs(10), confirming)
+            .await
+            .expect("confirmed once the server read it")
+            .unwrap()
+            .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_publish_lost_with_its_connection_is_not_confirmed_by_the_next_one() {
+        let server = server().await;
+        let upstream = server.url().trim_start_matches("nats://").to_owned();
+        let proxy = Proxy::start(upstream).await;
+        let client = async_nats::connect(&proxy.url).await.unwrap();
+        let confirmer = Confirmer::default();
+        let first = publish(&client, &confirmer).await;
+        confirmer.confirm(&client, first).await.unwrap();
+
+        proxy.hold(true);
+        let lost = publish(&client, &confirmer).await;
+        client.flush().await.unwrap();
+        // The connection breaks with the publish unread; the client connects again.
+        proxy.cut();
+        proxy.hold(false);
+        let err = tokio::time::timeout(Duration::from_secs(20), confirmer.confirm(&client, lost))
+            .await
+            .expect("an answer")
+            .expect_err("a publish lost with its connection was confirmed");
+        assert!(err.contains("replaced"), "{err}");
+        assert!(connection(&client) > first.connection);
+
+        // What is published on the new connection is confirmed again.
+        let next = publish(&client, &confirmer).await;
+        confirmer.confirm(&client, next).await.unwrap();
+    }
+}
