@@ -207,6 +207,10 @@ async fn with_emulator(lab: &triggers_emulator::Harness, n: usize, round: usize)
 }
 
 fn main() {
+    // As `triggers-lab` does (cli/src/main.rs): the emulator's growing heap on huge pages has
+    // the kernel zeroing 2 MiB at a fault.
+    #[cfg(target_os = "linux")]
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
     let (measuring, numbers) = bench::args();
     let n = numbers
         .first()
