@@ -259,13 +259,21 @@ fn main() {
         let mut own_ratios = Vec::new();
         let mut cpu: [Vec<f64>; 5] = Default::default();
         for round in 0..rounds {
-            let sides = [
-                raw(bare.url(), n, round).await,
-                raw_with(bare.url(), n, round, true).await,
-                runtime_alone(bare.url(), n, round, false).await,
-                runtime_alone(bare.url(), n, round, true).await,
-                with_emulator(&lab, n, round).await,
-            ];
+            // Each round starts with another side: the server gathers streams and stored
+            // messages as a round goes on, and the machine's load drifts, so no side should
+            // always go first (or last).
+            let mut ran: [Option<Measured>; 5] = [None; 5];
+            for k in 0..ran.len() {
+                let side = (round + k) % ran.len();
+                ran[side] = Some(match side {
+                    0 => raw(bare.url(), n, round).await,
+                    1 => raw_with(bare.url(), n, round, true).await,
+                    2 => runtime_alone(bare.url(), n, round, false).await,
+                    3 => runtime_alone(bare.url(), n, round, true).await,
+                    _ => with_emulator(&lab, n, round).await,
+                });
+            }
+            let sides = ran.map(|m| m.expect("every side ran this round"));
             let [rr, er, sr, tr, mr] = sides.map(|m| n as f64 / m.elapsed.as_secs_f64());
             println!(
                 "round {round}: raw {rr:>7.0} msg/s   raw+event {er:>7.0} msg/s   runtime {sr:>7.0} msg/s   runtime+stream {tr:>7.0} msg/s   emulator {mr:>7.0} msg/s   runtime/raw {:.2} (vs raw+event {:.2})   emulator/runtime {:.2} (vs runtime+stream {:.2})",
