@@ -185,9 +185,11 @@ pub(crate) fn record_event(shared: &Shared, msg: &jetstream::Message) {
         headers,
         ..
     } = shared.judge(&msg.subject, &headers, &body);
+    // Decoded before the lock is taken: every other message waits while it is held.
+    let event = CompletionEvent::from_json(&msg.payload);
     let mut state = shared.lock();
     shared.add_violations(&mut state, violations);
-    if let Ok(event) = CompletionEvent::from_json(&msg.payload) {
+    if let Ok(event) = event {
         let seq = shared.push_shared(
             &mut state,
             &msg.subject,
@@ -212,6 +214,21 @@ struct Judged {
     headers: SharedHeaders,
 }
 
+/// What a message observed on `triggers.v2.>` or an inbound subject adds to the state, decoded
+/// before the lock is taken.
+enum Seen<'a> {
+    /// A heartbeat, and what it breaks.
+    Heartbeat(Heartbeat, Vec<Violation>),
+    /// A message on `service`'s inbound subject: its envelope (if it has one) and `Nats-Msg-Id`.
+    Hop {
+        service: &'a str,
+        envelope: Option<Envelope>,
+        key: &'a str,
+    },
+    /// Judged only.
+    Nothing,
+}
+
 impl Shared {
     /// Everything seen on `triggers.v2.>` and on inbound subjects: judged (outside the lock, on a
     /// snapshot of the registry), then recorded.
@@ -222,90 +239,99 @@ impl Shared {
             violations,
             headers: shared_headers,
         } = self.judge(subject, headers, &payload);
-        let mut state = self.lock();
-        self.add_violations(&mut state, violations);
-        match LockedSubject::parse(subject) {
-            Some(LockedSubject::Heartbeat) => {
-                if let Ok(hb) = Heartbeat::from_json(&payload) {
+        // Decoded and checked before the lock is taken: every other message waits while it is
+        // held.
+        let seen = match LockedSubject::parse(subject) {
+            Some(LockedSubject::Heartbeat) => match Heartbeat::from_json(&payload) {
+                Ok(hb) => {
                     let found = violations_of(
                         runs::heartbeat(&registry.manifests, &hb),
                         subject,
                         &shared_headers,
                         &payload,
                     );
-                    self.add_violations(&mut state, found);
-                    if let Some(s) = state.services.get_mut(&hb.service) {
-                        s.last_seen = Some(GoTime::now());
-                        s.heartbeats += 1;
-                        if s.replicas.len() < MAX_REPLICAS
-                            || s.replicas.contains_key(&hb.started_at.to_string())
-                        {
-                            s.replicas.insert(hb.started_at.to_string(), hb.now);
-                        }
-                        s.last_heartbeat = Some(hb.clone());
-                    }
-                    self.push_shared(
-                        &mut state,
-                        subject,
-                        shared_headers,
-                        payload,
-                        RecordKind::Heartbeat { heartbeat: hb },
-                    );
+                    Seen::Heartbeat(hb, found)
                 }
-            }
+                Err(_) => Seen::Nothing,
+            },
             // Completion events and DLQ entries are judged and recorded from their streams
             // (record_event, record_dlq), so a server restart loses none: they do not come this
             // way. The rest of the table is judged only.
-            Some(_) => {}
-            None => {
-                if let Some(service) = registry.inbound.get(subject) {
-                    let from_emulator = origin == Origin::Emulator;
-                    let env = Envelope::from_headers(headers).ok();
-                    let run_id = env
-                        .as_ref()
-                        .map(|e| e.flow_run_id.clone())
-                        .unwrap_or_default();
-                    let source = env
-                        .as_ref()
-                        .map(|e| e.source_node_id.clone())
-                        .unwrap_or_default();
-                    let key = headers
-                        .get(names::NATS_MSG_ID)
-                        .unwrap_or_default()
-                        .to_owned();
-                    let seq = self.push_shared(
-                        &mut state,
+            Some(_) => Seen::Nothing,
+            None => match registry.inbound.get(subject) {
+                Some(service) => Seen::Hop {
+                    service,
+                    envelope: Envelope::from_headers(headers).ok(),
+                    key: headers.get(names::NATS_MSG_ID).unwrap_or_default(),
+                },
+                None => Seen::Nothing,
+            },
+        };
+        let mut state = self.lock();
+        self.add_violations(&mut state, violations);
+        match seen {
+            Seen::Heartbeat(hb, found) => {
+                self.add_violations(&mut state, found);
+                if let Some(s) = state.services.get_mut(&hb.service) {
+                    s.last_seen = Some(GoTime::now());
+                    s.heartbeats += 1;
+                    if s.replicas.len() < MAX_REPLICAS
+                        || s.replicas.contains_key(&hb.started_at.to_string())
+                    {
+                        s.replicas.insert(hb.started_at.to_string(), hb.now);
+                    }
+                    s.last_heartbeat = Some(hb.clone());
+                }
+                self.push_shared(
+                    &mut state,
+                    subject,
+                    shared_headers,
+                    payload,
+                    RecordKind::Heartbeat { heartbeat: hb },
+                );
+            }
+            Seen::Hop {
+                service,
+                envelope,
+                key,
+            } => {
+                let from_emulator = origin == Origin::Emulator;
+                let (run_id, source) = envelope
+                    .as_ref()
+                    .map(|e| (e.flow_run_id.clone(), e.source_node_id.clone()))
+                    .unwrap_or_default();
+                self.push_shared(
+                    &mut state,
+                    subject,
+                    shared_headers.clone(),
+                    payload.clone(),
+                    RecordKind::Hop {
+                        run_id: run_id.clone(),
+                        source_node_id: source.clone(),
+                        from_emulator,
+                    },
+                );
+                if !from_emulator && let Some(env) = &envelope {
+                    let found = violations_of(
+                        runs::hop(&state.flows, env),
                         subject,
-                        shared_headers.clone(),
-                        payload.clone(),
-                        RecordKind::Hop {
-                            run_id: run_id.clone(),
-                            source_node_id: source.clone(),
-                            from_emulator,
-                        },
+                        &shared_headers,
+                        &payload,
                     );
-                    if !from_emulator && let Some(env) = &env {
-                        let found = violations_of(
-                            runs::hop(&state.flows, env),
-                            subject,
-                            &shared_headers,
-                            &payload,
-                        );
-                        self.add_violations(&mut state, found);
+                    self.add_violations(&mut state, found);
+                }
+                if !from_emulator && !key.is_empty() {
+                    let reused = state.runs.get_mut(&run_id).and_then(|run| {
+                        run.hops.observe(&source, service, key);
+                        run.hops.reused(&run.executions)
+                    });
+                    if let Some(found) = reused {
+                        let v = key_reused(&run_id, &found, subject, shared_headers, payload);
+                        self.add_violations(&mut state, vec![v]);
                     }
-                    if !from_emulator && !key.is_empty() {
-                        let reused = state.runs.get_mut(&run_id).and_then(|run| {
-                            run.hops.observe(&source, service, &key);
-                            run.hops.reused(&run.executions)
-                        });
-                        if let Some(found) = reused {
-                            let v = key_reused(&run_id, &found, subject, shared_headers, payload);
-                            self.add_violations(&mut state, vec![v]);
-                        }
-                    }
-                    let _ = seq;
                 }
             }
+            Seen::Nothing => {}
         }
         drop(state);
         self.notify();
