@@ -945,7 +945,8 @@ impl ControlClient {
             json!({"lease_ms": u64::try_from(FOLLOW_LEASE.as_millis()).unwrap_or(u64::MAX)});
         let _: Value = self.call("follow", lease.clone()).await?;
         let renewer = self.clone();
-        let renew = tokio::spawn(async move {
+        let mut renew = tokio::task::JoinSet::new();
+        renew.spawn(async move {
             loop {
                 tokio::time::sleep(FOLLOW_LEASE / 3).await;
                 if let Err(e) = renewer.call::<Value>("follow", lease.clone()).await {
@@ -958,7 +959,7 @@ impl ControlClient {
             .boxed();
         Ok(Following {
             records,
-            _renew: AbortOnDrop(renew),
+            _renew: renew,
         }
         .boxed())
     }
@@ -968,7 +969,8 @@ impl ControlClient {
 /// together.
 struct Following {
     records: BoxStream<'static, Record>,
-    _renew: AbortOnDrop,
+    /// Aborts the renewing task when dropped.
+    _renew: tokio::task::JoinSet<()>,
 }
 
 impl futures::Stream for Following {
@@ -979,14 +981,5 @@ impl futures::Stream for Following {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Record>> {
         self.records.poll_next_unpin(cx)
-    }
-}
-
-/// Aborts its task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }

@@ -11,7 +11,6 @@ use ratatui::DefaultTerminal;
 use ratatui::crossterm::event::{self, DisableMouseCapture, EnableMouseCapture, Event};
 use ratatui::crossterm::execute;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
 use crate::error::TuiError;
 use crate::model::{Model, ModelConfig};
@@ -78,8 +77,10 @@ pub async fn run(source: Source, options: TuiOptions) -> Result<(), TuiError> {
         ..ModelConfig::default()
     });
     let (tx, mut rx) = mpsc::channel(1024);
-    let _tasks = AbortOnDrop(source.spawn(tx.clone(), options.poll_interval).await?);
-    let _signals = AbortOnDrop(vec![tokio::spawn(quit_on_signal(tx.clone()))]);
+    // Both sets abort their tasks when dropped, however this returns.
+    let _tasks = source.spawn(tx.clone(), options.poll_interval).await?;
+    let mut signals = tokio::task::JoinSet::new();
+    signals.spawn(quit_on_signal(tx.clone()));
 
     let mut terminal = TerminalGuard::enter(options.mouse)?;
     let _input = InputThread::start(tx.clone());
@@ -136,16 +137,6 @@ async fn quit_on_signal(tx: mpsc::Sender<Msg>) {
     {
         let _ = tokio::signal::ctrl_c().await;
         let _ = tx.send(Msg::Quit).await;
-    }
-}
-
-struct AbortOnDrop(Vec<JoinHandle<()>>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        for task in &self.0 {
-            task.abort();
-        }
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::{broadcast, mpsc};
-use tokio::task::JoinHandle;
+use tokio::task::JoinSet;
 use triggers_emulator::Emulator;
 use triggers_emulator::control::{ControlClient, RECORDS_SUBJECT};
 use triggers_emulator::recorder::Record;
@@ -77,27 +77,25 @@ impl Source {
         format!("nats://{}:{}", info.host, info.port)
     }
 
-    /// Starts the background tasks; they stop when aborted or when the receiver goes.
+    /// Starts the background tasks; they stop when the set is dropped (it aborts them) or when
+    /// the receiver goes.
     pub(crate) async fn spawn(
         &self,
         tx: mpsc::Sender<Msg>,
         poll: Duration,
-    ) -> Result<Vec<JoinHandle<()>>, TuiError> {
+    ) -> Result<JoinSet<()>, TuiError> {
         // `TuiOptions::poll_interval` of zero would make tokio's intervals panic.
         let poll = poll.max(Duration::from_millis(1));
-        let mut tasks = vec![tokio::spawn(tick(self.clone(), tx.clone(), poll))];
+        let mut tasks = JoinSet::new();
+        tasks.spawn(tick(self.clone(), tx.clone(), poll));
         match self {
             Source::Control(control) => {
                 let records = control.follow().await.map_err(|e| TuiError::Subscribe {
                     subject: RECORDS_SUBJECT.into(),
                     reason: e.to_string(),
                 })?;
-                tasks.push(tokio::spawn(poll_control(
-                    control.clone(),
-                    tx.clone(),
-                    poll,
-                )));
-                tasks.push(tokio::spawn(follow_control(control.clone(), records, tx)));
+                tasks.spawn(poll_control(control.clone(), tx.clone(), poll));
+                tasks.spawn(follow_control(control.clone(), records, tx));
             }
             Source::Passive(client, _) => {
                 let sub =
@@ -115,17 +113,13 @@ impl Source {
                         subject: subject::ALL.into(),
                         reason,
                     })?;
-                tasks.push(tokio::spawn(observe(sub, tx)));
+                tasks.spawn(observe(sub, tx));
             }
             Source::InProcess(emulator) => {
                 // Subscribe before reading what was kept, so nothing falls between the two.
                 let records = emulator.subscribe_records();
-                tasks.push(tokio::spawn(poll_emulator(
-                    emulator.clone(),
-                    tx.clone(),
-                    poll,
-                )));
-                tasks.push(tokio::spawn(follow_emulator(emulator.clone(), records, tx)));
+                tasks.spawn(poll_emulator(emulator.clone(), tx.clone(), poll));
+                tasks.spawn(follow_emulator(emulator.clone(), records, tx));
             }
         }
         Ok(tasks)
