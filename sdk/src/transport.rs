@@ -112,7 +112,8 @@ impl DropCounter {
     }
 }
 
-/// Converts received headers (names keep their spelling; order follows the map's).
+/// Converts received headers: names keep their spelling, sorted; the values of one name stay in
+/// the order they came in, so [`Headers::get`] gives the first one sent, as Go's `Header.Get`.
 #[must_use]
 pub fn from_nats(map: Option<&HeaderMap>) -> Headers {
     let Some(map) = map else {
@@ -125,9 +126,10 @@ pub fn from_nats(map: Option<&HeaderMap>) -> Headers {
             pairs.push((name.to_owned(), value.as_str().to_owned()));
         }
     }
-    // async-nats keeps headers in a HashMap; sort for a stable order in records and tests (equal
-    // pairs are alike, so an unstable sort gives the same order).
-    pairs.sort_unstable();
+    // async-nats keeps names in a HashMap (an order of its own per process) and each name's
+    // values in a list in the order received: sorted by name for a stable order in records and
+    // tests, and stably, so that a repeated name keeps its values' order.
+    pairs.sort_by(|a, b| a.0.cmp(&b.0));
     pairs.into_iter().collect()
 }
 
@@ -267,6 +269,27 @@ mod tests {
             assert!(to_nats(&h).is_err(), "{name:?} {value:?}");
             assert!(check_header(name, value).is_err(), "{name:?} {value:?}");
         }
+    }
+
+    #[test]
+    fn a_repeated_name_gives_its_first_value_as_go_does() {
+        let mut map = HeaderMap::new();
+        map.append("X-Triggers-Run-Id", "z");
+        map.append("X-Triggers-Flow-Id", "second-sorted-last");
+        map.append("X-Triggers-Flow-Id", "a-sent-second");
+        map.append("A-First", "1");
+        let back = from_nats(Some(&map));
+        assert_eq!(back.get("X-Triggers-Flow-Id"), Some("second-sorted-last"));
+        let names: Vec<&str> = back.iter().map(|(n, _)| n).collect();
+        assert_eq!(
+            names,
+            [
+                "A-First",
+                "X-Triggers-Flow-Id",
+                "X-Triggers-Flow-Id",
+                "X-Triggers-Run-Id"
+            ]
+        );
     }
 
     proptest::proptest! {
