@@ -276,13 +276,36 @@ mod tests {
         }
     }
 
-    async fn server() -> natsbox::NatsServer {
-        natsbox::NatsServer::start(natsbox::NatsConfig {
+    /// A nats-server behind a [`Proxy`] (bound as `_server`, not `..`, or it stops at once), a
+    /// client through it, and a confirmer that has made its first round trip (its inbox is
+    /// subscribed before any hold); the publish it confirmed.
+    struct Setup {
+        _server: natsbox::NatsServer,
+        proxy: Proxy,
+        client: async_nats::Client,
+        confirmer: Arc<Confirmer>,
+        first: Unconfirmed,
+    }
+
+    async fn setup() -> Setup {
+        let server = natsbox::NatsServer::start(natsbox::NatsConfig {
             backend: natsbox::Backend::Binary,
             ..Default::default()
         })
         .await
-        .expect("a nats-server binary")
+        .expect("a nats-server binary");
+        let proxy = Proxy::start(server.url().trim_start_matches("nats://").to_owned()).await;
+        let client = async_nats::connect(&proxy.url).await.unwrap();
+        let confirmer = Arc::new(Confirmer::default());
+        let first = publish(&client, &confirmer).await;
+        confirmer.confirm(&client, first).await.unwrap();
+        Setup {
+            _server: server,
+            proxy,
+            client,
+            confirmer,
+            first,
+        }
     }
 
     /// Publishes a plain message as the runtime does: numbered, with its connection.
@@ -294,15 +317,13 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_publish_is_confirmed_only_once_the_server_has_read_it() {
-        let server = server().await;
-        let upstream = server.url().trim_start_matches("nats://").to_owned();
-        let proxy = Proxy::start(upstream).await;
-        let client = async_nats::connect(&proxy.url).await.unwrap();
-        let confirmer = Arc::new(Confirmer::default());
-        // A first round trip, so the confirmation inbox is subscribed before the hold.
-        let first = publish(&client, &confirmer).await;
-        confirmer.confirm(&client, first).await.unwrap();
-
+        let Setup {
+            _server,
+            proxy,
+            client,
+            confirmer,
+            ..
+        } = setup().await;
         proxy.hold(true);
         let waiting = publish(&client, &confirmer).await;
         let confirming = tokio::spawn({
@@ -325,17 +346,20 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_publish_lost_with_its_connection_is_not_confirmed_by_the_next_one() {
-        let server = server().await;
-        let upstream = server.url().trim_start_matches("nats://").to_owned();
-        let proxy = Proxy::start(upstream).await;
-        let client = async_nats::connect(&proxy.url).await.unwrap();
-        let confirmer = Confirmer::default();
-        let first = publish(&client, &confirmer).await;
-        confirmer.confirm(&client, first).await.unwrap();
-
+        let Setup {
+            _server,
+            proxy,
+            client,
+            confirmer,
+            first,
+        } = setup().await;
         proxy.hold(true);
         let lost = publish(&client, &confirmer).await;
-        client.flush().await.unwrap();
+        // Written to the proxy, which holds it (async-nats' flush waits for a connection).
+        tokio::time::timeout(Duration::from_secs(5), client.flush())
+            .await
+            .expect("written within 5 s")
+            .unwrap();
         // The connection breaks with the publish unread; the client connects again.
         proxy.cut();
         proxy.hold(false);
