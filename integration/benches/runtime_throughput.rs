@@ -368,54 +368,19 @@ async fn runtime_alone(url: &str, n: usize, round: usize, events_stream: bool) -
     let tag = if events_stream { "stream" } else { "alone" };
     let service_name = format!("{tag}{round}");
     let inbound = format!("{tag}{round}.inbound");
-    let client = async_nats::connect(url).await.unwrap();
-    let js = jetstream::new(client.clone());
-    js.create_stream(jetstream::stream::Config {
-        name: format!("triggers-sources-{service_name}"),
-        subjects: vec![inbound.clone()],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    if events_stream {
-        js.create_stream(jetstream::stream::Config {
-            name: format!("events-{service_name}"),
-            subjects: vec![format!("triggers.v2.flow.events.{service_name}")],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    }
-    let flow = json!({"id": service_name, "version": 1, "body": {"nodes": [
-        {"id": "in", "type": "service-in", "service": service_name, "inbound": inbound},
-        {"id": "noop", "type": "action", "service": service_name, "action": "noop", "inbound": inbound}
-    ], "edges": [{"id": "e1", "from": "in", "to": "noop"}]}});
-    let mut register = client
-        .subscribe("triggers.v2.manifest.register")
-        .await
-        .unwrap();
-    triggers_sdk::transport::round_trip(&client).await.unwrap();
-    let responder = client.clone();
-    let reply_body = serde_json::to_vec(&json!({"flows": [flow]})).unwrap();
-    tokio::spawn(async move {
-        if let Some(msg) = register.next().await {
-            responder
-                .publish(msg.reply.unwrap(), reply_body.into())
-                .await
-                .unwrap();
-        }
-    });
-    let running = bench::noop_service(
+    let running = bench::stand_in(
+        url,
         &service_name,
-        "noop",
         &inbound,
+        events_stream,
         RuntimeConfig {
-            nats_url: Some(url.to_owned()),
             max_concurrency: Some(CONCURRENCY),
             ..Default::default()
         },
     )
     .await;
+    let client = async_nats::connect(url).await.unwrap();
+    let js = jetstream::new(client.clone());
     let mut events = client
         .subscribe(format!("triggers.v2.flow.events.{service_name}"))
         .await

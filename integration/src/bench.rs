@@ -103,6 +103,67 @@ pub async fn noop_service(
         .expect("the no-op service starts")
 }
 
+/// A service `name` with a no-op action `noop` consuming `inbound`, on the server at `url`
+/// with no emulator: its inbound stream made here, and a stand-in orchestrator that answers its
+/// registration with a flow `name` (v1, `in` -> `noop`) and nothing else. With `events_stream`, a
+/// stream keeps the flow's completion events (as the emulator's does), so the runtime publishes
+/// them through JetStream; without, they are plain publishes.
+///
+/// # Panics
+/// When the streams cannot be made or the service cannot start.
+pub async fn stand_in(
+    url: &str,
+    name: &str,
+    inbound: &str,
+    events_stream: bool,
+    config: RuntimeConfig,
+) -> RunningService {
+    use futures::StreamExt;
+    let client = async_nats::connect(url).await.expect("connects");
+    let js = async_nats::jetstream::new(client.clone());
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: format!("triggers-sources-{name}"),
+        subjects: vec![inbound.to_owned()],
+        ..Default::default()
+    })
+    .await
+    .expect("the inbound stream");
+    if events_stream {
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: format!("events-{name}"),
+            subjects: vec![triggers_sdk::wire::subject::flow_events(name).expect("a flow id")],
+            ..Default::default()
+        })
+        .await
+        .expect("the events stream");
+    }
+    let flow = serde_json::json!({"id": name, "version": 1, "body": {"nodes": [
+        {"id": "in", "type": "service-in", "service": name, "inbound": inbound},
+        {"id": "noop", "type": "action", "service": name, "action": "noop", "inbound": inbound}
+    ], "edges": [{"id": "e1", "from": "in", "to": "noop"}]}});
+    let mut register = client
+        .subscribe(triggers_sdk::wire::subject::MANIFEST_REGISTER)
+        .await
+        .expect("subscribes");
+    transport::round_trip(&client).await.expect("a round trip");
+    let reply = serde_json::to_vec(&serde_json::json!({"flows": [flow]})).expect("JSON");
+    tokio::spawn(async move {
+        if let Some(reply_to) = register.next().await.and_then(|m| m.reply) {
+            let _ = client.publish(reply_to, reply.into()).await;
+        }
+    });
+    noop_service(
+        name,
+        "noop",
+        inbound,
+        RuntimeConfig {
+            nats_url: Some(url.to_owned()),
+            ..config
+        },
+    )
+    .await
+}
+
 /// The completion event the raw baselines publish: node `node` succeeded, as large as the
 /// runtime's.
 ///

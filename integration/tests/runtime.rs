@@ -514,3 +514,63 @@ async fn a_burst_of_deliveries_asks_jetstream_once_which_stream_takes_their_even
     running.shutdown().await;
     lab.assert_conformant();
 }
+
+/// A completion event published without JetStream (no stream keeps the subject) carries no header,
+/// as the Go SDK's events do: a `Nats-Msg-Id` serves only a stream's dedup. One a stream keeps
+/// carries the `ev:` id that dedup needs.
+#[tokio::test]
+async fn an_event_carries_a_msg_id_only_where_a_stream_deduplicates_it() {
+    use triggers_integration::bench;
+    let server = bench::server().await;
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client.clone());
+    for (name, kept) in [("plainev", false), ("keptev", true)] {
+        let inbound = format!("{name}.inbound");
+        let running =
+            bench::stand_in(server.url(), name, &inbound, kept, RuntimeConfig::default()).await;
+        let mut events = client
+            .subscribe(subject::flow_events(name).unwrap())
+            .await
+            .unwrap();
+        triggers_sdk::transport::round_trip(&client).await.unwrap();
+        js.publish_with_headers(
+            inbound,
+            bench::envelope_headers(name, 1, "run-1", 0),
+            br#"{"n":1}"#.to_vec().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+        let event = tokio::time::timeout(
+            Duration::from_secs(10),
+            futures::StreamExt::next(&mut events),
+        )
+        .await
+        .expect("an event within 10 s")
+        .unwrap();
+        let decoded = triggers_sdk::wire::CompletionEvent::from_json(&event.payload).unwrap();
+        assert_eq!(
+            (decoded.node_id.as_str(), decoded.status.as_str()),
+            ("noop", "succeeded")
+        );
+        let id = event
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(names::NATS_MSG_ID))
+            .map(|v| v.as_str().to_owned());
+        if kept {
+            assert!(
+                id.as_deref().is_some_and(|id| id.starts_with("ev:")),
+                "{name}: {id:?}"
+            );
+        } else {
+            assert!(
+                event.headers.as_ref().is_none_or(|h| h.is_empty()),
+                "{name}: {:?}",
+                event.headers
+            );
+        }
+        running.shutdown().await;
+    }
+}

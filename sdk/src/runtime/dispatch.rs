@@ -735,7 +735,13 @@ impl Runtime {
         let mut headers = next.to_headers();
         headers.insert(names::NATS_MSG_ID, next.nats_msg_id());
         let sent = self
-            .publish(inbound, &headers, output.bytes().to_vec(), Target::Stream)
+            .publish(
+                inbound,
+                &headers,
+                output.bytes().to_vec(),
+                Target::Stream,
+                None,
+            )
             .await
             .map_err(|e| format!("hand-off of node {} to {service}: {e}", from.id));
         (next, sent)

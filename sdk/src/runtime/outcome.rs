@@ -32,10 +32,11 @@ pub(crate) struct Fatal(pub(crate) String);
 
 impl Runtime {
     /// Publishes the completion event of `node`, reached by `trail` in the delivery of
-    /// `envelope`, with a `Nats-Msg-Id` that names that execution's outcome ([`event_msg_id`]):
-    /// the same event sent again (a redelivery after a lost ack reporting a kept outcome, or
-    /// another replica running the node again after a crash) is dropped by the events stream's
-    /// dedup instead of settling the node twice.
+    /// `envelope`. Where a stream keeps the events it carries a `Nats-Msg-Id` that names that
+    /// execution's outcome ([`event_msg_id`]): the same event sent again (a redelivery after a
+    /// lost ack reporting a kept outcome, or another replica running the node again after a
+    /// crash) is dropped by the stream's dedup instead of settling the node twice. A plain
+    /// publish carries no header, as the Go SDK's events: nothing deduplicates it.
     pub(crate) async fn complete(
         &self,
         envelope: &Envelope,
@@ -61,15 +62,17 @@ impl Runtime {
         let subject = subject::flow_events(&envelope.flow_id).map_err(|e| Fatal(e.to_string()))?;
         let bytes = event.to_json().map_err(|e| Fatal(e.to_string()))?;
         // Through JetStream when a stream keeps the events (the emulator's does), so a server
-        // restart loses none; a plain publish otherwise. The bytes are the same either way.
-        let mut headers = Headers::new();
-        headers.insert(
-            names::NATS_MSG_ID,
-            event_msg_id(envelope, trail, &node.id, status),
-        );
-        self.publish(&subject, &headers, bytes, Target::Auto)
-            .await
-            .map_err(Fatal)
+        // restart loses none; a plain publish otherwise. The body is the same either way.
+        let msg_id = || event_msg_id(envelope, trail, &node.id, status);
+        self.publish(
+            &subject,
+            &Headers::new(),
+            bytes,
+            Target::Auto,
+            Some(&msg_id),
+        )
+        .await
+        .map_err(Fatal)
     }
 
     /// A DLQ entry on `triggers.v2.dlq.<service>.<action>`. `identity` names the failure the
@@ -132,7 +135,7 @@ impl Runtime {
             names::NATS_MSG_ID,
             dlq_msg_id(&envelope.idempotency_key, now.unix_nanos()),
         );
-        self.publish(subject, &headers, bytes, Target::Auto)
+        self.publish(subject, &headers, bytes, Target::Auto, None)
             .await
             .map_err(Fatal)
     }
@@ -140,7 +143,8 @@ impl Runtime {
     /// Publishes `payload` on `subject`: through JetStream, waiting for the ack, when a stream
     /// must store it ([`Target::Stream`]: a hop) or does ([`Target::Auto`]: an event, a DLQ
     /// entry, an output, when some stream captures the subject); else a plain publish, confirmed
-    /// once per delivery ([`UNCONFIRMED`]).
+    /// once per delivery ([`UNCONFIRMED`]). `stream_id`, if given, makes the `Nats-Msg-Id` of a
+    /// JetStream publish (made once, on the first), for the stream's dedup only.
     /// Whether a stream captures a subject is asked of JetStream, not guessed from a publish: a
     /// JetStream publish to a subject only plain subscribers listen on gets no ack and would wait
     /// for its timeout.
@@ -158,6 +162,7 @@ impl Runtime {
         headers: &Headers,
         payload: Vec<u8>,
         target: Target,
+        stream_id: Option<&(dyn Fn() -> String + Sync)>,
     ) -> Result<(), String> {
         // The first attempt takes these headers; a retry (rare) converts them again.
         let mut first = Some(crate::transport::to_nats(headers).map_err(|e| e.to_string())?);
@@ -166,6 +171,7 @@ impl Runtime {
                 .take()
                 .unwrap_or_else(|| crate::transport::to_nats(headers).unwrap_or_default())
         };
+        let mut msg_id: Option<String> = None;
         let payload = bytes::Bytes::from(payload);
         let start = tokio::time::Instant::now();
         let mut pause = Duration::from_millis(100);
@@ -181,10 +187,17 @@ impl Runtime {
                     // Read before the publish is queued: the connection it travels on is this
                     // one or a later one.
                     let connection = confirm::connection(&self.client);
-                    self.client
-                        .publish_with_headers(subject.to_owned(), map(), payload.clone())
-                        .await
-                        .map_err(|e| (e.to_string(), true))?;
+                    let headers = map();
+                    if headers.is_empty() {
+                        self.client
+                            .publish(subject.to_owned(), payload.clone())
+                            .await
+                    } else {
+                        self.client
+                            .publish_with_headers(subject.to_owned(), headers, payload.clone())
+                            .await
+                    }
+                    .map_err(|e| (e.to_string(), true))?;
                     // A plain publish is confirmed only as far as the server has read it: by
                     // the delivery, once, before its ack (UNCONFIRMED), unless a JetStream ack
                     // confirms it first; outside a delivery, now.
@@ -203,9 +216,14 @@ impl Runtime {
                         .map_err(|e| (e, true));
                 }
                 let before = self.confirmer.sent();
+                let mut headers = map();
+                if let Some(make) = stream_id {
+                    let id = msg_id.get_or_insert_with(make);
+                    headers.insert(async_nats::header::NATS_MESSAGE_ID, id.as_str());
+                }
                 let ack = self
                     .js
-                    .publish_with_headers(subject.to_owned(), map(), payload.clone())
+                    .publish_with_headers(subject.to_owned(), headers, payload.clone())
                     .await
                     .map_err(|e| (e.to_string(), true))?;
                 match ack.await {
