@@ -10,6 +10,10 @@
 //! the client's connection count read before it was queued, each echo the count read after it
 //! arrived, and a confirmation holds only when the two are equal (a reconnect in between fails
 //! the delivery, which is given back and reported again).
+//!
+//! A server that never echoes a ping on a live connection (the service's user may not publish to
+//! `_INBOX.>`) would hold every delivery: after one such silence the runtime warns once and
+//! confirms with a flush instead (the write, on an unchanged connection), as before round trips.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -64,6 +68,8 @@ pub(crate) struct Confirmer {
     confirmed: tokio::sync::watch::Sender<(u64, u64)>,
     /// A round trip is on its way.
     pinging: AtomicBool,
+    /// A ping went unanswered on a live connection: confirmations are flushes from then on.
+    silent: AtomicBool,
     /// The inbox pings come back on, subscribed on the first round trip.
     echo: tokio::sync::Mutex<Option<Echo>>,
 }
@@ -140,7 +146,11 @@ impl Confirmer {
             }
             if !self.pinging.swap(true, Ordering::SeqCst) {
                 let _pinging = Pinging(&self.pinging);
-                self.round_trip(client).await?;
+                if self.silent.load(Ordering::SeqCst) {
+                    self.flush(client).await?;
+                } else {
+                    self.round_trip(client).await?;
+                }
                 continue;
             }
             // Another caller's round trip: wait for it (or, should it fail, make one).
@@ -165,6 +175,7 @@ impl Confirmer {
             return Err("no confirmation inbox".into());
         };
         let target = self.sent();
+        let on = connection(client);
         client
             .publish(inbox.clone(), target.to_string().into())
             .await
@@ -190,9 +201,37 @@ impl Confirmer {
                     *echo = None;
                     return Err("the confirmation inbox was closed".into());
                 }
-                Err(_) => return Ok(()),
+                Err(_) => {
+                    let connected =
+                        client.connection_state() == async_nats::connection::State::Connected;
+                    if connected && connection(client) == on {
+                        // Not lost with a connection: the server took the ping and said
+                        // nothing. A permission is the likeliest cause.
+                        tracing::warn!(
+                            inbox = inbox.as_str(),
+                            "a confirmation ping got no echo in {ECHO_PATIENCE:?} on a live \
+                             connection (may this service publish to _INBOX.>?); completion \
+                             events no stream keeps are confirmed by a flush from now on, which \
+                             a connection breaking just before an ack can defeat"
+                        );
+                        self.silent.store(true, Ordering::SeqCst);
+                    }
+                    return Ok(());
+                }
             }
         }
+    }
+
+    /// A confirmation by flush, for a server that does not echo pings: every plain publish queued
+    /// so far written to the socket, on a connection that did not change meanwhile.
+    async fn flush(&self, client: &async_nats::Client) -> Result<(), String> {
+        let target = self.sent();
+        let on = connection(client);
+        client.flush().await.map_err(|e| e.to_string())?;
+        if connection(client) == on {
+            self.confirmed_up_to(target, on);
+        }
+        Ok(())
     }
 }
 
@@ -375,5 +414,78 @@ mod tests {
         // What is published on the new connection is confirmed again.
         let next = publish(&client, &confirmer).await;
         confirmer.confirm(&client, next).await.unwrap();
+    }
+
+    /// A nats-server whose only user may not publish to `_INBOX.>`: a locked-down service's
+    /// permissions. Stopped, and its config removed, when dropped.
+    struct Restricted {
+        server: std::process::Child,
+        url: String,
+        dir: std::path::PathBuf,
+    }
+
+    impl Drop for Restricted {
+        fn drop(&mut self) {
+            let _ = self.server.kill();
+            let _ = self.server.wait();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn restricted() -> Restricted {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("confirm-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let conf = dir.join("nats.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "listen: 127.0.0.1:{port}\nauthorization {{ users = [ {{ user: svc, password: svc, \
+                 permissions: {{ publish: {{ deny: [\"_INBOX.>\"] }} }} }} ] }}\n"
+            ),
+        )
+        .unwrap();
+        let bin = std::env::var_os("TRIGGERS_NATS_SERVER_BIN").unwrap_or("nats-server".into());
+        let server = std::process::Command::new(bin)
+            .arg("-c")
+            .arg(&conf)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("a nats-server binary (TRIGGERS_NATS_SERVER_BIN or on PATH)");
+        Restricted {
+            server,
+            url: format!("nats://127.0.0.1:{port}"),
+            dir,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_that_does_not_echo_pings_gets_flushes_instead_of_a_stalled_service() {
+        let server = restricted();
+        let mut client = None;
+        for _ in 0..100 {
+            let options =
+                async_nats::ConnectOptions::with_user_and_password("svc".into(), "svc".into());
+            if let Ok(c) = options.connect(&server.url).await {
+                client = Some(c);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let client = client.expect("connects to the restricted server");
+        let confirmer = Confirmer::default();
+        for round in 0..2 {
+            let waiting = publish(&client, &confirmer).await;
+            // Well within the minute a delivery would otherwise wait before it is given back.
+            tokio::time::timeout(Duration::from_secs(15), confirmer.confirm(&client, waiting))
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: no confirmation within 15 s"))
+                .unwrap();
+            assert!(confirmer.silent.load(Ordering::SeqCst), "round {round}");
+        }
     }
 }
