@@ -483,7 +483,15 @@ pub fn check(
     payload: &[u8],
     origin: Origin,
 ) -> Vec<Violation> {
-    check_body(ctx, subject, headers, &Body::from(payload), origin)
+    check_body(ctx, subject, headers, &Body::from(payload), origin).violations
+}
+
+/// What [`check_body`] found, and the completion event it decoded on the way (so that the one
+/// recording the message need not decode it again).
+#[derive(Debug, Default)]
+pub(crate) struct Checked {
+    pub(crate) violations: Vec<Violation>,
+    pub(crate) event: Option<triggers_sdk::wire::CompletionEvent>,
 }
 
 /// [`check`] of a message whose bytes are already shared: its violations share them.
@@ -493,9 +501,9 @@ pub(crate) fn check_body(
     headers: &Headers,
     body: &Body,
     origin: Origin,
-) -> Vec<Violation> {
+) -> Checked {
     if origin == Origin::Emulator {
-        return Vec::new();
+        return Checked::default();
     }
     let mut report = Report {
         subject,
@@ -505,6 +513,7 @@ pub(crate) fn check_body(
         shared: None,
         found: Vec::new(),
         more: 0,
+        event: None,
     };
     check_header_names(&mut report);
     let inbound = ctx.inbound.get(subject);
@@ -542,7 +551,11 @@ pub(crate) fn check_body(
         ),
         None => {}
     }
-    report.finish()
+    let event = report.event.take();
+    Checked {
+        violations: report.finish(),
+        event,
+    }
 }
 
 /// The message being judged and the violations found so far.
@@ -556,6 +569,8 @@ struct Report<'m> {
     found: Vec<Violation>,
     /// Violations beyond [`MAX_PER_MESSAGE`].
     more: usize,
+    /// The completion event, when the message is one and it decoded.
+    event: Option<triggers_sdk::wire::CompletionEvent>,
 }
 
 impl Report<'_> {

@@ -183,10 +183,12 @@ pub(crate) fn record_event(shared: &Shared, msg: &jetstream::Message) {
     let Judged {
         violations,
         headers,
+        event,
         ..
     } = shared.judge(&msg.subject, &headers, &body);
-    // Decoded before the lock is taken: every other message waits while it is held.
-    let event = CompletionEvent::from_json(&msg.payload);
+    // As the checker decoded it, else decoded here; before the lock is taken either way: every
+    // other message waits while it is held.
+    let event = event.map_or_else(|| CompletionEvent::from_json(&msg.payload), Ok);
     let mut state = shared.lock();
     shared.add_violations(&mut state, violations);
     if let Ok(event) = event {
@@ -212,6 +214,9 @@ struct Judged {
     violations: Vec<Violation>,
     /// Its headers as records keep them (shared with its violations).
     headers: SharedHeaders,
+    /// The completion event the checker decoded, if the message is one (not for the emulator's
+    /// own messages, which are not judged).
+    event: Option<CompletionEvent>,
 }
 
 /// What a message observed on `triggers.v2.>` or an inbound subject adds to the state, decoded
@@ -238,6 +243,7 @@ impl Shared {
             origin,
             violations,
             headers: shared_headers,
+            ..
         } = self.judge(subject, headers, &payload);
         // Decoded and checked before the lock is taken: every other message waits while it is
         // held.
@@ -355,7 +361,8 @@ impl Shared {
             manifests: &registry.manifests,
             inbound: &registry.inbound,
         };
-        let violations = conformance::check_body(&ctx, subject, headers, payload, origin);
+        let conformance::Checked { violations, event } =
+            conformance::check_body(&ctx, subject, headers, payload, origin);
         let headers = violations
             .first()
             .map(|v| v.headers.clone())
@@ -365,6 +372,7 @@ impl Shared {
             origin,
             violations,
             headers,
+            event,
         }
     }
 

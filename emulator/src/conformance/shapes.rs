@@ -284,13 +284,13 @@ pub(super) fn heartbeat(ctx: &Context<'_>, report: &mut Report<'_>) {
 /// its JSON kind), so only the value's own rules are left to check, and the field-by-field pass
 /// (most of the checker's time on a busy flow) is skipped. Anything else goes field by field.
 pub(super) fn completion(ctx: &Context<'_>, report: &mut Report<'_>, flow_id: &str) {
-    if let Ok(ev) = CompletionEvent::from_json(report.payload)
-        && ev.to_json().is_ok_and(|go| go == report.payload)
-    {
-        completion_value(ctx, report, flow_id, &ev, &Explained::new());
-        return;
+    match CompletionEvent::from_json(report.payload) {
+        Ok(ev) if ev.to_json().is_ok_and(|go| go == report.payload) => {
+            completion_value(ctx, report, flow_id, &ev, &Explained::new());
+            report.event = Some(ev);
+        }
+        _ => completion_by_field(ctx, report, flow_id),
     }
-    completion_by_field(ctx, report, flow_id);
 }
 
 /// [`completion`], field by field, whatever the bytes.
@@ -325,6 +325,7 @@ pub(super) fn completion_by_field(ctx: &Context<'_>, report: &mut Report<'_>, fl
         &explained,
         &[],
     );
+    report.event = Some(ev);
 }
 
 /// The rules of a completion event's value; `explained` are the fields already reported on.
