@@ -486,12 +486,52 @@ pub fn check(
     check_body(ctx, subject, headers, &Body::from(payload), origin).violations
 }
 
-/// What [`check_body`] found, and the completion event it decoded on the way (so that the one
-/// recording the message need not decode it again).
+/// What [`check_body`] found, and what it decoded on the way (so that the one recording the
+/// message need not decode it again).
 #[derive(Debug, Default)]
 pub(crate) struct Checked {
     pub(crate) violations: Vec<Violation>,
-    pub(crate) event: Option<triggers_sdk::wire::CompletionEvent>,
+    pub(crate) decoded: Option<Decoded>,
+}
+
+/// The value a judged message decoded to, when it decoded: one per message.
+#[derive(Debug)]
+pub(crate) enum Decoded {
+    /// A message on an inbound subject: its envelope, from its headers.
+    Envelope(Envelope),
+    Heartbeat(triggers_sdk::wire::Heartbeat),
+    Event(triggers_sdk::wire::CompletionEvent),
+    Dlq(triggers_sdk::wire::DlqEntry),
+}
+
+impl Decoded {
+    pub(crate) fn envelope(self) -> Option<Envelope> {
+        match self {
+            Decoded::Envelope(envelope) => Some(envelope),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn heartbeat(self) -> Option<triggers_sdk::wire::Heartbeat> {
+        match self {
+            Decoded::Heartbeat(hb) => Some(hb),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn event(self) -> Option<triggers_sdk::wire::CompletionEvent> {
+        match self {
+            Decoded::Event(event) => Some(event),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn dlq(self) -> Option<triggers_sdk::wire::DlqEntry> {
+        match self {
+            Decoded::Dlq(entry) => Some(entry),
+            _ => None,
+        }
+    }
 }
 
 /// [`check`] of a message whose bytes are already shared: its violations share them.
@@ -513,7 +553,7 @@ pub(crate) fn check_body(
         shared: None,
         found: Vec::new(),
         more: 0,
-        event: None,
+        decoded: None,
     };
     check_header_names(&mut report);
     let inbound = ctx.inbound.get(subject);
@@ -551,10 +591,10 @@ pub(crate) fn check_body(
         ),
         None => {}
     }
-    let event = report.event.take();
+    let decoded = report.decoded.take();
     Checked {
         violations: report.finish(),
-        event,
+        decoded,
     }
 }
 
@@ -569,8 +609,8 @@ struct Report<'m> {
     found: Vec<Violation>,
     /// Violations beyond [`MAX_PER_MESSAGE`].
     more: usize,
-    /// The completion event, when the message is one and it decoded.
-    event: Option<triggers_sdk::wire::CompletionEvent>,
+    /// What the message decoded to, when it did.
+    decoded: Option<Decoded>,
 }
 
 impl Report<'_> {
@@ -731,6 +771,7 @@ fn check_hop(report: &mut Report<'_>, service: &str) {
                     ),
                 );
             }
+            report.decoded = Some(Decoded::Envelope(envelope));
         }
     }
     let key = headers.get(names::IDEMPOTENCY_KEY).unwrap_or_default();

@@ -12,7 +12,7 @@ use triggers_sdk::wire::header::names;
 use triggers_sdk::wire::subject::{self, LockedSubject};
 use triggers_sdk::wire::{CompletionEvent, DlqEntry, Envelope, GoTime, Headers, Heartbeat};
 
-use crate::conformance::{self, Origin, Violation, runs};
+use crate::conformance::{self, Decoded, Origin, Violation, runs};
 use crate::emulator::{Emulator, Shared, State};
 use crate::recorder::{Body, RecordKind, Run, SharedHeaders, share_headers};
 
@@ -129,18 +129,25 @@ pub(crate) fn record_dlq(shared: &Shared, msg: &jetstream::Message) {
         .unwrap_or_default()
         .to_owned();
     let body = Body::from(msg.payload.clone());
-    let judged = shared.judge(&msg.subject, &headers, &body);
-    let entry = DlqEntry::from_json(&msg.payload).ok();
+    let Judged {
+        violations,
+        headers: judged_headers,
+        decoded,
+        ..
+    } = shared.judge(&msg.subject, &headers, &body);
+    let entry = decoded
+        .and_then(Decoded::dlq)
+        .or_else(|| DlqEntry::from_json(&msg.payload).ok());
     let service = match LockedSubject::parse(&msg.subject) {
         Some(LockedSubject::Dlq { service, .. }) => service,
         _ => String::new(),
     };
     let mut state = shared.lock();
-    shared.add_violations(&mut state, judged.violations);
+    shared.add_violations(&mut state, violations);
     let seq = shared.push_shared(
         &mut state,
         &msg.subject,
-        judged.headers,
+        judged_headers,
         body,
         RecordKind::Dlq {
             entry: entry.clone(),
@@ -183,12 +190,14 @@ pub(crate) fn record_event(shared: &Shared, msg: &jetstream::Message) {
     let Judged {
         violations,
         headers,
-        event,
+        decoded,
         ..
     } = shared.judge(&msg.subject, &headers, &body);
     // As the checker decoded it, else decoded here; before the lock is taken either way: every
     // other message waits while it is held.
-    let event = event.map_or_else(|| CompletionEvent::from_json(&msg.payload), Ok);
+    let event = decoded
+        .and_then(Decoded::event)
+        .map_or_else(|| CompletionEvent::from_json(&msg.payload), Ok);
     let mut state = shared.lock();
     shared.add_violations(&mut state, violations);
     if let Ok(event) = event {
@@ -214,9 +223,9 @@ struct Judged {
     violations: Vec<Violation>,
     /// Its headers as records keep them (shared with its violations).
     headers: SharedHeaders,
-    /// The completion event the checker decoded, if the message is one (not for the emulator's
-    /// own messages, which are not judged).
-    event: Option<CompletionEvent>,
+    /// What the checker decoded (nothing for the emulator's own messages, which are not judged,
+    /// nor for one that does not decode).
+    decoded: Option<Decoded>,
 }
 
 /// What a message observed on `triggers.v2.>` or an inbound subject adds to the state, decoded
@@ -243,12 +252,15 @@ impl Shared {
             origin,
             violations,
             headers: shared_headers,
-            ..
+            decoded,
         } = self.judge(subject, headers, &payload);
         // Decoded and checked before the lock is taken: every other message waits while it is
         // held.
         let seen = match LockedSubject::parse(subject) {
-            Some(LockedSubject::Heartbeat) => match Heartbeat::from_json(&payload) {
+            Some(LockedSubject::Heartbeat) => match decoded
+                .and_then(Decoded::heartbeat)
+                .map_or_else(|| Heartbeat::from_json(&payload), Ok)
+            {
                 Ok(hb) => {
                     let found = violations_of(
                         runs::heartbeat(&registry.manifests, &hb),
@@ -267,7 +279,9 @@ impl Shared {
             None => match registry.inbound.get(subject) {
                 Some(service) => Seen::Hop {
                     service,
-                    envelope: Envelope::from_headers(headers).ok(),
+                    envelope: decoded
+                        .and_then(Decoded::envelope)
+                        .or_else(|| Envelope::from_headers(headers).ok()),
                     key: headers.get(names::NATS_MSG_ID).unwrap_or_default(),
                 },
                 None => Seen::Nothing,
@@ -361,8 +375,10 @@ impl Shared {
             manifests: &registry.manifests,
             inbound: &registry.inbound,
         };
-        let conformance::Checked { violations, event } =
-            conformance::check_body(&ctx, subject, headers, payload, origin);
+        let conformance::Checked {
+            violations,
+            decoded,
+        } = conformance::check_body(&ctx, subject, headers, payload, origin);
         let headers = violations
             .first()
             .map(|v| v.headers.clone())
@@ -372,7 +388,7 @@ impl Shared {
             origin,
             violations,
             headers,
-            event,
+            decoded,
         }
     }
 

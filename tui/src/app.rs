@@ -77,10 +77,9 @@ pub async fn run(source: Source, options: TuiOptions) -> Result<(), TuiError> {
         ..ModelConfig::default()
     });
     let (tx, mut rx) = mpsc::channel(1024);
-    // Both sets abort their tasks when dropped, however this returns.
-    let _tasks = source.spawn(tx.clone(), options.poll_interval).await?;
-    let mut signals = tokio::task::JoinSet::new();
-    signals.spawn(quit_on_signal(tx.clone()));
+    // The set aborts its tasks when dropped, however this returns.
+    let mut tasks = source.spawn(tx.clone(), options.poll_interval).await?;
+    tasks.spawn(quit_on_signal(tx.clone()));
 
     let mut terminal = TerminalGuard::enter(options.mouse)?;
     let _input = InputThread::start(tx.clone());

@@ -13,7 +13,7 @@ use triggers_sdk::wire::{CompletionEvent, DlqEntry, Heartbeat, Manifest};
 use super::object::{
     self, COMPLETION_EVENT, DLQ_ENTRY, Explained, HEARTBEAT, Object, Shape, check_fields,
 };
-use super::{Context, Report};
+use super::{Context, Decoded, Report};
 
 /// The top-level fields of a manifest, in Go's order.
 const MANIFEST_FIELDS: [&str; 14] = [
@@ -275,6 +275,7 @@ pub(super) fn heartbeat(ctx: &Context<'_>, report: &mut Report<'_>) {
         );
     }
     go_bytes(report, "heartbeat", hb.to_json().ok(), &explained, &[]);
+    report.decoded = Some(Decoded::Heartbeat(hb));
 }
 
 /// `triggers.v2.flow.events.<flow_id>`.
@@ -287,7 +288,7 @@ pub(super) fn completion(ctx: &Context<'_>, report: &mut Report<'_>, flow_id: &s
     match CompletionEvent::from_json(report.payload) {
         Ok(ev) if ev.to_json().is_ok_and(|go| go == report.payload) => {
             completion_value(ctx, report, flow_id, &ev, &Explained::new());
-            report.event = Some(ev);
+            report.decoded = Some(Decoded::Event(ev));
         }
         _ => completion_by_field(ctx, report, flow_id),
     }
@@ -325,7 +326,7 @@ pub(super) fn completion_by_field(ctx: &Context<'_>, report: &mut Report<'_>, fl
         &explained,
         &[],
     );
-    report.event = Some(ev);
+    report.decoded = Some(Decoded::Event(ev));
 }
 
 /// The rules of a completion event's value; `explained` are the fields already reported on.
@@ -496,6 +497,7 @@ pub(super) fn dlq(ctx: &Context<'_>, report: &mut Report<'_>, service: &str, tai
         &explained,
         &["envelope"],
     );
+    report.decoded = Some(Decoded::Dlq(entry));
 }
 
 /// What a DLQ entry's values must be beyond their types: the instant in the `Nats-Msg-Id`, the

@@ -705,7 +705,7 @@ fn a_go_exact_event_is_judged_as_the_field_by_field_path_judges_it() {
                 shared: None,
                 found: Vec::new(),
                 more: 0,
-                event: None,
+                decoded: None,
             };
             if by_field {
                 shapes::completion_by_field(&world.ctx(), &mut report, "flow-lab");

@@ -175,7 +175,7 @@ impl Confirmer {
             return Err("no confirmation inbox".into());
         };
         let target = self.sent();
-        let on = connection(client);
+        let pinged_on = connection(client);
         client
             .publish(inbox.clone(), target.to_string().into())
             .await
@@ -204,7 +204,7 @@ impl Confirmer {
                 Err(_) => {
                     let connected =
                         client.connection_state() == async_nats::connection::State::Connected;
-                    if connected && connection(client) == on {
+                    if connected && connection(client) == pinged_on {
                         // Not lost with a connection: the server took the ping and said
                         // nothing. A permission is the likeliest cause.
                         tracing::warn!(

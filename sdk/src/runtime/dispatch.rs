@@ -735,13 +735,7 @@ impl Runtime {
         let mut headers = next.to_headers();
         headers.insert(names::NATS_MSG_ID, next.nats_msg_id());
         let sent = self
-            .publish(
-                inbound,
-                &headers,
-                output.bytes().to_vec(),
-                Target::Stream,
-                None,
-            )
+            .publish(inbound, &headers, output.bytes().to_vec(), Target::Stream)
             .await
             .map_err(|e| format!("hand-off of node {} to {service}: {e}", from.id));
         (next, sent)

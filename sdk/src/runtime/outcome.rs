@@ -64,7 +64,7 @@ impl Runtime {
         // Through JetStream when a stream keeps the events (the emulator's does), so a server
         // restart loses none; a plain publish otherwise. The body is the same either way.
         let msg_id = || event_msg_id(envelope, trail, &node.id, status);
-        self.publish(
+        self.publish_with_stream_id(
             &subject,
             &Headers::new(),
             bytes,
@@ -135,7 +135,7 @@ impl Runtime {
             names::NATS_MSG_ID,
             dlq_msg_id(&envelope.idempotency_key, now.unix_nanos()),
         );
-        self.publish(subject, &headers, bytes, Target::Auto, None)
+        self.publish(subject, &headers, bytes, Target::Auto)
             .await
             .map_err(Fatal)
     }
@@ -143,8 +143,7 @@ impl Runtime {
     /// Publishes `payload` on `subject`: through JetStream, waiting for the ack, when a stream
     /// must store it ([`Target::Stream`]: a hop) or does ([`Target::Auto`]: an event, a DLQ
     /// entry, an output, when some stream captures the subject); else a plain publish, confirmed
-    /// once per delivery ([`UNCONFIRMED`]). `stream_id`, if given, makes the `Nats-Msg-Id` of a
-    /// JetStream publish (made once, on the first), for the stream's dedup only.
+    /// once per delivery ([`UNCONFIRMED`]).
     /// Whether a stream captures a subject is asked of JetStream, not guessed from a publish: a
     /// JetStream publish to a subject only plain subscribers listen on gets no ack and would wait
     /// for its timeout.
@@ -157,6 +156,20 @@ impl Runtime {
     /// # Errors
     /// What went wrong, when it could not be published within its patience.
     pub(crate) async fn publish(
+        &self,
+        subject: &str,
+        headers: &Headers,
+        payload: Vec<u8>,
+        target: Target,
+    ) -> Result<(), String> {
+        self.publish_with_stream_id(subject, headers, payload, target, None)
+            .await
+    }
+
+    /// [`Runtime::publish`], where `stream_id`, if given, makes the `Nats-Msg-Id` of a JetStream
+    /// publish (made once, on the first), for the stream's dedup only: a plain publish goes
+    /// without it.
+    async fn publish_with_stream_id(
         &self,
         subject: &str,
         headers: &Headers,

@@ -47,15 +47,9 @@ impl Runtime {
                     .map_err(|e| Failure::node(format!("output to NATS: {e}")))?;
                 let mut headers = headers;
                 headers.insert(names::NATS_MSG_ID, out.nats_msg_id());
-                self.publish(
-                    target,
-                    &headers,
-                    payload.bytes().to_vec(),
-                    Target::Auto,
-                    None,
-                )
-                .await
-                .map_err(|e| Failure::node(format!("output to NATS {target}: {e}")))
+                self.publish(target, &headers, payload.bytes().to_vec(), Target::Auto)
+                    .await
+                    .map_err(|e| Failure::node(format!("output to NATS {target}: {e}")))
             }
             "http" => {
                 let mut request = self
