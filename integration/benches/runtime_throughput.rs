@@ -240,9 +240,10 @@ fn main() {
                 ),
             };
             println!(
-                "{side} only: {:.0} msg/s, {:.0} µs of CPU per message",
+                "{side} only: {:.0} msg/s, {:.0} µs of CPU per message, {:.0} µs of it in this process",
                 n as f64 / measured.elapsed.as_secs_f64(),
-                measured.cpu_micros.unwrap_or(f64::NAN)
+                measured.cpu_micros.unwrap_or(f64::NAN),
+                measured.own_micros.unwrap_or(f64::NAN)
             );
             return;
         }
@@ -258,6 +259,7 @@ fn main() {
         let mut emu_ratios = Vec::new();
         let mut own_ratios = Vec::new();
         let mut cpu: [Vec<f64>; 5] = Default::default();
+        let mut own: [Vec<f64>; 5] = Default::default();
         for round in 0..rounds {
             // Each round starts with another side: the server gathers streams and stored
             // messages as a round goes on, and the machine's load drifts, so no side should
@@ -283,8 +285,9 @@ fn main() {
                 mr / tr
             );
             own_ratios.push(mr / tr);
-            for (spent, side) in cpu.iter_mut().zip(&sides) {
+            for ((spent, own), side) in cpu.iter_mut().zip(&mut own).zip(&sides) {
                 spent.extend(side.cpu_micros);
+                own.extend(side.own_micros);
             }
             raw_rates.push(rr);
             ev_rates.push(er);
@@ -313,6 +316,14 @@ fn main() {
                 "median CPU per message: raw {raw:.0} µs, raw+event {ev:.0} µs, runtime {rt:.0} µs, runtime+stream {rts:.0} µs, emulator {emu:.0} µs"
             );
         }
+        // Of which this process's (the bench's clients, the runtime, the emulator): the rest is
+        // the server's, and tells how much of a gap the clients could close at all.
+        if own.iter().all(|c| c.len() == rounds) {
+            let [raw, ev, rt, rts, emu] = own.map(|mut c| median(&mut c));
+            println!(
+                "  of which in the bench process: raw {raw:.0} µs, raw+event {ev:.0} µs, runtime {rt:.0} µs, runtime+stream {rts:.0} µs, emulator {emu:.0} µs"
+            );
+        }
         // The emulator keeps the completion events in a stream (a server restart loses none), so
         // the runtime it drives publishes each event through JetStream; beside a runtime doing the
         // same without an emulator, what is left is the emulator's own cost.
@@ -337,6 +348,8 @@ fn main() {
 struct Measured {
     elapsed: Duration,
     cpu_micros: Option<f64>,
+    /// The part of `cpu_micros` this process spent (all but the server's share).
+    own_micros: Option<f64>,
 }
 
 impl Measured {
@@ -344,6 +357,7 @@ impl Measured {
         Measured {
             elapsed: start.elapsed(),
             cpu_micros: cpu.micros_per(n),
+            own_micros: cpu.own_micros_per(n),
         }
     }
 }

@@ -107,7 +107,8 @@ pub async fn noop_service(
 /// with no emulator: its inbound stream made here, and a stand-in orchestrator that answers its
 /// registration with a flow `name` (v1, `in` -> `noop`) and nothing else. With `events_stream`, a
 /// stream keeps the flow's completion events (as the emulator's does), so the runtime publishes
-/// them through JetStream; without, they are plain publishes.
+/// them through JetStream; without, they are plain publishes. The runtime connects to
+/// `config.nats_url` when it is set (a proxy in front of the server, say), else to `url`.
 ///
 /// # Panics
 /// When the streams cannot be made or the service cannot start.
@@ -157,7 +158,7 @@ pub async fn stand_in(
         "noop",
         inbound,
         RuntimeConfig {
-            nats_url: Some(url.to_owned()),
+            nats_url: Some(config.nats_url.clone().unwrap_or_else(|| url.to_owned())),
             ..config
         },
     )
@@ -194,6 +195,7 @@ pub fn raw_event(node: &str) -> Vec<u8> {
 /// `/proc/stat` cannot be read.
 pub struct CpuMeter {
     start: Option<u64>,
+    own_start: Option<u64>,
 }
 
 impl CpuMeter {
@@ -202,6 +204,7 @@ impl CpuMeter {
     pub fn start() -> Self {
         CpuMeter {
             start: busy_ticks(),
+            own_start: own_ticks(),
         }
     }
 
@@ -209,9 +212,34 @@ impl CpuMeter {
     #[must_use]
     pub fn micros_per(&self, n: usize) -> Option<f64> {
         let spent = busy_ticks()?.checked_sub(self.start?)?;
-        // The kernel counts in USER_HZ ticks, 100 per second on Linux.
-        Some(spent as f64 * 10_000.0 / n.max(1) as f64)
+        Some(ticks_to_micros_per(spent, n))
     }
+
+    /// The part of [`CpuMeter::micros_per`] spent by this process (the bench's publisher and
+    /// consumer, a runtime or emulator it runs in-process), not by the server or anything else
+    /// on the machine.
+    #[must_use]
+    pub fn own_micros_per(&self, n: usize) -> Option<f64> {
+        let spent = own_ticks()?.checked_sub(self.own_start?)?;
+        Some(ticks_to_micros_per(spent, n))
+    }
+}
+
+/// Ticks as microseconds per message: the kernel counts in USER_HZ ticks, 100 per second on Linux.
+fn ticks_to_micros_per(ticks: u64, n: usize) -> f64 {
+    ticks as f64 * 10_000.0 / n.max(1) as f64
+}
+
+/// This process's user and system ticks, from `/proc/self/stat` (fields 14 and 15, counted after
+/// the command name, which is in parentheses and may hold spaces).
+fn own_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    // After the name: state (field 3) ... utime (14), stime (15).
+    let mut fields = after_name.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some(user + system)
 }
 
 /// The busy ticks of every core (all but idle and I/O wait), from the first line of `/proc/stat`.

@@ -1,6 +1,8 @@
 //! A service outlives its server: `triggers-lab up` stopped and started again on the same port
 //! is a new nats-server and a new emulator that has never heard of the service. The runtime
 //! reconnects by itself, registers again, and works again: the new emulator runs a flow on it.
+//! A connection that breaks with a completion event still unread by the server loses no event:
+//! the delivery comes back and its kept outcome is reported again.
 
 use std::time::Duration;
 
@@ -80,4 +82,95 @@ async fn a_running_service_registers_again_with_the_emulator_of_a_restarted_serv
         b.describe_run(&run.0)
     );
     running.shutdown().await;
+}
+
+/// An action succeeds and its completion event (no stream keeps it: a plain publish) is written,
+/// but the connection breaks before the server reads it. The delivery is not acked (its events
+/// were not confirmed), comes back, and the kept outcome's event is published again rather than
+/// taken as reported: the orchestrator hears of the node. Without, the run would wait forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_lost_with_its_connection_is_reported_again_on_the_redelivery() {
+    use triggers_integration::bench;
+    use triggers_sdk::runtime::RuntimeConfig;
+    use triggers_sdk::wire::subject;
+    let server = bench::server().await;
+    let proxy = triggers_emulator::nats::FaultProxy::start(server.url())
+        .await
+        .unwrap();
+    let name = "lostev";
+    let inbound = format!("{name}.inbound");
+    let running = bench::stand_in(
+        server.url(),
+        name,
+        &inbound,
+        false,
+        RuntimeConfig {
+            nats_url: Some(proxy.url().to_owned()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let events_subject = subject::flow_events(name).unwrap();
+    let mut events = client.subscribe(events_subject.clone()).await.unwrap();
+    triggers_sdk::transport::round_trip(&client).await.unwrap();
+
+    let js = async_nats::jetstream::new(client.clone());
+    let trigger = |run: &'static str| {
+        let (js, inbound) = (js.clone(), inbound.clone());
+        async move {
+            js.publish_with_headers(
+                inbound,
+                bench::envelope_headers(name, 1, run, 0),
+                br#"{"n":1}"#.to_vec().into(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        }
+    };
+    // A first run: the runtime has asked JetStream whether a stream keeps its events (none).
+    trigger("run-1").await;
+    assert_eq!(next_event(&mut events, 10).await.flow_run_id, "run-1");
+
+    // The server reads nothing more from the runtime; it still delivers to it.
+    proxy.hold(true);
+    trigger("run-2").await;
+    let publish = format!("PUB {events_subject} ");
+    assert!(
+        proxy
+            .wait_held(publish.as_bytes(), Duration::from_secs(10))
+            .await,
+        "the runtime wrote no completion event within 10 s"
+    );
+    // The connection breaks with the event unread; the runtime connects again.
+    proxy.cut();
+    proxy.hold(false);
+
+    let event = next_event(&mut events, 30).await;
+    assert_eq!(
+        (
+            event.flow_run_id.as_str(),
+            event.node_id.as_str(),
+            event.status.as_str()
+        ),
+        ("run-2", "noop", "succeeded")
+    );
+    running.shutdown().await;
+}
+
+/// The next completion event on `events`, decoded, within `patience` seconds.
+async fn next_event(
+    events: &mut async_nats::Subscriber,
+    patience: u64,
+) -> triggers_sdk::wire::CompletionEvent {
+    let event = tokio::time::timeout(
+        Duration::from_secs(patience),
+        futures::StreamExt::next(events),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("no completion event within {patience} s"))
+    .unwrap();
+    triggers_sdk::wire::CompletionEvent::from_json(&event.payload).unwrap()
 }

@@ -27,6 +27,9 @@
 //! containers on a network of their own), with [`NatsServer::stop_node`],
 //! [`NatsServer::kill_node`] and [`NatsServer::restart_node`] for failover tests.
 //!
+//! [`FaultProxy`] sits between clients and a server to make the faults a client must survive: the
+//! server reading nothing of what was sent, and connections breaking with it unread.
+//!
 //! Every server started here is its own: own ports, own JetStream store. It is ready when its
 //! monitoring port answers `GET /healthz` with 200 and a client has connected; dropping the
 //! handle stops it, and a handle dropped while a test panics prints the server's log. Nothing
@@ -69,6 +72,7 @@ mod error;
 mod image;
 pub mod pinned;
 mod probe;
+pub mod proxy;
 pub mod survey;
 pub mod watchdog;
 
@@ -86,6 +90,7 @@ use cluster::{BinaryCluster, DockerCluster};
 use config::Resolved;
 use docker::DockerServer;
 pub use error::{NatsError, PinnedError};
+pub use proxy::FaultProxy;
 
 /// A running nats-server with JetStream. Dropping it stops the server if the emulator started it
 /// (kills the process, or removes the container) and deletes its store.

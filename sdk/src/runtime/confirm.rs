@@ -102,6 +102,13 @@ impl Confirmer {
         });
     }
 
+    /// Whether the publishes `waiting` are known to have reached the server: confirmed on the
+    /// connection they were queued on.
+    pub(crate) fn holds(&self, waiting: Unconfirmed) -> bool {
+        let (up_to, on) = *self.confirmed.borrow();
+        up_to >= waiting.last && on == waiting.connection
+    }
+
     /// Returns once the publishes `waiting` have reached the server: at once when something
     /// confirmed them already, else with a round trip, this caller's or one on its way. Fails
     /// when the connection they were queued on was replaced before they were confirmed (they
@@ -239,90 +246,16 @@ impl Confirmer {
 mod tests {
     use std::sync::Arc;
 
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{TcpListener, TcpStream};
-    use tokio::sync::watch;
+    use natsbox::FaultProxy;
 
     use super::*;
 
-    /// A TCP proxy in front of a real nats-server that can hold what clients send (the server
-    /// reads nothing until it is let go) and cut every connection through it, with what it held.
-    struct Proxy {
-        url: String,
-        hold: watch::Sender<bool>,
-        cut: watch::Sender<u64>,
-        _accept: tokio::task::JoinHandle<()>,
-    }
-
-    impl Proxy {
-        async fn start(upstream: String) -> Proxy {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let url = format!("nats://{}", listener.local_addr().unwrap());
-            let (hold, _) = watch::channel(false);
-            let (cut, _) = watch::channel(0);
-            let (holds, cuts) = (hold.clone(), cut.clone());
-            let accept = tokio::spawn(async move {
-                while let Ok((client, _)) = listener.accept().await {
-                    let Ok(server) = TcpStream::connect(&upstream).await else {
-                        continue;
-                    };
-                    let (mut hold, mut cut) = (holds.subscribe(), cuts.subscribe());
-                    cut.mark_unchanged();
-                    tokio::spawn(async move {
-                        let (mut from_client, mut to_client) = client.into_split();
-                        let (mut from_server, mut to_server) = server.into_split();
-                        let down = tokio::io::copy(&mut from_server, &mut to_client);
-                        let up = async {
-                            let mut held = Vec::new();
-                            let mut chunk = [0u8; 4096];
-                            loop {
-                                tokio::select! {
-                                    read = from_client.read(&mut chunk) => match read {
-                                        Ok(0) | Err(_) => return,
-                                        Ok(n) => held.extend_from_slice(&chunk[..n]),
-                                    },
-                                    changed = hold.changed() => if changed.is_err() { return },
-                                }
-                                if !*hold.borrow() && !held.is_empty() {
-                                    if to_server.write_all(&held).await.is_err() {
-                                        return;
-                                    }
-                                    held.clear();
-                                }
-                            }
-                        };
-                        tokio::select! {
-                            _ = down => {}
-                            () = up => {}
-                            _ = cut.changed() => {}
-                        }
-                    });
-                }
-            });
-            Proxy {
-                url,
-                hold,
-                cut,
-                _accept: accept,
-            }
-        }
-
-        fn hold(&self, on: bool) {
-            self.hold.send_replace(on);
-        }
-
-        /// Closes every connection open now; what was held is dropped.
-        fn cut(&self) {
-            self.cut.send_modify(|n| *n += 1);
-        }
-    }
-
-    /// A nats-server behind a [`Proxy`] (bound as `_server`, not `..`, or it stops at once), a
+    /// A nats-server behind a [`FaultProxy`] (bound as `_server`, not `..`, or it stops at once), a
     /// client through it, and a confirmer that has made its first round trip (its inbox is
     /// subscribed before any hold); the publish it confirmed.
     struct Setup {
         _server: natsbox::NatsServer,
-        proxy: Proxy,
+        proxy: FaultProxy,
         client: async_nats::Client,
         confirmer: Arc<Confirmer>,
         first: Unconfirmed,
@@ -335,8 +268,8 @@ mod tests {
         })
         .await
         .expect("a nats-server binary");
-        let proxy = Proxy::start(server.url().trim_start_matches("nats://").to_owned()).await;
-        let client = async_nats::connect(&proxy.url).await.unwrap();
+        let proxy = FaultProxy::start(server.url()).await.unwrap();
+        let client = async_nats::connect(proxy.url()).await.unwrap();
         let confirmer = Arc::new(Confirmer::default());
         let first = publish(&client, &confirmer).await;
         confirmer.confirm(&client, first).await.unwrap();

@@ -24,6 +24,7 @@ use serde_json::Value;
 
 use crate::flow::{self, Edge, Flow, Node, NodeType};
 use crate::runtime::action::{ActionContext, CallError};
+use crate::runtime::confirm::{UNCONFIRMED, Unconfirmed};
 use crate::runtime::ledger;
 use crate::runtime::outcome::{Failure, Fatal, Target};
 use crate::runtime::service::Runtime;
@@ -74,8 +75,21 @@ pub(crate) type Trail<'a> = Vec<&'a str>;
 #[derive(Clone)]
 pub(crate) struct KeptOutcome {
     output: Value,
-    /// Whether its completion event was published.
-    reported: bool,
+    /// How far its completion event got.
+    reported: Reported,
+}
+
+/// How far an action's completion event is known to have reached the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reported {
+    /// Not published: its publish failed.
+    No,
+    /// Published plainly, behind (or among) these plain publishes of its delivery: reported
+    /// once the confirmer has confirmed them on the connection they were queued on. A connection
+    /// that broke before then may have taken the event with it, and the message comes back.
+    Queued(Unconfirmed),
+    /// Reached the server: its delivery published nothing plainly, or a JetStream ack took it.
+    Yes,
 }
 
 /// The longest pause before a message given back is redelivered.
@@ -107,7 +121,7 @@ impl Runtime {
     /// while reporting the outcome gives it back for a redelivery, up to the consumer's
     /// `max_deliver`, after which it is dead-lettered as `delivery_exhausted`.
     pub(crate) async fn handle(self: Arc<Self>, msg: jetstream::Message) {
-        crate::runtime::confirm::UNCONFIRMED
+        UNCONFIRMED
             .scope(std::cell::Cell::new(None), self.handle_delivery(msg))
             .await;
     }
@@ -164,7 +178,7 @@ impl Runtime {
         };
         // Its plain publishes (events), confirmed before the ack, with a round trip shared by
         // every delivery waiting then.
-        let unconfirmed = crate::runtime::confirm::UNCONFIRMED.with(std::cell::Cell::get);
+        let unconfirmed = UNCONFIRMED.with(std::cell::Cell::get);
         let result = match (result, unconfirmed) {
             (Ok(()), Some(waiting)) => self
                 .confirmer
@@ -482,9 +496,12 @@ impl Runtime {
         let kept = self.lock_outcomes().get(&kept_key).cloned();
         if let Some(kept) = kept {
             tracing::debug!(run = %envelope.flow_run_id, node = %node.id, "the handler ran before this redelivery; handing its kept result on");
-            if !kept.reported {
+            if !self.has_reached_the_server(kept.reported) {
+                // Never published, or published on a connection that broke before the server
+                // confirmed it: report it (again; the orchestrator settles a node once).
                 self.complete(envelope, &trail, node, GoTime::now(), status::SUCCEEDED, "")
                     .await?;
+                self.kept_reported(&kept_key);
             }
             return self
                 .route(
@@ -531,14 +548,12 @@ impl Runtime {
                         kept_key.clone(),
                         KeptOutcome {
                             output: output.clone(),
-                            reported: false,
+                            reported: Reported::No,
                         },
                     );
                     self.complete(envelope, &trail, node, started, status::SUCCEEDED, "")
                         .await?;
-                    if let Some(kept) = self.lock_outcomes().get_mut(&kept_key) {
-                        kept.reported = true;
-                    }
+                    self.kept_reported(&kept_key);
                     return self
                         .route(flow, node, Payload::from_value(output), envelope, &trail)
                         .await;
@@ -610,6 +625,24 @@ impl Runtime {
                     &failure_identity(envelope, &trail, node),
                 )
                 .await;
+        }
+    }
+
+    /// Notes that the completion event of the outcome kept as `key` was just published: reached
+    /// the server, or queued behind this delivery's unconfirmed plain publishes.
+    fn kept_reported(&self, key: &str) {
+        let unconfirmed = UNCONFIRMED.try_with(std::cell::Cell::get).ok().flatten();
+        if let Some(kept) = self.lock_outcomes().get_mut(key) {
+            kept.reported = unconfirmed.map_or(Reported::Yes, Reported::Queued);
+        }
+    }
+
+    /// Whether a kept outcome's completion event is known to have reached the server.
+    fn has_reached_the_server(&self, reported: Reported) -> bool {
+        match reported {
+            Reported::No => false,
+            Reported::Queued(waiting) => self.confirmer.holds(waiting),
+            Reported::Yes => true,
         }
     }
 
