@@ -12,8 +12,11 @@
 //! the delivery, which is given back and reported again).
 //!
 //! A server that never echoes a ping on a live connection (the service's user may not publish to
-//! `_INBOX.>`) would hold every delivery: after one such silence the runtime warns once and
-//! confirms with a flush instead (the write, on an unchanged connection), as before round trips.
+//! `_INBOX.>`) would hold every delivery: once the server has said so (a permissions violation
+//! for the ping's inbox, [`PingRefusals`]), or after [`SILENCES_BEFORE_FLUSH`] silences in a
+//! row without a word, the runtime warns once and confirms with a flush instead (the write, on an
+//! unchanged connection), as before round trips. A server merely slow to echo (loaded, or a
+//! network pause) gets pinged again: it keeps the stronger guarantee.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -31,6 +34,38 @@ tokio::task_local! {
 /// How long a ping's echo is waited for before another ping is sent (the first may have been lost
 /// with its connection).
 const ECHO_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Pings in a row that went unanswered on a live, unchanged connection, the server saying
+/// nothing, before confirmations become flushes: a server that has not refused the pings may be
+/// slow, and is given several chances.
+const SILENCES_BEFORE_FLUSH: u32 = 3;
+
+/// Whether the server refused this client's pings: a permissions violation for a publish to an
+/// inbox (the only inbox publishes a runtime makes are its pings), reported by async-nats as a
+/// server error on the connection's events. Cheap to clone: clones share the answer.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PingRefusals(std::sync::Arc<AtomicBool>);
+
+impl PingRefusals {
+    /// Notes `event` if it is such a refusal; returns whether it was one.
+    pub(crate) fn observe(&self, event: &async_nats::Event) -> bool {
+        let async_nats::Event::ServerError(async_nats::ServerError::Other(text)) = event else {
+            return false;
+        };
+        let refused = text
+            .to_ascii_lowercase()
+            .contains("permissions violation for publish to")
+            && text.contains("_INBOX.");
+        if refused {
+            self.0.store(true, Ordering::SeqCst);
+        }
+        refused
+    }
+
+    fn refused(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
 
 /// A delivery's plain publishes waiting for confirmation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,8 +103,13 @@ pub(crate) struct Confirmer {
     confirmed: tokio::sync::watch::Sender<(u64, u64)>,
     /// A round trip is on its way.
     pinging: AtomicBool,
-    /// A ping went unanswered on a live connection: confirmations are flushes from then on.
+    /// The server refused the pings, or left [`SILENCES_BEFORE_FLUSH`] of them in a row
+    /// unanswered on a live connection: confirmations are flushes from then on.
     silent: AtomicBool,
+    /// Pings in a row unanswered on a live, unchanged connection.
+    silences: std::sync::atomic::AtomicU32,
+    /// What the connection's events said of the pings.
+    refusals: PingRefusals,
     /// The inbox pings come back on, subscribed on the first round trip.
     echo: tokio::sync::Mutex<Option<Echo>>,
 }
@@ -81,6 +121,15 @@ struct Echo {
 }
 
 impl Confirmer {
+    /// A confirmer told of the server's refusals by `refusals`, which the connection's event
+    /// callback feeds ([`PingRefusals::observe`]).
+    pub(crate) fn new(refusals: PingRefusals) -> Self {
+        Confirmer {
+            refusals,
+            ..Confirmer::default()
+        }
+    }
+
     /// Numbers a plain publish just queued.
     pub(crate) fn queued(&self) -> u64 {
         self.sent.fetch_add(1, Ordering::SeqCst) + 1
@@ -199,6 +248,7 @@ impl Confirmer {
                     else {
                         continue;
                     };
+                    self.silences.store(0, Ordering::SeqCst);
                     self.confirmed_up_to(n, on);
                     if n >= target {
                         return Ok(());
@@ -212,16 +262,33 @@ impl Confirmer {
                     let connected =
                         client.connection_state() == async_nats::connection::State::Connected;
                     if connected && connection(client) == pinged_on {
-                        // Not lost with a connection: the server took the ping and said
-                        // nothing. A permission is the likeliest cause.
-                        tracing::warn!(
-                            inbox = inbox.as_str(),
-                            "a confirmation ping got no echo in {ECHO_PATIENCE:?} on a live \
-                             connection (may this service publish to _INBOX.>?); completion \
-                             events no stream keeps are confirmed by a flush from now on, which \
-                             a connection breaking just before an ack can defeat"
-                        );
-                        self.silent.store(true, Ordering::SeqCst);
+                        // Not lost with a connection: the server took the ping. Refused it (a
+                        // permission), or silent too often to be only slow: flushes from now on.
+                        let silences = self.silences.fetch_add(1, Ordering::SeqCst) + 1;
+                        let refused = self.refusals.refused();
+                        if refused || silences >= SILENCES_BEFORE_FLUSH {
+                            let why = if refused {
+                                "the server refused it (this service may not publish to _INBOX.>)"
+                                    .to_owned()
+                            } else {
+                                format!("{silences} pings in a row got no echo")
+                            };
+                            tracing::warn!(
+                                inbox = inbox.as_str(),
+                                "a confirmation ping got no echo in {ECHO_PATIENCE:?} on a live \
+                                 connection, and {why}; completion events no stream keeps are \
+                                 confirmed by a flush from now on, which a connection breaking \
+                                 just before an ack can defeat"
+                            );
+                            self.silent.store(true, Ordering::SeqCst);
+                        } else {
+                            tracing::debug!(
+                                inbox = inbox.as_str(),
+                                silences,
+                                "a confirmation ping got no echo in {ECHO_PATIENCE:?} on a live \
+                                 connection; pinging again"
+                            );
+                        }
                     }
                     return Ok(());
                 }
@@ -397,12 +464,20 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_server_that_does_not_echo_pings_gets_flushes_instead_of_a_stalled_service() {
+    async fn a_server_that_refuses_pings_gets_flushes_instead_of_a_stalled_service() {
         let server = restricted();
+        let refusals = PingRefusals::default();
         let mut client = None;
         for _ in 0..100 {
+            let refusals = refusals.clone();
             let options =
-                async_nats::ConnectOptions::with_user_and_password("svc".into(), "svc".into());
+                async_nats::ConnectOptions::with_user_and_password("svc".into(), "svc".into())
+                    .event_callback(move |event| {
+                        let refusals = refusals.clone();
+                        async move {
+                            refusals.observe(&event);
+                        }
+                    });
             if let Ok(c) = options.connect(&server.url).await {
                 client = Some(c);
                 break;
@@ -410,15 +485,54 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let client = client.expect("connects to the restricted server");
-        let confirmer = Confirmer::default();
-        for round in 0..2 {
-            let waiting = publish(&client, &confirmer).await;
-            // Well within the minute a delivery would otherwise wait before it is given back.
-            tokio::time::timeout(Duration::from_secs(15), confirmer.confirm(&client, waiting))
-                .await
-                .unwrap_or_else(|_| panic!("round {round}: no confirmation within 15 s"))
-                .unwrap();
-            assert!(confirmer.silent.load(Ordering::SeqCst), "round {round}");
+        // Told by the server: flushes after the first silence. Not told (no event callback):
+        // after SILENCES_BEFORE_FLUSH of them.
+        for (confirmer, silences) in [
+            (Confirmer::new(refusals), 1),
+            (Confirmer::default(), SILENCES_BEFORE_FLUSH),
+        ] {
+            for round in 0..2 {
+                let waiting = publish(&client, &confirmer).await;
+                // Well within the minute a delivery would otherwise wait before it is given back.
+                tokio::time::timeout(Duration::from_secs(15), confirmer.confirm(&client, waiting))
+                    .await
+                    .unwrap_or_else(|_| panic!("round {round}: no confirmation within 15 s"))
+                    .unwrap();
+                assert!(confirmer.silent.load(Ordering::SeqCst), "round {round}");
+                assert_eq!(confirmer.silences.load(Ordering::SeqCst), silences);
+            }
         }
+    }
+
+    /// A server slow to echo (here: reading nothing for longer than the echo patience, on a
+    /// live connection) is pinged again, and keeps the round-trip guarantee.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_late_echo_is_waited_for_and_keeps_round_trips() {
+        let Setup {
+            _server,
+            proxy,
+            client,
+            confirmer,
+            ..
+        } = setup().await;
+        proxy.hold(true);
+        let waiting = publish(&client, &confirmer).await;
+        let confirming = tokio::spawn({
+            let (confirmer, client) = (confirmer.clone(), client.clone());
+            async move { confirmer.confirm(&client, waiting).await }
+        });
+        tokio::time::sleep(ECHO_PATIENCE + Duration::from_secs(1)).await;
+        assert!(!confirming.is_finished(), "confirmed while held");
+        proxy.hold(false);
+        tokio::time::timeout(Duration::from_secs(10), confirming)
+            .await
+            .expect("confirmed once the server read it")
+            .unwrap()
+            .unwrap();
+        assert!(
+            !confirmer.silent.load(Ordering::SeqCst),
+            "one late echo made confirmations flushes"
+        );
+        assert_eq!(confirmer.silences.load(Ordering::SeqCst), 0);
     }
 }

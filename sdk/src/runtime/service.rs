@@ -248,6 +248,9 @@ impl Service {
         let connections = Arc::new(connections);
         // Only a connection that follows a loss is a reconnection: the first one is start()'s.
         let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // The server's word that this client may not ping itself (see confirm).
+        let refusals = crate::runtime::confirm::PingRefusals::default();
+        let refused = refusals.clone();
         let mut options = async_nats::ConnectOptions::new()
             .name(format!("triggers {}", self.manifest.service))
             .connection_timeout(Duration::from_secs(5))
@@ -258,6 +261,7 @@ impl Service {
                 let drops = drops.clone();
                 let connections = connections.clone();
                 let lost = lost.clone();
+                let refused = refused.clone();
                 async move {
                     use std::sync::atomic::Ordering;
                     match event {
@@ -272,7 +276,10 @@ impl Service {
                             }
                         }
                         other if drops.observe(&other, "service runtime") => {}
-                        other => tracing::debug!("NATS event: {other}"),
+                        other => {
+                            refused.observe(&other);
+                            tracing::debug!("NATS event: {other}");
+                        }
                     }
                 }
             });
@@ -345,7 +352,7 @@ impl Service {
             outcomes: Mutex::new(BoundedMap::new(config.max_kept_outcomes)),
             captures: Mutex::new(BoundedMap::new(MAX_CAPTURES)),
             capture_lookup: tokio::sync::Mutex::new(()),
-            confirmer: crate::runtime::confirm::Confirmer::default(),
+            confirmer: crate::runtime::confirm::Confirmer::new(refusals),
             stats: Stats::default(),
             ledger: tokio::sync::OnceCell::new(),
             started_at: GoTime::now(),
