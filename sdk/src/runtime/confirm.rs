@@ -179,11 +179,19 @@ impl Confirmer {
         client: &async_nats::Client,
         waiting: Unconfirmed,
     ) -> Result<(), String> {
-        /// Clears `pinging` however the round trip ends, a cancelled wait included.
-        struct Pinging<'a>(&'a AtomicBool);
+        /// Clears `pinging` however the round trip ends, a cancelled wait included, and wakes
+        /// the callers waiting for it if it confirmed nothing (they would otherwise wait on,
+        /// with nobody pinging): one of them pings next.
+        struct Pinging<'a> {
+            confirmer: &'a Confirmer,
+            up_to: u64,
+        }
         impl Drop for Pinging<'_> {
             fn drop(&mut self) {
-                self.0.store(false, Ordering::SeqCst);
+                self.confirmer.pinging.store(false, Ordering::SeqCst);
+                if self.confirmer.confirmed.borrow().0 == self.up_to {
+                    self.confirmer.confirmed.send_modify(|_| {});
+                }
             }
         }
         let mut confirmed = self.confirmed.subscribe();
@@ -201,7 +209,10 @@ impl Confirmer {
                 };
             }
             if !self.pinging.swap(true, Ordering::SeqCst) {
-                let _pinging = Pinging(&self.pinging);
+                let _pinging = Pinging {
+                    confirmer: self,
+                    up_to,
+                };
                 if self.silent.load(Ordering::SeqCst) {
                     self.flush(client).await?;
                 } else {
@@ -209,8 +220,11 @@ impl Confirmer {
                 }
                 continue;
             }
-            // Another caller's round trip: wait for it (or, should it fail, make one).
-            let _ = tokio::time::timeout(Duration::from_millis(50), confirmed.changed()).await;
+            // Another caller's round trip: wait for what it confirms, or for its end (then
+            // make one). No timer: its end always wakes this wait.
+            if confirmed.changed().await.is_err() {
+                return Err("the confirmer was dropped".into());
+            }
         }
     }
 
@@ -414,6 +428,38 @@ mod tests {
         // What is published on the new connection is confirmed again.
         let next = publish(&client, &confirmer).await;
         confirmer.confirm(&client, next).await.unwrap();
+    }
+
+    /// The caller making the round trip goes away (its delivery cancelled) while another waits
+    /// for it: the other takes over rather than waiting for an echo nobody reads.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_wait_outlives_the_round_trip_it_waited_for() {
+        let Setup {
+            _server,
+            proxy,
+            client,
+            confirmer,
+            ..
+        } = setup().await;
+        proxy.hold(true);
+        let waiting = publish(&client, &confirmer).await;
+        let confirm = |waiting| {
+            let (confirmer, client) = (confirmer.clone(), client.clone());
+            tokio::spawn(async move { confirmer.confirm(&client, waiting).await })
+        };
+        let pinger = confirm(waiting);
+        while !confirmer.pinging.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let waiter = confirm(waiting);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        pinger.abort();
+        proxy.hold(false);
+        tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the waiter confirmed once the pinger was gone")
+            .unwrap()
+            .unwrap();
     }
 
     /// A nats-server whose only user may not publish to `_INBOX.>`: a locked-down service's
