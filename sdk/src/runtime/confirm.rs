@@ -370,8 +370,19 @@ mod tests {
         Unconfirmed::and(None, confirmer.queued(), on)
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_publish_is_confirmed_only_once_the_server_has_read_it() {
+    /// Confirms `waiting` in a task of its own.
+    fn spawn_confirm(
+        confirmer: &Arc<Confirmer>,
+        client: &async_nats::Client,
+        waiting: Unconfirmed,
+    ) -> tokio::task::JoinHandle<Result<(), String>> {
+        let (confirmer, client) = (confirmer.clone(), client.clone());
+        tokio::spawn(async move { confirmer.confirm(&client, waiting).await })
+    }
+
+    /// Publishes while the server reads nothing for `held` and checks that nothing confirms it
+    /// meanwhile, and that it is confirmed once the server reads it. Returns the confirmer.
+    async fn confirmed_after_a_hold_of(held: Duration) -> Arc<Confirmer> {
         let Setup {
             _server,
             proxy,
@@ -381,12 +392,9 @@ mod tests {
         } = setup().await;
         proxy.hold(true);
         let waiting = publish(&client, &confirmer).await;
-        let confirming = tokio::spawn({
-            let (confirmer, client) = (confirmer.clone(), client.clone());
-            async move { confirmer.confirm(&client, waiting).await }
-        });
+        let confirming = spawn_confirm(&confirmer, &client, waiting);
         // Written to the socket is not read by the server: no confirmation while it is held.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(held).await;
         assert!(
             !confirming.is_finished(),
             "confirmed while the server had read nothing"
@@ -397,6 +405,12 @@ mod tests {
             .expect("confirmed once the server read it")
             .unwrap()
             .unwrap();
+        confirmer
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_publish_is_confirmed_only_once_the_server_has_read_it() {
+        confirmed_after_a_hold_of(Duration::from_millis(500)).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -443,15 +457,11 @@ mod tests {
         } = setup().await;
         proxy.hold(true);
         let waiting = publish(&client, &confirmer).await;
-        let confirm = |waiting| {
-            let (confirmer, client) = (confirmer.clone(), client.clone());
-            tokio::spawn(async move { confirmer.confirm(&client, waiting).await })
-        };
-        let pinger = confirm(waiting);
+        let pinger = spawn_confirm(&confirmer, &client, waiting);
         while !confirmer.pinging.load(Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let waiter = confirm(waiting);
+        let waiter = spawn_confirm(&confirmer, &client, waiting);
         tokio::time::sleep(Duration::from_millis(200)).await;
         pinger.abort();
         proxy.hold(false);
@@ -554,27 +564,7 @@ mod tests {
     /// live connection) is pinged again, and keeps the round-trip guarantee.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_late_echo_is_waited_for_and_keeps_round_trips() {
-        let Setup {
-            _server,
-            proxy,
-            client,
-            confirmer,
-            ..
-        } = setup().await;
-        proxy.hold(true);
-        let waiting = publish(&client, &confirmer).await;
-        let confirming = tokio::spawn({
-            let (confirmer, client) = (confirmer.clone(), client.clone());
-            async move { confirmer.confirm(&client, waiting).await }
-        });
-        tokio::time::sleep(ECHO_PATIENCE + Duration::from_secs(1)).await;
-        assert!(!confirming.is_finished(), "confirmed while held");
-        proxy.hold(false);
-        tokio::time::timeout(Duration::from_secs(10), confirming)
-            .await
-            .expect("confirmed once the server read it")
-            .unwrap()
-            .unwrap();
+        let confirmer = confirmed_after_a_hold_of(ECHO_PATIENCE + Duration::from_secs(1)).await;
         assert!(
             !confirmer.silent.load(Ordering::SeqCst),
             "one late echo made confirmations flushes"
