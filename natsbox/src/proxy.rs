@@ -70,6 +70,8 @@ impl FaultProxy {
 
     /// Holds (`true`) what clients send from now on: the server reads none of it until the hold
     /// is lifted (`false`), when it reads it all, in order. What the server sends passes always.
+    /// A connection holds up to 16 MiB; then the proxy stops reading it, and the client's writes
+    /// wait as they would on a server that reads nothing.
     pub fn hold(&self, on: bool) {
         self.hold.send_replace(on);
     }
@@ -130,12 +132,12 @@ async fn accept(
                 biased;
                 _ = cut.changed() => {}
                 _ = tokio::io::copy(&mut from_server, &mut to_client) => {}
-                () = upward(&mut from_client, &mut to_server, hold, cut_seen, |now| {
+                () = upward(&mut from_client, &mut to_server, hold, cut_seen, |more| {
                     let mut held = held.lock().unwrap_or_else(PoisonError::into_inner);
-                    match now {
-                        Some(bytes) => held.insert(id, bytes.to_vec()),
-                        None => held.remove(&id),
-                    };
+                    match more {
+                        Some(bytes) => held.entry(id).or_default().extend_from_slice(bytes),
+                        None => drop(held.remove(&id)),
+                    }
                 }) => {}
             }
             // Whatever this connection held is gone with it.
@@ -148,9 +150,14 @@ async fn accept(
     }
 }
 
-/// Copies what a client sends to the server, holding it while `hold` is set; tells `show` what
-/// it holds (`None` for nothing). Writes nothing once `cut` has changed: a cut made before a
-/// hold is lifted drops what was held, however the two are seen here.
+/// The most a connection holds: beyond it the proxy stops reading from the client, whose writes
+/// then wait (TCP's own flow control), as a server that reads nothing makes them.
+const MAX_HELD: usize = 16 << 20;
+
+/// Copies what a client sends to the server, holding it while `hold` is set (up to
+/// [`MAX_HELD`]); tells `show` what it adds to what it holds, and `None` once it let it go.
+/// Writes nothing once `cut` has changed: a cut made before a hold is lifted drops what was
+/// held, however the two are seen here.
 async fn upward(
     from_client: &mut tokio::net::tcp::OwnedReadHalf,
     to_server: &mut tokio::net::tcp::OwnedWriteHalf,
@@ -161,16 +168,20 @@ async fn upward(
     let mut pending = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
-        tokio::select! {
-            read = from_client.read(&mut chunk) => match read {
+        let full = *hold.borrow() && pending.len() >= MAX_HELD;
+        let read = tokio::select! {
+            read = from_client.read(&mut chunk), if !full => match read {
                 Ok(0) | Err(_) => return,
-                Ok(n) => pending.extend_from_slice(&chunk[..n]),
+                Ok(n) => n,
             },
-            changed = hold.changed() => if changed.is_err() { return },
-        }
+            changed = hold.changed() => if changed.is_err() { return } else { 0 },
+        };
+        pending.extend_from_slice(&chunk[..read]);
         let holding = *hold.borrow();
         if holding {
-            show(Some(&pending));
+            if read > 0 {
+                show(Some(&chunk[..read]));
+            }
         } else if !pending.is_empty() {
             if cut.has_changed().unwrap_or(true) {
                 return;
@@ -181,5 +192,72 @@ async fn upward(
             }
             pending.clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::*;
+    use crate::{Backend, NatsConfig, NatsServer};
+
+    async fn next(sub: &mut async_nats::Subscriber, patience: Duration) -> Option<String> {
+        tokio::time::timeout(patience, sub.next())
+            .await
+            .ok()
+            .flatten()
+            .map(|m| String::from_utf8_lossy(&m.payload).into_owned())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn held_bytes_reach_the_server_on_release_and_never_after_a_cut() {
+        let server = NatsServer::start(NatsConfig {
+            backend: Backend::Binary,
+            ..Default::default()
+        })
+        .await
+        .expect("a nats-server binary");
+        let proxy = FaultProxy::start(server.url()).await.unwrap();
+        let direct = async_nats::connect(server.url()).await.unwrap();
+        let mut seen = direct.subscribe("faults").await.unwrap();
+        direct.flush().await.unwrap();
+        let client = async_nats::connect(proxy.url()).await.unwrap();
+
+        // Held: written, not read, until released.
+        proxy.hold(true);
+        client.publish("faults", "one".into()).await.unwrap();
+        assert!(proxy.wait_held(b"PUB faults", Duration::from_secs(5)).await);
+        assert_eq!(next(&mut seen, Duration::from_millis(300)).await, None);
+        proxy.hold(false);
+        assert_eq!(
+            next(&mut seen, Duration::from_secs(5)).await.as_deref(),
+            Some("one")
+        );
+
+        // Held, then cut: gone; the client connects again and goes on.
+        proxy.hold(true);
+        client.publish("faults", "two".into()).await.unwrap();
+        assert!(proxy.wait_held(b"two", Duration::from_secs(5)).await);
+        proxy.cut();
+        proxy.hold(false);
+        // What is published before the client sees the break is lost too (core NATS is at most
+        // once): wait for its second connection.
+        let connects = || {
+            client
+                .statistics()
+                .connects
+                .load(std::sync::atomic::Ordering::SeqCst)
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while connects() < 2 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(connects(), 2, "the client connected again within 10 s");
+        client.publish("faults", "three".into()).await.unwrap();
+        assert_eq!(
+            next(&mut seen, Duration::from_secs(10)).await.as_deref(),
+            Some("three")
+        );
     }
 }
