@@ -504,6 +504,16 @@ pub(crate) enum Decoded {
     Dlq(triggers_sdk::wire::DlqEntry),
 }
 
+/// What the checker decoded, picked by `pick` (`Decoded::event`...), else `decode`d here: a message
+/// the checker did not decode (the emulator's own, or one that failed) is decoded by its reader.
+pub(crate) fn decoded_or<T, E>(
+    decoded: Option<Decoded>,
+    pick: fn(Decoded) -> Option<T>,
+    decode: impl FnOnce() -> Result<T, E>,
+) -> Result<T, E> {
+    decoded.and_then(pick).map_or_else(decode, Ok)
+}
+
 impl Decoded {
     pub(crate) fn envelope(self) -> Option<Envelope> {
         match self {

@@ -12,7 +12,7 @@ use triggers_sdk::wire::header::names;
 use triggers_sdk::wire::subject::{self, LockedSubject};
 use triggers_sdk::wire::{CompletionEvent, DlqEntry, Envelope, GoTime, Headers, Heartbeat};
 
-use crate::conformance::{self, Decoded, Origin, Violation, runs};
+use crate::conformance::{self, Decoded, Origin, Violation, decoded_or, runs};
 use crate::emulator::{Emulator, Shared, State};
 use crate::recorder::{Body, RecordKind, Run, SharedHeaders, share_headers};
 
@@ -135,9 +135,7 @@ pub(crate) fn record_dlq(shared: &Shared, msg: &jetstream::Message) {
         decoded,
         ..
     } = shared.judge(&msg.subject, &headers, &body);
-    let entry = decoded
-        .and_then(Decoded::dlq)
-        .or_else(|| DlqEntry::from_json(&msg.payload).ok());
+    let entry = decoded_or(decoded, Decoded::dlq, || DlqEntry::from_json(&msg.payload)).ok();
     let service = match LockedSubject::parse(&msg.subject) {
         Some(LockedSubject::Dlq { service, .. }) => service,
         _ => String::new(),
@@ -195,9 +193,9 @@ pub(crate) fn record_event(shared: &Shared, msg: &jetstream::Message) {
     } = shared.judge(&msg.subject, &headers, &body);
     // As the checker decoded it, else decoded here; before the lock is taken either way: every
     // other message waits while it is held.
-    let event = decoded
-        .and_then(Decoded::event)
-        .map_or_else(|| CompletionEvent::from_json(&msg.payload), Ok);
+    let event = decoded_or(decoded, Decoded::event, || {
+        CompletionEvent::from_json(&msg.payload)
+    });
     let mut state = shared.lock();
     shared.add_violations(&mut state, violations);
     if let Ok(event) = event {
@@ -257,10 +255,9 @@ impl Shared {
         // Decoded and checked before the lock is taken: every other message waits while it is
         // held.
         let seen = match LockedSubject::parse(subject) {
-            Some(LockedSubject::Heartbeat) => match decoded
-                .and_then(Decoded::heartbeat)
-                .map_or_else(|| Heartbeat::from_json(&payload), Ok)
-            {
+            Some(LockedSubject::Heartbeat) => match decoded_or(decoded, Decoded::heartbeat, || {
+                Heartbeat::from_json(&payload)
+            }) {
                 Ok(hb) => {
                     let found = violations_of(
                         runs::heartbeat(&registry.manifests, &hb),
@@ -279,9 +276,10 @@ impl Shared {
             None => match registry.inbound.get(subject) {
                 Some(service) => Seen::Hop {
                     service,
-                    envelope: decoded
-                        .and_then(Decoded::envelope)
-                        .or_else(|| Envelope::from_headers(headers).ok()),
+                    envelope: decoded_or(decoded, Decoded::envelope, || {
+                        Envelope::from_headers(headers)
+                    })
+                    .ok(),
                     key: headers.get(names::NATS_MSG_ID).unwrap_or_default(),
                 },
                 None => Seen::Nothing,

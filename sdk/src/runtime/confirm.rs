@@ -47,19 +47,16 @@ const SILENCES_BEFORE_FLUSH: u32 = 3;
 pub(crate) struct PingRefusals(std::sync::Arc<AtomicBool>);
 
 impl PingRefusals {
-    /// Notes `event` if it is such a refusal; returns whether it was one.
-    pub(crate) fn observe(&self, event: &async_nats::Event) -> bool {
-        let async_nats::Event::ServerError(async_nats::ServerError::Other(text)) = event else {
-            return false;
-        };
-        let refused = text
-            .to_ascii_lowercase()
-            .contains("permissions violation for publish to")
-            && text.contains("_INBOX.");
-        if refused {
+    /// Notes `event` if it is such a refusal.
+    pub(crate) fn observe(&self, event: &async_nats::Event) {
+        if let async_nats::Event::ServerError(async_nats::ServerError::Other(text)) = event
+            && text
+                .to_ascii_lowercase()
+                .contains("permissions violation for publish to")
+            && text.contains("_INBOX.")
+        {
             self.0.store(true, Ordering::SeqCst);
         }
-        refused
     }
 
     fn refused(&self) -> bool {
@@ -331,9 +328,8 @@ mod tests {
 
     use super::*;
 
-    /// A nats-server behind a [`FaultProxy`] (bound as `_server`, not `..`, or it stops at once), a
-    /// client through it, and a confirmer that has made its first round trip (its inbox is
-    /// subscribed before any hold); the publish it confirmed.
+    /// A nats-server behind a [`FaultProxy`], a client through it, and a confirmer that has made
+    /// its first round trip (its inbox is subscribed before the hold); the publish it confirmed.
     struct Setup {
         _server: natsbox::NatsServer,
         proxy: FaultProxy,
@@ -342,7 +338,9 @@ mod tests {
         first: Unconfirmed,
     }
 
-    async fn setup() -> Setup {
+    /// The set-up, then the server held (it reads nothing the client sends) and a publish made
+    /// that it has not read.
+    async fn held_publish() -> (Setup, Unconfirmed) {
         let server = natsbox::NatsServer::start(natsbox::NatsConfig {
             backend: natsbox::Backend::Binary,
             ..Default::default()
@@ -354,13 +352,16 @@ mod tests {
         let confirmer = Arc::new(Confirmer::default());
         let first = publish(&client, &confirmer).await;
         confirmer.confirm(&client, first).await.unwrap();
-        Setup {
+        proxy.hold(true);
+        let waiting = publish(&client, &confirmer).await;
+        let setup = Setup {
             _server: server,
             proxy,
             client,
             confirmer,
             first,
-        }
+        };
+        (setup, waiting)
     }
 
     /// Publishes a plain message as the runtime does: numbered, with its connection.
@@ -383,29 +384,21 @@ mod tests {
     /// Publishes while the server reads nothing for `held` and checks that nothing confirms it
     /// meanwhile, and that it is confirmed once the server reads it. Returns the confirmer.
     async fn confirmed_after_a_hold_of(held: Duration) -> Arc<Confirmer> {
-        let Setup {
-            _server,
-            proxy,
-            client,
-            confirmer,
-            ..
-        } = setup().await;
-        proxy.hold(true);
-        let waiting = publish(&client, &confirmer).await;
-        let confirming = spawn_confirm(&confirmer, &client, waiting);
+        let (setup, waiting) = held_publish().await;
+        let confirming = spawn_confirm(&setup.confirmer, &setup.client, waiting);
         // Written to the socket is not read by the server: no confirmation while it is held.
         tokio::time::sleep(held).await;
         assert!(
             !confirming.is_finished(),
             "confirmed while the server had read nothing"
         );
-        proxy.hold(false);
+        setup.proxy.hold(false);
         tokio::time::timeout(Duration::from_secs(10), confirming)
             .await
             .expect("confirmed once the server read it")
             .unwrap()
             .unwrap();
-        confirmer
+        setup.confirmer
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -415,15 +408,14 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_publish_lost_with_its_connection_is_not_confirmed_by_the_next_one() {
+        let (setup, lost) = held_publish().await;
         let Setup {
-            _server,
             proxy,
             client,
             confirmer,
             first,
-        } = setup().await;
-        proxy.hold(true);
-        let lost = publish(&client, &confirmer).await;
+            ..
+        } = &setup;
         // Written to the proxy, which holds it (async-nats' flush waits for a connection).
         tokio::time::timeout(Duration::from_secs(5), client.flush())
             .await
@@ -432,39 +424,31 @@ mod tests {
         // The connection breaks with the publish unread; the client connects again.
         proxy.cut();
         proxy.hold(false);
-        let err = tokio::time::timeout(Duration::from_secs(20), confirmer.confirm(&client, lost))
+        let err = tokio::time::timeout(Duration::from_secs(20), confirmer.confirm(client, lost))
             .await
             .expect("an answer")
             .expect_err("a publish lost with its connection was confirmed");
         assert!(err.contains("replaced"), "{err}");
-        assert!(connection(&client) > first.connection);
+        assert!(connection(client) > first.connection);
 
         // What is published on the new connection is confirmed again.
-        let next = publish(&client, &confirmer).await;
-        confirmer.confirm(&client, next).await.unwrap();
+        let next = publish(client, confirmer).await;
+        confirmer.confirm(client, next).await.unwrap();
     }
 
     /// The caller making the round trip goes away (its delivery cancelled) while another waits
     /// for it: the other takes over rather than waiting for an echo nobody reads.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_wait_outlives_the_round_trip_it_waited_for() {
-        let Setup {
-            _server,
-            proxy,
-            client,
-            confirmer,
-            ..
-        } = setup().await;
-        proxy.hold(true);
-        let waiting = publish(&client, &confirmer).await;
-        let pinger = spawn_confirm(&confirmer, &client, waiting);
-        while !confirmer.pinging.load(Ordering::SeqCst) {
+        let (setup, waiting) = held_publish().await;
+        let pinger = spawn_confirm(&setup.confirmer, &setup.client, waiting);
+        while !setup.confirmer.pinging.load(Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let waiter = spawn_confirm(&confirmer, &client, waiting);
+        let waiter = spawn_confirm(&setup.confirmer, &setup.client, waiting);
         tokio::time::sleep(Duration::from_millis(200)).await;
         pinger.abort();
-        proxy.hold(false);
+        setup.proxy.hold(false);
         tokio::time::timeout(Duration::from_secs(10), waiter)
             .await
             .expect("the waiter confirmed once the pinger was gone")
