@@ -142,7 +142,8 @@ impl Runtime {
         }
         // Keep the message ours while it runs (retries with backoff can take long): an
         // in-progress ack every third of the ack wait, from this task rather than one spawned
-        // per message.
+        // per message. The work is polled first: most deliveries finish at their first poll,
+        // and then the tick's timer is never registered.
         let result = {
             let work = self.dispatch(&origin, &headers, &msg.payload);
             tokio::pin!(work);
@@ -150,6 +151,7 @@ impl Runtime {
             let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             loop {
                 tokio::select! {
+                    biased;
                     result = &mut work => break result,
                     _ = tick.tick() => {
                         let _ = msg.ack_with(AckKind::Progress).await;

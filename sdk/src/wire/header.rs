@@ -212,8 +212,16 @@ impl Envelope {
     ///
     /// Empty tracing fields are left out rather than sent empty.
     pub fn write_headers(&self, headers: &mut Headers) {
+        // Into no headers (an event's, an output's: the common case) each is appended; else
+        // replaced in any spelling, which compares every name already there.
+        let fresh = headers.is_empty();
         let mut put = |name: &str, value: String| {
-            if !value.is_empty() {
+            if value.is_empty() {
+                return;
+            }
+            if fresh {
+                headers.append(name, value);
+            } else {
                 headers.insert(name, value);
             }
         };
