@@ -83,6 +83,17 @@ impl Unconfirmed {
     }
 }
 
+/// Where plain publishes stand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Confirmation {
+    /// Not confirmed yet.
+    Pending,
+    /// Confirmed: they reached the server.
+    Held,
+    /// A confirmation came on another connection than theirs: they may be lost with it.
+    Lost,
+}
+
 /// The client's connection count: 1 for its first connection, one more for every reconnect.
 pub(crate) fn connection(client: &async_nats::Client) -> u64 {
     client.statistics().connects.load(Ordering::SeqCst)
@@ -151,8 +162,19 @@ impl Confirmer {
     /// Whether the publishes `waiting` are known to have reached the server: confirmed on the
     /// connection they were queued on.
     pub(crate) fn holds(&self, waiting: Unconfirmed) -> bool {
+        self.status(waiting) == Confirmation::Held
+    }
+
+    /// Where the publishes `waiting` stand.
+    pub(crate) fn status(&self, waiting: Unconfirmed) -> Confirmation {
         let (up_to, on) = *self.confirmed.borrow();
-        up_to >= waiting.last && on == waiting.connection
+        if up_to < waiting.last {
+            Confirmation::Pending
+        } else if on == waiting.connection {
+            Confirmation::Held
+        } else {
+            Confirmation::Lost
+        }
     }
 
     /// Returns once the publishes `waiting` have reached the server: at once when something

@@ -16,7 +16,6 @@
 //! `routing_failed`, and a kept outcome is reused if the message comes back.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
 use futures::FutureExt;
@@ -28,6 +27,7 @@ use crate::runtime::confirm::{UNCONFIRMED, Unconfirmed};
 use crate::runtime::ledger;
 use crate::runtime::outcome::{Failure, Fatal, Target};
 use crate::runtime::service::Runtime;
+use crate::runtime::settle::Delivery;
 use crate::transport;
 use crate::wire::durable_timer;
 use crate::wire::header::names;
@@ -92,9 +92,6 @@ enum Reported {
     Yes,
 }
 
-/// The longest pause before a message given back is redelivered.
-const MAX_REDELIVERY_DELAY: Duration = Duration::from_secs(30);
-
 fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     rand::fill(&mut buf[..]);
@@ -120,13 +117,26 @@ impl Runtime {
     /// Handles one delivery from the inbound stream: dispatches it, then acks it; a NATS failure
     /// while reporting the outcome gives it back for a redelivery, up to the consumer's
     /// `max_deliver`, after which it is dead-lettered as `delivery_exhausted`.
-    pub(crate) async fn handle(self: Arc<Self>, msg: jetstream::Message) {
+    ///
+    /// `permit` is its place among the deliveries in flight, given up once it is settled.
+    pub(crate) async fn handle(
+        self: Arc<Self>,
+        msg: jetstream::Message,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) {
         UNCONFIRMED
-            .scope(std::cell::Cell::new(None), self.handle_delivery(msg))
+            .scope(
+                std::cell::Cell::new(None),
+                self.handle_delivery(msg, permit),
+            )
             .await;
     }
 
-    async fn handle_delivery(self: Arc<Self>, msg: jetstream::Message) {
+    async fn handle_delivery(
+        self: Arc<Self>,
+        msg: jetstream::Message,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) {
         let headers = transport::from_nats(msg.headers.as_ref());
         let key = headers.get(names::IDEMPOTENCY_KEY).map(str::to_owned);
         let origin = ledger::Origin::of(&msg);
@@ -178,45 +188,21 @@ impl Runtime {
             }
             other => other,
         };
-        // Its plain publishes (events), confirmed before the ack, with a round trip shared by
-        // every delivery waiting then.
-        let unconfirmed = UNCONFIRMED.with(std::cell::Cell::get);
-        let result = match (result, unconfirmed) {
-            (Ok(()), Some(waiting)) => self
-                .confirmer
-                .confirm(&self.client, waiting)
-                .await
-                .map_err(|e| Fatal(format!("confirm the published events: {e}"))),
-            (result, _) => result,
+        let delivery = Delivery {
+            msg,
+            key,
+            delivered,
+            last,
         };
-        match result {
-            Ok(()) => {
-                if let Some(k) = key {
-                    self.lock_processed().insert(k, ());
-                }
-                if let Err(e) = msg.ack().await {
-                    tracing::warn!(
-                        "ack failed (the message will be redelivered and recognised): {e}"
-                    );
-                }
+        // Its plain publishes (events) are confirmed before the ack, by a round trip shared by
+        // every delivery waiting then: the settler's, which acks it.
+        match (result, UNCONFIRMED.with(std::cell::Cell::get)) {
+            (Ok(()), Some(waiting)) => {
+                self.settle_when_confirmed(delivery, waiting, permit).await;
             }
-            Err(Fatal(reason)) if last => {
-                tracing::error!(
-                    "a message could not be handled nor dead-lettered in {delivered} deliveries, and is given up: {reason}"
-                );
-                self.stats
-                    .given_up
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let _ = msg.ack_with(AckKind::Term).await;
-            }
-            Err(Fatal(reason)) => {
-                let delay = Duration::from_secs(1u64 << (delivered - 1).clamp(0, 5))
-                    .min(MAX_REDELIVERY_DELAY);
-                tracing::warn!(
-                    "cannot report an outcome ({reason}); delivery {delivered} of {} is given back, redelivered in {delay:?}",
-                    self.config.max_deliver
-                );
-                let _ = msg.ack_with(AckKind::Nak(Some(delay))).await;
+            (result, _) => {
+                self.settle(delivery, result).await;
+                drop(permit);
             }
         }
     }

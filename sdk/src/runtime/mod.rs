@@ -46,6 +46,7 @@ mod lookup;
 mod outcome;
 mod output;
 mod service;
+mod settle;
 
 pub use action::{ActionContext, ActionDef, ActionError, DEFAULT_RETRY, DEFAULT_TIMEOUT, Handler};
 pub use builder::{Service, ServiceBuilder};

@@ -90,6 +90,8 @@ pub(crate) struct Runtime {
     pub(crate) capture_lookup: tokio::sync::Mutex<()>,
     /// Confirms plain publishes with shared round trips.
     pub(crate) confirmer: crate::runtime::confirm::Confirmer,
+    /// Acks the deliveries whose publishes wait for a confirmation, once confirmed.
+    pub(crate) settler: crate::runtime::settle::Settler,
     pub(crate) stats: Stats,
     /// The DLQ ledger's bucket, opened at the first dead-lettering ([`super::ledger`]).
     pub(crate) ledger: tokio::sync::OnceCell<async_nats::jetstream::kv::Store>,
@@ -353,6 +355,7 @@ impl Service {
             captures: Mutex::new(BoundedMap::new(MAX_CAPTURES)),
             capture_lookup: tokio::sync::Mutex::new(()),
             confirmer: crate::runtime::confirm::Confirmer::new(refusals),
+            settler: crate::runtime::settle::Settler::default(),
             stats: Stats::default(),
             ledger: tokio::sync::OnceCell::new(),
             started_at: GoTime::now(),
@@ -667,10 +670,7 @@ async fn consume(
                         return;
                     };
                     let runtime = runtime.clone();
-                    tokio::spawn(async move {
-                        runtime.handle(msg).await;
-                        drop(permit);
-                    });
+                    tokio::spawn(runtime.handle(msg, Some(permit)));
                 }
                 Some(Err(e)) => {
                     tracing::debug!(consumer = %name, "pull interrupted: {e}");
