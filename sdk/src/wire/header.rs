@@ -444,12 +444,34 @@ impl Traceparent {
 
     /// The four parts, checked.
     fn parts(s: &str) -> Result<[&str; 4], TraceparentError> {
+        // Version 00's shape, fixed (2-32-16-2 with dashes between), cut at its dashes when all
+        // is well (every part is hex, so there is no other dash); anything else split on its
+        // dashes, for the same verdict and the same error either way.
+        let b = s.as_bytes();
+        if b.len() == 55
+            && b[2] == b'-'
+            && b[35] == b'-'
+            && b[52] == b'-'
+            && let Ok(parts) = Self::checked([&s[..2], &s[3..35], &s[36..52], &s[53..]], false)
+        {
+            return Ok(parts);
+        }
+        Self::split_parts(s)
+    }
+
+    /// [`Traceparent::parts`] by splitting on every dash.
+    fn split_parts(s: &str) -> Result<[&str; 4], TraceparentError> {
         let mut split = s.split('-');
         let mut parts = [""; 4];
         for part in &mut parts {
             *part = split.next().ok_or(TraceparentError::Shape)?;
         }
         let more = split.next().is_some();
+        Self::checked(parts, more)
+    }
+
+    /// The four parts if each is well formed; `more` when the text had parts after them.
+    fn checked(parts: [&str; 4], more: bool) -> Result<[&str; 4], TraceparentError> {
         let [version, trace_id, parent_id, flags] = parts;
         if !is_lower_hex(version, 2) {
             return Err(TraceparentError::Version);
@@ -619,6 +641,31 @@ mod tests {
             Traceparent::parse("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra")
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn the_fixed_shape_path_agrees_with_splitting() {
+        let ok = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(
+            Traceparent::parts(ok).unwrap(),
+            [
+                "00",
+                "4bf92f3577b34da6a3ce929d0e0e4736",
+                "00f067aa0ba902b7",
+                "01"
+            ]
+        );
+        for at in 0..ok.len() {
+            for with in ['-', '0', 'f', 'F', 'g', ' '] {
+                let mut text = ok.to_owned();
+                text.replace_range(at..=at, &with.to_string());
+                assert_eq!(
+                    Traceparent::parts(&text),
+                    Traceparent::split_parts(&text),
+                    "{text}"
+                );
+            }
+        }
     }
 
     #[test]
