@@ -122,7 +122,7 @@ impl Runtime {
     pub(crate) async fn handle(
         self: Arc<Self>,
         msg: jetstream::Message,
-        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+        permit: tokio::sync::OwnedSemaphorePermit,
     ) {
         UNCONFIRMED
             .scope(
@@ -135,7 +135,7 @@ impl Runtime {
     async fn handle_delivery(
         self: Arc<Self>,
         msg: jetstream::Message,
-        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+        permit: tokio::sync::OwnedSemaphorePermit,
     ) {
         let headers = transport::from_nats(msg.headers.as_ref());
         let key = headers.get(names::IDEMPOTENCY_KEY).map(str::to_owned);

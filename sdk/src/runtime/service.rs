@@ -670,7 +670,7 @@ async fn consume(
                         return;
                     };
                     let runtime = runtime.clone();
-                    tokio::spawn(runtime.handle(msg, Some(permit)));
+                    tokio::spawn(runtime.handle(msg, permit));
                 }
                 Some(Err(e)) => {
                     tracing::debug!(consumer = %name, "pull interrupted: {e}");

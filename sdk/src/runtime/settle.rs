@@ -22,12 +22,13 @@ use crate::runtime::service::Runtime;
 const MAX_REDELIVERY_DELAY: Duration = Duration::from_secs(30);
 
 /// A delivery whose outcome is reported, waiting for the confirmation of its plain publishes.
-pub(crate) struct Unsettled {
-    pub(crate) delivery: Delivery,
-    pub(crate) waiting: Unconfirmed,
-    pub(crate) since: tokio::time::Instant,
+struct Unsettled {
+    delivery: Delivery,
+    waiting: Unconfirmed,
+    /// When it was handed over: it is given back after [`REPORT_PATIENCE`] unconfirmed.
+    since: tokio::time::Instant,
     /// Its place among the deliveries in flight, given up once it is settled.
-    pub(crate) permit: Option<OwnedSemaphorePermit>,
+    permit: OwnedSemaphorePermit,
 }
 
 /// What settling a delivery needs of it.
@@ -66,7 +67,7 @@ impl Runtime {
         self: &Arc<Self>,
         delivery: Delivery,
         waiting: Unconfirmed,
-        permit: Option<OwnedSemaphorePermit>,
+        permit: OwnedSemaphorePermit,
     ) {
         let status = self.confirmer.status(waiting);
         if status != Confirmation::Pending {
