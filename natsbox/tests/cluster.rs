@@ -6,6 +6,9 @@ use std::time::Duration;
 use async_nats::jetstream;
 use natsbox::{Backend, NatsConfig, NatsError, NatsServer};
 
+/// How long a publish is retried while the cluster elects a leader.
+const STORE_PATIENCE: Duration = Duration::from_secs(60);
+
 async fn r3_survives_losing_a_node(mut server: NatsServer) {
     assert_eq!(server.node_count(), 3);
     assert!(server.backend().to_string().starts_with("cluster of 3: "));
@@ -27,9 +30,12 @@ async fn r3_survives_losing_a_node(mut server: NatsServer) {
     let publish = |n: u32| {
         let js = js.clone();
         async move {
-            // A publish during a leader election may time out; JetStream dedup makes the retry
-            // safe, and the id keeps it from counting twice.
-            for _ in 0..40 {
+            // A publish during a leader election may time out, or find no stream leader to
+            // answer ("no stream found"); JetStream dedup makes the retry safe, and the id keeps
+            // it from counting twice. The patience is generous: on two shared cores, with other
+            // tests running, the stream's new leader has taken more than 10 s to be elected.
+            let deadline = tokio::time::Instant::now() + STORE_PATIENCE;
+            while tokio::time::Instant::now() < deadline {
                 let mut headers = async_nats::HeaderMap::new();
                 headers.insert("Nats-Msg-Id", format!("m{n}").as_str());
                 match js
@@ -44,7 +50,7 @@ async fn r3_survives_losing_a_node(mut server: NatsServer) {
                 }
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
-            panic!("message {n} was never stored");
+            panic!("message {n} was not stored within {STORE_PATIENCE:?}");
         }
     };
     for n in 0..10 {
