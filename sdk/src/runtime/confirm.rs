@@ -94,6 +94,30 @@ pub(crate) enum Confirmation {
     Lost,
 }
 
+impl Confirmation {
+    /// Where the publishes `waiting` stand when every plain publish up to `confirmed.0` is
+    /// confirmed on connection `confirmed.1`.
+    fn of(confirmed: (u64, u64), waiting: Unconfirmed) -> Confirmation {
+        let (up_to, on) = confirmed;
+        if up_to < waiting.last {
+            Confirmation::Pending
+        } else if on == waiting.connection {
+            Confirmation::Held
+        } else {
+            Confirmation::Lost
+        }
+    }
+}
+
+/// Why publishes found [`Confirmation::Lost`] fail their delivery.
+pub(crate) const LOST: &str = "the connection to NATS was replaced before the server confirmed \
+                               the events published on it (they may be lost)";
+
+/// Why publishes still [`Confirmation::Pending`] after `patience` fail their delivery.
+pub(crate) fn not_confirmed_within(patience: Duration) -> String {
+    format!("the server did not confirm within {patience:?}")
+}
+
 /// The client's connection count: 1 for its first connection, one more for every reconnect.
 pub(crate) fn connection(client: &async_nats::Client) -> u64 {
     client.statistics().connects.load(Ordering::SeqCst)
@@ -167,14 +191,7 @@ impl Confirmer {
 
     /// Where the publishes `waiting` stand.
     pub(crate) fn status(&self, waiting: Unconfirmed) -> Confirmation {
-        let (up_to, on) = *self.confirmed.borrow();
-        if up_to < waiting.last {
-            Confirmation::Pending
-        } else if on == waiting.connection {
-            Confirmation::Held
-        } else {
-            Confirmation::Lost
-        }
+        Confirmation::of(*self.confirmed.borrow(), waiting)
     }
 
     /// Returns once the publishes `waiting` have reached the server: at once when something
@@ -190,7 +207,7 @@ impl Confirmer {
         let patience = super::outcome::REPORT_PATIENCE;
         tokio::time::timeout(patience, self.confirm_unbounded(client, waiting))
             .await
-            .unwrap_or_else(|_| Err(format!("the server did not confirm within {patience:?}")))
+            .unwrap_or_else(|_| Err(not_confirmed_within(patience)))
     }
 
     async fn confirm_unbounded(
@@ -215,18 +232,13 @@ impl Confirmer {
         }
         let mut confirmed = self.confirmed.subscribe();
         loop {
-            let (up_to, on) = *confirmed.borrow_and_update();
-            if up_to >= waiting.last {
-                return if on == waiting.connection {
-                    Ok(())
-                } else {
-                    Err(
-                        "the connection to NATS was replaced before the server confirmed the \
-                         events published on it (they may be lost)"
-                            .into(),
-                    )
-                };
+            let now = *confirmed.borrow_and_update();
+            match Confirmation::of(now, waiting) {
+                Confirmation::Held => return Ok(()),
+                Confirmation::Lost => return Err(LOST.into()),
+                Confirmation::Pending => {}
             }
+            let up_to = now.0;
             if !self.pinging.swap(true, Ordering::SeqCst) {
                 let _pinging = Pinging {
                     confirmer: self,

@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, AckKind};
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::runtime::confirm::{Confirmation, Unconfirmed};
+use crate::runtime::confirm::{Confirmation, LOST, Unconfirmed, not_confirmed_within};
 use crate::runtime::outcome::{Fatal, REPORT_PATIENCE};
 use crate::runtime::service::Runtime;
 
@@ -135,13 +135,10 @@ impl Runtime {
                         still.push(unsettled);
                         continue;
                     }
-                    Confirmation::Pending => Err(Fatal(match &trip {
-                        Err(e) => format!("confirm the published events: {e}"),
-                        Ok(()) => format!(
-                            "confirm the published events: the server did not confirm within \
-                             {REPORT_PATIENCE:?}"
-                        ),
-                    })),
+                    // Past its patience: what the round trip said, if it failed.
+                    Confirmation::Pending if let Err(e) = &trip => {
+                        Err(Fatal(format!("confirm the published events: {e}")))
+                    }
                     status => verdict(status),
                 };
                 let Unsettled {
@@ -200,18 +197,13 @@ impl Runtime {
     }
 }
 
-/// The verdict on publishes the confirmer has settled: confirmed, or maybe lost with their
-/// connection.
+/// The verdict on a delivery's publishes: confirmed, maybe lost with their connection, or
+/// unconfirmed past [`REPORT_PATIENCE`] (the settler keeps those waiting until then).
 fn verdict(status: Confirmation) -> Result<(), Fatal> {
-    match status {
-        Confirmation::Held => Ok(()),
-        Confirmation::Lost => Err(Fatal(
-            "confirm the published events: the connection to NATS was replaced before the server \
-             confirmed the events published on it (they may be lost)"
-                .into(),
-        )),
-        Confirmation::Pending => Err(Fatal(
-            "confirm the published events: not confirmed yet".into(),
-        )),
-    }
+    let why = match status {
+        Confirmation::Held => return Ok(()),
+        Confirmation::Lost => LOST.to_owned(),
+        Confirmation::Pending => not_confirmed_within(REPORT_PATIENCE),
+    };
+    Err(Fatal(format!("confirm the published events: {why}")))
 }
