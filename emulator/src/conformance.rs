@@ -409,7 +409,7 @@ pub const RULES: &[(&str, Severity, &str)] = &[
     (
         "retries_exceed_policy",
         Severity::Error,
-        "more retrying events for one execution of an action than its retry policy allows (max_attempts counts every attempt, the first included)",
+        "more retrying events for one execution of an action than its retry policy allows (max_attempts counts every attempt, the first included); an event names no execution, so when a node runs several times at once (a fan-in without a join, timer occurrences fired together) the retries no finished execution accounts for are held against all those under way",
     ),
     (
         "service_in_unreported",

@@ -447,7 +447,8 @@ impl Shared {
             runs::completion(run, event)
         };
         let unexpected_before = run.unexpected.len();
-        let to_arm = run.apply(event, seq);
+        let allowance = runs::retry_allowance(run, event, &registry.manifests);
+        let to_arm = run.apply(event, seq, allowance);
         let unexpected = run.unexpected.len() > unexpected_before;
         if !run.followed {
             findings.extend(runs::after_completion(

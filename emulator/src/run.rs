@@ -193,7 +193,10 @@ pub struct Run {
     /// node: how many times each node really ran.
     #[serde(skip, default)]
     pub(crate) executions: HashMap<String, u32>,
-    /// `retrying` events per node since its last finishing one.
+    /// `retrying` events per node that no finished execution of it accounts for yet. An event
+    /// does not say which execution of its node it comes from (a fan-in without a join, or a
+    /// repeating timer, runs a node several times at once), so each finishing event takes as
+    /// many as its execution may have reported, up to the node's allowance ([`Run::apply`]).
     #[serde(skip, default)]
     retrying: HashMap<String, u32>,
     /// The idempotency keys of the hops between services.
@@ -404,19 +407,34 @@ impl Run {
         }
     }
 
-    /// Applies a completion event; returns the timers to arm (node ids).
-    pub(crate) fn apply(&mut self, event: &CompletionEvent, seq: u64) -> Vec<String> {
+    /// Applies a completion event; returns the timers to arm (node ids). `allowance` is how many
+    /// `retrying` events one execution of the node may report (its action's `max_attempts` less
+    /// one; `u32::MAX` where that is not known).
+    pub(crate) fn apply(
+        &mut self,
+        event: &CompletionEvent,
+        seq: u64,
+        allowance: u32,
+    ) -> Vec<String> {
         // The same event twice (a publish retried after a lost ack) is one step.
         if !self.seen.insert(fingerprint(event)) {
             return Vec::new();
         }
-        // Failed attempts since this node last finished: what this entry comes after.
+        // Failed attempts of this node no finished execution took yet: what this entry comes
+        // after. A finishing event takes those its execution may have made.
         let retries = if event.status == status::RETRYING {
             let n = self.retrying.entry(event.node_id.clone()).or_insert(0);
             *n += 1;
             *n - 1
         } else {
-            self.retrying.remove(&event.node_id).unwrap_or(0)
+            match self.retrying.get_mut(&event.node_id) {
+                Some(n) if *n > allowance => {
+                    *n -= allowance;
+                    allowance
+                }
+                Some(_) => self.retrying.remove(&event.node_id).unwrap_or(0),
+                None => 0,
+            }
         };
         self.push_step(TimelineEntry {
             seq,
@@ -598,7 +616,7 @@ impl Run {
         self.timeline.iter().filter(move |e| e.node_id == node_id)
     }
 
-    /// `retrying` events of `node` since it last finished.
+    /// `retrying` events of `node` that no finished execution of it accounts for.
     pub(crate) fn retrying(&self, node: &str) -> u32 {
         self.retrying.get(node).copied().unwrap_or(0)
     }
@@ -692,13 +710,19 @@ mod tests {
     fn pending_follows_the_graph() {
         let mut run = start(sample());
         assert_eq!(run.pending, BTreeMap::from([("x".to_owned(), 1)]));
-        assert!(run.apply(&event("x", "retrying", 1), 1).is_empty());
-        let arm = run.apply(&event("x", "succeeded", 2), 2);
+        assert!(
+            run.apply(&event("x", "retrying", 1), 1, u32::MAX)
+                .is_empty()
+        );
+        let arm = run.apply(&event("x", "succeeded", 2), 2, u32::MAX);
         assert_eq!(arm, ["t"]);
         assert_eq!(run.pending, BTreeMap::from([("c".to_owned(), 1)]));
         // The same event again changes nothing.
-        assert!(run.apply(&event("x", "succeeded", 2), 3).is_empty());
-        run.apply(&event("c", "skipped", 4), 4);
+        assert!(
+            run.apply(&event("x", "succeeded", 2), 3, u32::MAX)
+                .is_empty()
+        );
+        run.apply(&event("c", "skipped", 4), 4, u32::MAX);
         run.refresh_status(GoTime::ZERO);
         assert_eq!(run.status, RunStatus::Succeeded);
         assert_eq!(run.node_entries("x").last().unwrap().retries, 1);
@@ -708,7 +732,7 @@ mod tests {
     #[test]
     fn a_failed_node_fails_the_run() {
         let mut run = start(sample());
-        run.apply(&event("x", "failed", 1), 1);
+        run.apply(&event("x", "failed", 1), 1, u32::MAX);
         run.refresh_status(GoTime::ZERO);
         assert_eq!(run.status, RunStatus::Failed);
     }
@@ -719,18 +743,41 @@ mod tests {
         let mut run = start(sample());
         run.reach("y");
         run.reach("y");
-        run.apply(&event("x", "succeeded", 1), 1);
-        run.apply(&event("c", "succeeded", 2), 2);
+        run.apply(&event("x", "succeeded", 1), 1, u32::MAX);
+        run.apply(&event("c", "succeeded", 2), 2, u32::MAX);
         assert_eq!(run.pending.get("y"), Some(&3));
         for at in 10..13 {
-            run.apply(&event("y", "succeeded", at), at as u64);
+            run.apply(&event("y", "succeeded", at), at as u64, u32::MAX);
         }
         run.refresh_status(GoTime::ZERO);
         assert_eq!(run.status, RunStatus::Succeeded);
         assert_eq!(run.executions("y"), 3);
         // A fourth execution was owed nothing: a duplicate.
-        run.apply(&event("y", "succeeded", 20), 20);
+        run.apply(&event("y", "succeeded", 20), 20, u32::MAX);
         assert_eq!(run.unexpected, ["y"]);
+    }
+
+    #[test]
+    fn each_finished_execution_takes_at_most_its_allowance_of_the_retries() {
+        // y reached twice; its executions interleave: retrying, retrying, succeeded,
+        // succeeded, with one retrying event allowed each.
+        let mut run = start(sample());
+        run.reach("y");
+        run.reach("y");
+        run.apply(&event("y", "retrying", 1), 1, 1);
+        run.apply(&event("y", "retrying", 2), 2, 1);
+        assert_eq!(run.retrying("y"), 2);
+        run.apply(&event("y", "succeeded", 3), 3, 1);
+        // The first to finish took one: the other's is still under way.
+        assert_eq!(run.retrying("y"), 1);
+        assert_eq!(run.node_entries("y").last().unwrap().retries, 1);
+        run.apply(&event("y", "succeeded", 4), 4, 1);
+        assert_eq!(run.retrying("y"), 0);
+        // An execution that made none takes none; one whose allowance is unknown takes all.
+        run.apply(&event("y", "retrying", 5), 5, 1);
+        run.apply(&event("y", "retrying", 6), 6, u32::MAX);
+        run.apply(&event("y", "failed", 7), 7, u32::MAX);
+        assert_eq!(run.retrying("y"), 0);
     }
 
     #[test]
@@ -746,7 +793,7 @@ mod tests {
             run.dead_letter("a", "routing_failed", "x", 5, GoTime::ZERO),
             ["z"]
         );
-        run.apply(&event("x", "succeeded", 1), 6);
+        run.apply(&event("x", "succeeded", 1), 6, u32::MAX);
         run.refresh_status(GoTime::ZERO);
         assert_eq!(run.status, RunStatus::Failed, "{:?}", run.pending);
         // The receiver refused the trigger: its nodes after the entry fail.

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use triggers_sdk::flow::{Flow, NodeType};
+use triggers_sdk::flow::{Flow, Node, NodeType};
 use triggers_sdk::wire::shapes::status;
 use triggers_sdk::wire::{CompletionEvent, Envelope, Heartbeat, Manifest};
 
@@ -77,6 +77,30 @@ pub(crate) fn completion(run: &Run, event: &CompletionEvent) -> Vec<Finding> {
     found
 }
 
+/// The `max_attempts` of the action `node` runs (at least 1), where its service's manifest is
+/// known.
+fn max_attempts(node: &Node, manifests: &BTreeMap<String, Manifest>) -> Option<i64> {
+    if node.node_type != NodeType::Action {
+        return None;
+    }
+    let action = manifests.get(&node.service)?.action(&node.action)?;
+    Some(action.retry.max_attempts.max(1))
+}
+
+/// How many `retrying` events one execution of `event`'s node may report (`Run::apply`):
+/// `u32::MAX` where the flow, the node or its action's policy is not known.
+pub(crate) fn retry_allowance(
+    run: &Run,
+    event: &CompletionEvent,
+    manifests: &BTreeMap<String, Manifest>,
+) -> u32 {
+    run.flow()
+        .and_then(|flow| flow.node(&event.node_id))
+        .and_then(|node| max_attempts(node, manifests))
+        .and_then(|max| u32::try_from(max - 1).ok())
+        .unwrap_or(u32::MAX)
+}
+
 /// A completion event after it was applied: retries beyond the action's policy, and a node run
 /// after a service-in of its service that nobody reported.
 pub(crate) fn after_completion(
@@ -93,23 +117,26 @@ pub(crate) fn after_completion(
         return found;
     };
     if event.status == status::RETRYING
-        && node.node_type == NodeType::Action
-        && let Some(action) = manifests
-            .get(&node.service)
-            .and_then(|m| m.action(&node.action))
+        && let Some(max) = max_attempts(node, manifests)
     {
-        let max = action.retry.max_attempts.max(1);
-        let retries = i64::from(run.retrying(&node.id));
-        // Attempts 1 to max-1 may be retried; reported once, when it goes past.
-        if retries == max {
+        // Events name no execution: the retrying events no finished execution accounts for are
+        // held against the executions of the node under way (at least this one), each allowed
+        // max - 1 of them.
+        let allowance = max - 1;
+        let unaccounted = i64::from(run.retrying(&node.id));
+        let under_way = i64::from(run.pending.get(&node.id).copied().unwrap_or(0)).max(1);
+        // Reported once, when the count goes past what they may have made between them.
+        if unaccounted == allowance * under_way + 1 {
+            let counted = if under_way == 1 {
+                "for one execution".to_owned()
+            } else {
+                format!("between the {under_way} executions of it under way")
+            };
             found.push((
                 "retries_exceed_policy",
                 format!(
-                    "action {}.{} (node {:?}) reported {retries} retrying events for one execution; its retry policy allows {max} attempt(s) in all, so at most {} retrying event(s) before succeeded or failed",
-                    node.service,
-                    node.action,
-                    node.id,
-                    max - 1
+                    "action {}.{} (node {:?}) reported {unaccounted} retrying events {counted}; its retry policy allows {max} attempt(s) in all, so at most {allowance} retrying event(s) per execution before succeeded or failed",
+                    node.service, node.action, node.id,
                 ),
             ));
         }
