@@ -176,7 +176,28 @@ static ESCAPE: [u8; 256] = {
     table
 };
 
+/// Whether any of the eight bytes of `word` needs a look in [`ESCAPE`]: one below 0x20, `"`, `\\`
+/// or 0xE2. Never no for a word that holds one: a byte below `n` (`n` at most 0x80) wraps when
+/// `n` is taken from it, whatever borrow it takes, so its high bit is set in `x - n·0x01…01` and
+/// clear in `!x` (a byte equal to `c` is a zero byte of `x ^ c·0x01…01`, the case `n = 1`). A
+/// yes for a word that holds none (a borrow can make one) only sends it through the table.
+#[inline]
+fn needs_look(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero_byte = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
+    below_space
+        | zero_byte(word ^ (ONES * u64::from(b'"')))
+        | zero_byte(word ^ (ONES * u64::from(b'\\')))
+        | zero_byte(word ^ (ONES * 0xe2))
+        != 0
+}
+
 /// Appends `s` as a Go JSON string literal (quotes included), HTML escaping off.
+///
+/// Eight bytes at a time while none of them needs a look (ids, names and times never do), byte
+/// by byte through [`ESCAPE`] inside a word that may.
 pub(crate) fn push_str(out: &mut Vec<u8>, s: &str) {
     out.reserve(s.len() + 2);
     out.push(b'"');
@@ -184,40 +205,50 @@ pub(crate) fn push_str(out: &mut Vec<u8>, s: &str) {
     let mut start = 0;
     let mut i = 0;
     while i < bytes.len() {
-        let b = bytes[i];
-        let escape = ESCAPE[usize::from(b)];
-        if escape == 0 {
-            i += 1;
+        // The last few bytes padded with spaces (which need no look).
+        let end = (i + 8).min(bytes.len());
+        let mut word = [b' '; 8];
+        word[..end - i].copy_from_slice(&bytes[i..end]);
+        if !needs_look(u64::from_le_bytes(word)) {
+            i = end;
             continue;
         }
-        if escape == b'E' {
-            // U+2028 and U+2029 are E2 80 A8 / E2 80 A9; other E2 sequences stay literal.
-            match (bytes.get(i + 1), bytes.get(i + 2)) {
-                (Some(0x80), Some(&last @ (0xa8 | 0xa9))) => {
-                    out.extend_from_slice(&bytes[start..i]);
-                    out.extend_from_slice(if last == 0xa8 { b"\\u2028" } else { b"\\u2029" });
-                    i += 3;
-                    start = i;
-                }
-                _ => i += 1,
+        while i < end {
+            let b = bytes[i];
+            let escape = ESCAPE[usize::from(b)];
+            if escape == 0 {
+                i += 1;
+                continue;
             }
-            continue;
+            if escape == b'E' {
+                // U+2028 and U+2029 are E2 80 A8 / E2 80 A9; other E2 sequences stay literal.
+                match (bytes.get(i + 1), bytes.get(i + 2)) {
+                    (Some(0x80), Some(&last @ (0xa8 | 0xa9))) => {
+                        out.extend_from_slice(&bytes[start..i]);
+                        out.extend_from_slice(if last == 0xa8 { b"\\u2028" } else { b"\\u2029" });
+                        i += 3;
+                        start = i;
+                    }
+                    _ => i += 1,
+                }
+                continue;
+            }
+            out.extend_from_slice(&bytes[start..i]);
+            if escape == b'u' {
+                out.extend_from_slice(&[
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[usize::from(b >> 4)],
+                    HEX[usize::from(b & 0xf)],
+                ]);
+            } else {
+                out.extend_from_slice(&[b'\\', escape]);
+            }
+            i += 1;
+            start = i;
         }
-        out.extend_from_slice(&bytes[start..i]);
-        if escape == b'u' {
-            out.extend_from_slice(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[usize::from(b >> 4)],
-                HEX[usize::from(b & 0xf)],
-            ]);
-        } else {
-            out.extend_from_slice(&[b'\\', escape]);
-        }
-        i += 1;
-        start = i;
     }
     out.extend_from_slice(&bytes[start..]);
     out.push(b'"');
@@ -226,8 +257,70 @@ pub(crate) fn push_str(out: &mut Vec<u8>, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde::Serialize;
     use serde_json::json;
+
+    /// The string literal byte by byte through the table, as before the word-at-a-time scan.
+    fn push_str_bytewise(out: &mut Vec<u8>, s: &str) {
+        out.push(b'"');
+        let bytes = s.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            match ESCAPE[usize::from(b)] {
+                0 => out.push(b),
+                b'E' => match (bytes.get(i + 1), bytes.get(i + 2)) {
+                    (Some(0x80), Some(&last @ (0xa8 | 0xa9))) => {
+                        out.extend_from_slice(if last == 0xa8 { b"\\u2028" } else { b"\\u2029" });
+                        i += 2;
+                    }
+                    _ => out.push(b),
+                },
+                b'u' => out.extend_from_slice(format!("\\u{b:04x}").as_bytes()),
+                short => out.extend_from_slice(&[b'\\', short]),
+            }
+            i += 1;
+        }
+        out.push(b'"');
+    }
+
+    proptest! {
+        /// Whatever the string (escapes at every offset of a word, at its edges, across two
+        /// words, U+2028 split between words), the word-at-a-time scan writes what the table
+        /// alone writes.
+        #[test]
+        fn the_word_scan_writes_what_the_table_writes(
+            parts in proptest::collection::vec(prop_oneof![
+                Just("a"), Just("0123456"), Just("bc"), Just("\""), Just("\\"), Just("\n"), Just("\u{1}"),
+                Just("\u{1f}"), Just(" "), Just("\u{2028}"), Just("\u{2029}"), Just("\u{2027}"),
+                Just("\u{20ac}"), Just("é"), Just("\u{7f}"), Just("<&>"),
+            ], 0..24),
+        ) {
+            let s: String = parts.concat();
+            let mut fast = Vec::new();
+            push_str(&mut fast, &s);
+            let mut slow = Vec::new();
+            push_str_bytewise(&mut slow, &s);
+            prop_assert_eq!(String::from_utf8_lossy(&fast), String::from_utf8_lossy(&slow));
+        }
+    }
+
+    /// Every byte value at every offset of a word: only the escaped ones make it look.
+    #[test]
+    fn a_word_needs_a_look_exactly_when_a_byte_of_it_does() {
+        for b in 0..=255u8 {
+            for at in 0..8 {
+                let mut word = *b"abcdefgh";
+                word[at] = b;
+                let needs = ESCAPE[usize::from(b)] != 0;
+                if needs {
+                    assert!(needs_look(u64::from_le_bytes(word)), "byte {b:#x} at {at}");
+                }
+            }
+        }
+        assert!(!needs_look(u64::from_le_bytes(*b"run-1:in")));
+    }
 
     fn go(v: &Value) -> String {
         to_string(&GoAny(v)).unwrap()

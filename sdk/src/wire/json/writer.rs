@@ -75,7 +75,9 @@ pub(super) struct SortedMap<'w> {
 impl Writer {
     pub(super) fn new() -> Self {
         Writer {
-            out: Vec::with_capacity(128),
+            // A completion event (the most written document, one per node run) is 300 to 400
+            // bytes: written without growing the buffer.
+            out: Vec::with_capacity(512),
             raw_next: false,
             go_any_next: false,
             digest: None,
