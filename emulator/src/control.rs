@@ -185,6 +185,10 @@ pub struct StateSummary {
     /// Conformance violations counted but not kept (beyond `max_violations`, or 16 per message).
     #[serde(default)]
     pub dropped_violations: u64,
+    /// Violations kept with only an excerpt of their message (the violations' bytes had
+    /// reached `max_record_bytes`).
+    #[serde(default)]
+    pub trimmed_violations: u64,
     /// Messages NATS dropped because a subscription of the emulator fell behind (slow consumer;
     /// at least this many). Above zero, what the emulator saw is incomplete.
     #[serde(default)]
@@ -226,6 +230,7 @@ impl Emulator {
             dropped_records: state.records.dropped,
             evicted_runs: state.evicted_runs,
             dropped_violations: state.dropped_violations,
+            trimmed_violations: state.trimmed_violations,
             dropped_messages: self.dropped_messages(),
         }
     }

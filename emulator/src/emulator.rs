@@ -63,7 +63,9 @@ pub struct EmulatorConfig {
     /// (default 10 000). Runs still running or waiting are never evicted.
     pub max_runs: usize,
     /// Conformance violations kept; later ones are counted, not kept (default 10 000). At most
-    /// 16 are kept per message.
+    /// 16 are kept per message. The payloads and headers they hold are bounded by
+    /// `max_record_bytes` as well: past it, a violation keeps only an excerpt of its message
+    /// (the first 4 KiB of the payload, the first 64 headers), counted as trimmed.
     pub max_violations: usize,
     /// The age limit of every JetStream stream the emulator creates: the DLQ and events streams
     /// and each service's inbound stream (default 24 h).
@@ -228,6 +230,11 @@ pub(crate) struct State {
     pub(crate) violations: VecDeque<crate::conformance::Violation>,
     /// Violations beyond `max_violations` (and beyond 16 per message), counted, not kept.
     pub(crate) dropped_violations: u64,
+    /// Bytes of the payloads and headers the kept violations hold.
+    pub(crate) violation_bytes: usize,
+    /// Violations kept with an excerpt of their message (its first bytes and headers) because
+    /// the violations' bytes had reached `max_record_bytes`.
+    pub(crate) trimmed_violations: u64,
     /// `Nats-Msg-Id`s of the emulator's own publishes on inbound subjects.
     pub(crate) own_msg_ids: BoundedSet<String>,
     /// How many times each idempotency key was re-sent from the DLQ (`:resend:<n>`).
@@ -470,6 +477,8 @@ impl Emulator {
                 records: Records::new(config.max_records, config.max_record_bytes),
                 violations: VecDeque::new(),
                 dropped_violations: 0,
+                violation_bytes: 0,
+                trimmed_violations: 0,
                 own_msg_ids: BoundedSet::new(OWN_IDS_KEPT),
                 resends: HashMap::new(),
                 own_broadcasts: BoundedSet::new(1024),

@@ -392,7 +392,24 @@ impl Shared {
 
     /// Keeps violations (and their records) within the bounds; the rest are counted.
     pub(crate) fn add_violations(&self, state: &mut State, violations: Vec<Violation>) {
-        for v in violations {
+        // The violations of one message share its bytes: counted once while they stay shared.
+        let mut shared: Option<(Body, SharedHeaders)> = None;
+        for mut v in violations {
+            let sharing = shared.as_ref().is_some_and(|(payload, headers)| {
+                payload.as_bytes().as_ptr() == v.payload.as_bytes().as_ptr()
+                    && Arc::ptr_eq(headers, &v.headers)
+            });
+            if state.violations.len() < self.config.max_violations && !sharing {
+                let size = held_bytes(&v);
+                if state.violation_bytes.saturating_add(size) > self.config.max_record_bytes {
+                    trim(&mut v);
+                    state.trimmed_violations += 1;
+                    state.violation_bytes = state.violation_bytes.saturating_add(held_bytes(&v));
+                } else {
+                    state.violation_bytes = state.violation_bytes.saturating_add(size);
+                    shared = Some((v.payload.clone(), v.headers.clone()));
+                }
+            }
             let kind = RecordKind::Violation {
                 severity: v.severity.to_string(),
                 rule: v.rule.to_owned(),
@@ -509,6 +526,35 @@ fn key_reused(
 }
 
 /// Run-level findings about one message, as violations sharing its headers and payload.
+/// The bytes of its message a violation holds: its payload and headers.
+fn held_bytes(v: &Violation) -> usize {
+    v.payload.len()
+        + v.headers
+            .iter()
+            .map(|(n, value)| n.len() + value.len())
+            .sum::<usize>()
+}
+
+/// The payload bytes and headers a trimmed violation keeps of its message.
+const EXCERPT_BYTES: usize = 4096;
+const EXCERPT_HEADERS: usize = 64;
+
+/// Cuts a violation's message to an excerpt (copied, so the whole message is not kept alive
+/// through it), and says so in its text.
+fn trim(v: &mut Violation) {
+    let payload = v.payload.len();
+    let headers = v.headers.len();
+    if payload > EXCERPT_BYTES {
+        v.payload = Body::from(&v.payload[..EXCERPT_BYTES]);
+    }
+    if headers > EXCERPT_HEADERS {
+        v.headers = v.headers[..EXCERPT_HEADERS].iter().cloned().collect();
+    }
+    v.message.push_str(&format!(
+        " [kept as an excerpt: the violations already hold max_record_bytes of messages; this one's payload of {payload} bytes and {headers} header(s) cut to at most {EXCERPT_BYTES} bytes and {EXCERPT_HEADERS} headers]"
+    ));
+}
+
 fn violations_of(
     findings: Vec<runs::Finding>,
     subject: &str,

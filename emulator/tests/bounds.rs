@@ -89,6 +89,58 @@ async fn junk_headers_and_big_payloads_stay_within_the_bounds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_violations_hold_their_messages_within_max_record_bytes() {
+    // Each violation keeps the message it is about; past max_record_bytes of them, only an
+    // excerpt, so max_violations violations of 1 MB messages cannot hold 10 GB.
+    let max_record_bytes = 1 << 20;
+    let lab = lab_with(EmulatorConfig {
+        max_record_bytes,
+        ..Default::default()
+    })
+    .await;
+    let client = connect(&lab).await;
+    let payload = vec![b'x'; 200 * 1024];
+    let floods = 30;
+    for i in 0..floods {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("X-Flood", i.to_string().as_str());
+        // Not JSON: a heartbeat_invalid violation each.
+        client
+            .publish_with_headers(subject::HEARTBEAT, headers, payload.clone().into())
+            .await
+            .unwrap();
+    }
+    client.flush().await.unwrap();
+    let violations = eventually(&lab, "a violation per heartbeat", |lab| {
+        let v = lab.violations();
+        let flooded = v
+            .iter()
+            .filter(|v| v.headers.iter().any(|(n, _)| n == "X-Flood"))
+            .count();
+        (flooded >= floods).then_some(v)
+    })
+    .await;
+    let mut held = std::collections::HashSet::new();
+    let bytes: usize = violations
+        .iter()
+        .filter(|v| held.insert(v.payload.as_bytes().as_ptr()))
+        .map(|v| v.payload.len())
+        .sum();
+    let trimmed: Vec<_> = violations
+        .iter()
+        .filter(|v| v.message.contains("kept as an excerpt"))
+        .collect();
+    assert!(!trimmed.is_empty());
+    assert!(trimmed.iter().all(|v| v.payload.len() == 4096));
+    assert!(
+        bytes <= max_record_bytes + trimmed.len() * 4096,
+        "{bytes} bytes held by {} violations",
+        violations.len()
+    );
+    assert_eq!(lab.summary().trimmed_violations, trimmed.len() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settled_runs_beyond_max_runs_are_evicted_and_counted() {
     let lab = lab_with(EmulatorConfig {
         max_runs: 5,
