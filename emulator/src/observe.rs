@@ -44,7 +44,25 @@ pub(crate) async fn follow(
     mut next_seq: u64,
     handle: fn(&Shared, &jetstream::Message),
 ) {
+    // Rounds in a row whose consumer, made, delivered nothing while the stream held more, and
+    // since when.
+    let mut stuck = 0u32;
+    let mut stuck_since = tokio::time::Instant::now();
     loop {
+        if stuck >= STUCK_ROUNDS && stuck_since.elapsed() >= STUCK_PATIENCE {
+            // A stored message the client cannot read (a subject or header that is not UTF-8
+            // fails async-nats' parser) would stop the follower there for good, and leak a
+            // consumer each round: it is skipped, and counted as missed, since what it said is
+            // not known.
+            tracing::error!(
+                stream = name,
+                "message {next_seq} of stream {name} cannot be read (tried {stuck} times in {:?}): skipped, and counted as a message the emulator missed",
+                stuck_since.elapsed()
+            );
+            shared.config.slow_consumers.add(1);
+            next_seq += 1;
+            stuck = 0;
+        }
         let messages = async {
             let stream = shared
                 .js
@@ -67,6 +85,7 @@ pub(crate) async fn follow(
         .await;
         match messages {
             Ok(mut messages) => {
+                let from = next_seq;
                 loop {
                     // An ordered consumer can stall across a server restart without an error;
                     // when idle, check the stream has nothing newer, else start over.
@@ -98,12 +117,26 @@ pub(crate) async fn follow(
                         }
                     }
                 }
+                if next_seq == from && behind(&shared, name, next_seq).await {
+                    if stuck == 0 {
+                        stuck_since = tokio::time::Instant::now();
+                    }
+                    stuck += 1;
+                } else {
+                    stuck = 0;
+                }
             }
             Err(e) => tracing::debug!(stream = name, "cannot follow yet: {e}"),
         }
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
 }
+
+/// Rounds a follower makes at one message, each with a new consumer that delivers nothing while
+/// the stream holds it, and for how long at least, before it skips the message as unreadable
+/// (a cluster electing a leader stalls a follower too, for seconds, and must not lose events).
+const STUCK_ROUNDS: u32 = 5;
+const STUCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// How long a follower waits for a message before checking it is not stalled.
 const IDLE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);

@@ -7,6 +7,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::sync::{Mutex, Once};
+use std::time::Duration;
 
 use async_nats::jetstream;
 use serde_json::{Value, json};
@@ -927,4 +928,68 @@ async fn a_redeploy_past_the_largest_version_is_refused_and_nothing_changes() {
     );
     assert_eq!(lab.flows()["f"].version, i64::MAX);
     assert_still_serves(&lab, &sdk).await;
+}
+
+/// Publishes `payload` on `subject` (any bytes, even not UTF-8, which no NATS client library
+/// sends) over a raw connection to `url`, and waits for the server to have read it.
+async fn publish_raw(url: &str, subject: &[u8], payload: &[u8]) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let addr = url.trim_start_matches("nats://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut command = b"CONNECT {\"verbose\":false,\"pedantic\":false}\r\nPUB ".to_vec();
+    command.extend_from_slice(subject);
+    command.extend_from_slice(format!(" {}\r\n", payload.len()).as_bytes());
+    command.extend_from_slice(payload);
+    command.extend_from_slice(b"\r\nPING\r\n");
+    stream.write_all(&command).await.unwrap();
+    let mut lines = BufReader::new(stream).lines();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        assert!(!line.starts_with("-ERR"), "{line}");
+        if line == "PONG" {
+            return;
+        }
+    }
+    panic!("the server closed the connection");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_message_that_cannot_be_read_is_skipped_and_counted_not_a_stall() {
+    // A DLQ entry on a subject that is not UTF-8: JetStream stores it, the client library cannot
+    // parse it. The follower of the DLQ stream must not stop there for good: the entries after
+    // it are still recorded, and the one it could not read is counted as missed.
+    let lab = lab().await;
+    let client = connect(&lab).await;
+    let envelope = Envelope {
+        flow_run_id: "after-the-unreadable".into(),
+        flow_id: "order".into(),
+        flow_version: 1,
+        idempotency_key: "after-the-unreadable:in".into(),
+        source_node_id: "in".into(),
+        ..Default::default()
+    };
+    let entry = DlqEntry {
+        kind: "action_failed".into(),
+        envelope: envelope.clone(),
+        body: RawJson::from_text(r#"{"n":1}"#).unwrap(),
+        err_msg: "boom".into(),
+        occurred_at: GoTime::now(),
+    };
+    let bytes = entry.to_json().unwrap();
+    publish_raw(lab.url(), b"triggers.v2.dlq.shop.\xff\xfe", &bytes).await;
+    jetstream::new(client.clone())
+        .publish("triggers.v2.dlq.shop.work", bytes.into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let dlq = lab
+        .with_wait_timeout(Duration::from_secs(60))
+        .wait_dlq(DlqFilter::run("after-the-unreadable"))
+        .await
+        .expect("the entry after the unreadable one is recorded");
+    assert_eq!(dlq.entry.unwrap().err_msg, "boom");
+    assert!(
+        lab.dropped_messages() >= 1,
+        "the unreadable entry is counted as missed"
+    );
 }

@@ -106,6 +106,12 @@ impl DropCounter {
         self.0.load(Ordering::Relaxed)
     }
 
+    /// Counts `n` messages missed otherwise than by a slow subscription (a stored message the
+    /// client cannot read, skipped), so that they too make what was seen incomplete.
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Counts `event` if it is a slow-consumer event, and logs it (a warning at the 1st, 2nd,
     /// 4th, 8th... drop, so a flood does not flood the log too); returns whether it was one.
     /// `connection` names the connection in the log.
