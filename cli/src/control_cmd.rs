@@ -62,21 +62,29 @@ pub(crate) async fn status(json: JsonArg) -> Result<()> {
                 .await
         })
         .await
-        .ok()
-        .and_then(Result::ok);
+        .unwrap_or_else(|_| {
+            Err(triggers_emulator::ControlError::NoEmulator {
+                url: i.url.clone(),
+                reason: "no reply within 5 s".into(),
+            })
+        });
         rows.push((i, summary));
     }
     if json.json {
         let value: Vec<Value> = rows
             .iter()
             .map(|(i, s)| {
+                let error = s.as_ref().err().map(ToString::to_string);
+                let answers = !matches!(s, Err(triggers_emulator::ControlError::NoEmulator { .. }));
+                let s = s.as_ref().ok();
                 json!({
                     "instance": i.instance, "pid": i.pid, "url": i.url, "backend": i.backend,
-                    "answers": s.is_some(),
-                    "services": s.as_ref().map(|s| s.services.len()),
-                    "flows": s.as_ref().map(|s| s.flows.len()),
-                    "runs": s.as_ref().map(|s| s.runs.len()),
-                    "violations": s.as_ref().map(|s| s.violations),
+                    "answers": answers,
+                    "error": error,
+                    "services": s.map(|s| s.services.len()),
+                    "flows": s.map(|s| s.flows.len()),
+                    "runs": s.map(|s| s.runs.len()),
+                    "violations": s.map(|s| s.violations),
                 })
             })
             .collect();
@@ -89,7 +97,7 @@ pub(crate) async fn status(json: JsonArg) -> Result<()> {
     for (i, s) in &rows {
         outln!("{}  pid {}  {}  ({})", i.instance, i.pid, i.url, i.backend);
         match s {
-            Some(s) => outln!(
+            Ok(s) => outln!(
                 "  {} service(s), {} flow(s), {} run(s), {} violation(s); clock {}",
                 s.services.len(),
                 s.flows.len(),
@@ -97,7 +105,10 @@ pub(crate) async fn status(json: JsonArg) -> Result<()> {
                 s.violations,
                 s.clock
             ),
-            None => outln!("  (its emulator does not answer)"),
+            Err(triggers_emulator::ControlError::NoEmulator { reason, .. }) => {
+                outln!("  (its emulator does not answer: {reason})");
+            }
+            Err(e) => outln!("  (its emulator answers with an error: {e})"),
         }
     }
     Ok(())

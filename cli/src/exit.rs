@@ -44,7 +44,13 @@ pub(crate) struct VerdictFailed(pub(crate) String);
 /// The exit code for an error of a command.
 pub(crate) fn code_of(e: &anyhow::Error) -> u8 {
     for cause in e.chain() {
-        if cause.is::<UsageError>() || cause.is::<crate::files::FileError>() {
+        if cause.is::<UsageError>()
+            || cause.is::<crate::files::FileError>()
+            || matches!(
+                cause.downcast_ref::<triggers_emulator::ControlError>(),
+                Some(triggers_emulator::ControlError::TooLarge { .. })
+            )
+        {
             return USAGE;
         }
         if cause.is::<EnvironmentError>() {

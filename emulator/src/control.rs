@@ -750,6 +750,17 @@ impl ControlClient {
         if let Some(token) = &self.token {
             headers.insert(TOKEN_HEADER, token.as_str());
         }
+        // The server would refuse it, and async-nats says so only as a failed request, which
+        // reads as "nothing answers": say what is wrong instead.
+        let max = self.client.server_info().max_payload;
+        let size = bytes.len() + TOKEN_HEADER.len() + 64;
+        if max > 0 && size > max {
+            return Err(ControlError::TooLarge {
+                op: op.to_owned(),
+                bytes: bytes.len(),
+                max,
+            });
+        }
         let reply = tokio::time::timeout(
             Duration::from_secs(30),
             self.client

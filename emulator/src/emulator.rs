@@ -70,7 +70,10 @@ pub struct EmulatorConfig {
     /// The age limit of every JetStream stream the emulator creates: the DLQ and events streams
     /// and each service's inbound stream (default 24 h).
     pub stream_max_age: Duration,
-    /// The size limit of each of those streams, in bytes (default 1 GiB).
+    /// The size limit of each of those streams, in bytes (default 256 MiB). JetStream reserves
+    /// it of the server's storage (by default three quarters of the free disk); a stream the
+    /// server cannot reserve it for is made with half, and half again, down to 1 MiB
+    /// ([`transport::reserving`]), with a warning.
     pub stream_max_bytes: i64,
     /// Replicas of every stream the emulator creates (its DLQ and events streams, each service's
     /// inbound stream): 1 for one server, 3 on a three-node cluster so a node's loss loses
@@ -109,7 +112,7 @@ impl Default for EmulatorConfig {
             max_runs: 10_000,
             max_violations: 10_000,
             stream_max_age: Duration::from_secs(24 * 3600),
-            stream_max_bytes: 1 << 30,
+            stream_max_bytes: 256 << 20,
             stream_replicas: 0,
             slow_consumers: triggers_sdk::transport::DropCounter::new(),
             control_client: None,
@@ -150,7 +153,9 @@ async fn stream_end(
         ..Default::default()
     };
     let stream = transport::patiently("create a stream", || {
-        js.get_or_create_stream(stream_config.clone())
+        transport::reserving("the emulator", stream_config.clone(), |c| {
+            js.get_or_create_stream(c)
+        })
     })
     .await
     .map_err(|e| EmulatorError::nats("create a stream", format!("{name}: {e}")))?;

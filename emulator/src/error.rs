@@ -166,6 +166,18 @@ pub enum ControlError {
     /// The reply could not be read.
     #[error("unreadable reply from the emulator: {0}")]
     BadReply(String),
+    /// The request is larger than the server carries: it was not sent.
+    #[error(
+        "the {op} request is {bytes} bytes, more than the NATS server carries in one message ({max} bytes, its max_payload): send less (a smaller flow or payload), or start the server with a larger max_payload"
+    )]
+    TooLarge {
+        /// The operation.
+        op: String,
+        /// The request's size, headers included.
+        bytes: usize,
+        /// The server's `max_payload`.
+        max: usize,
+    },
 }
 
 /// A recording (`triggers-lab up --record FILE`) that cannot be read.

@@ -324,6 +324,11 @@ impl Shared {
                 have.sort();
                 want.sort();
                 if have != want {
+                    // Only the subjects change: the size it was given stays.
+                    let config = jetstream::stream::Config {
+                        subjects: sources.to_vec(),
+                        ..current.config.clone()
+                    };
                     self.js.update_stream(config).await.map_err(|e| {
                         format!("cannot update stream {name} to subjects {sources:?}: {e}")
                     })?;
@@ -361,13 +366,12 @@ impl Shared {
                     );
                     return Ok(());
                 }
-                self.js
-                    .create_stream(config)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| {
-                        format!("cannot create stream {name} for subjects {sources:?}: {e}")
-                    })
+                transport::reserving(&format!("the inbound subjects of {service}"), config, |c| {
+                    self.js.create_stream(c)
+                })
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("cannot create stream {name} for subjects {sources:?}: {e}"))
             }
         }
     }

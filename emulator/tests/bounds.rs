@@ -237,4 +237,112 @@ async fn a_control_reply_too_large_for_nats_is_an_error_not_silence() {
     let reply = ask("records", json!({"since": 0, "limit": 1})).await;
     assert_eq!(reply["ok"], json!(true), "{reply}");
     assert!(control.state().await.unwrap().violations >= 4);
+    // A request too large for the server is not sent, and says so: not "nothing answers".
+    let big = json!({"text": "x".repeat(2 << 20)});
+    match control.trigger("order", &big).await {
+        Err(triggers_emulator::ControlError::TooLarge { op, bytes, max }) => {
+            assert_eq!(op, "trigger");
+            assert!(bytes > max, "{bytes} <= {max}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(control.state().await.is_ok());
+}
+
+/// A nats-server of our own with `max_file_store` JetStream storage, stopped when dropped.
+struct SmallServer {
+    child: std::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for SmallServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn small_server(max_file_store: &str) -> SmallServer {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let conf = dir.path().join("server.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "listen: 127.0.0.1:{port}\njetstream {{ store_dir: {:?}, max_file_store: {max_file_store} }}\n",
+            dir.path().join("store")
+        ),
+    )
+    .unwrap();
+    let child = std::process::Command::new("nats-server")
+        .arg("-c")
+        .arg(&conf)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("nats-server on the PATH");
+    let server = SmallServer {
+        child,
+        url: format!("nats://127.0.0.1:{port}"),
+        _dir: dir,
+    };
+    for _ in 0..100 {
+        if async_nats::connect(&server.url).await.is_ok() {
+            return server;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the nats-server at {} did not start", server.url);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_service_gets_a_stream_on_a_server_with_little_storage() {
+    // JetStream reserves each stream's max_bytes of the server's storage (three quarters of the
+    // free disk by default): about 3 GB is a 4 GB disk. With 1 GiB per stream, the DLQ and
+    // events streams and one service took it all, and every later service was refused
+    // ("insufficient storage resources available"). Twelve services: the first ones at the
+    // default size, the later ones at what is left, halved until the server can reserve it.
+    let server = small_server("2900MB").await;
+    let lab = triggers_emulator::Harness::start_with(
+        triggers_emulator::NatsConfig {
+            backend: triggers_emulator::Backend::External,
+            url: Some(server.url.clone()),
+            ..Default::default()
+        },
+        EmulatorConfig::default(),
+    )
+    .await
+    .unwrap();
+    let client = connect(&lab).await;
+    let services = 12;
+    for i in 0..services {
+        let service = format!("svc{i}");
+        let reply = register(&client, &manifest(&service, &["work"], &[])).await;
+        assert!(reply.error.is_empty(), "{service}: {}", reply.error);
+    }
+    let js = async_nats::jetstream::new(client);
+    let mut sizes = Vec::new();
+    for i in 0..services {
+        let mut stream = js
+            .get_stream(format!("triggers-sources-svc{i}"))
+            .await
+            .unwrap();
+        sizes.push(stream.info().await.unwrap().config.max_bytes);
+    }
+    assert_eq!(sizes[0], EmulatorConfig::default().stream_max_bytes);
+    assert!(
+        sizes
+            .iter()
+            .all(|&b| b >= triggers_sdk::transport::MIN_STREAM_BYTES),
+        "{sizes:?}"
+    );
+    assert!(
+        sizes[services - 1] < sizes[0],
+        "halved once full: {sizes:?}"
+    );
 }

@@ -272,6 +272,50 @@ where
     }
 }
 
+/// The smallest `max_bytes` [`reserving`] goes down to.
+pub const MIN_STREAM_BYTES: i64 = 1 << 20;
+
+/// Makes a stream with `make(config)`, halving its `max_bytes` (down to [`MIN_STREAM_BYTES`])
+/// while the server answers that it cannot reserve that much storage (JetStream's error 10047),
+/// and warns with the size it settled on.
+///
+/// A JetStream server reserves each stream's `max_bytes` of its storage (by default three
+/// quarters of the free disk): on a small disk, or with many services, a bound that each stream
+/// alone could keep is more than the server can hand out, and every later stream would be
+/// refused, every service after the first few unable to register.
+///
+/// # Errors
+/// `make`'s error: any other, or this one at [`MIN_STREAM_BYTES`].
+pub async fn reserving<T, E, F>(
+    what: &str,
+    mut config: async_nats::jetstream::stream::Config,
+    mut make: impl FnMut(async_nats::jetstream::stream::Config) -> F,
+) -> Result<T, E>
+where
+    E: std::fmt::Display,
+    F: std::future::Future<Output = Result<T, E>>,
+{
+    let asked = config.max_bytes;
+    loop {
+        match make(config.clone()).await {
+            Err(e) if e.to_string().contains("10047") && config.max_bytes > MIN_STREAM_BYTES => {
+                config.max_bytes = (config.max_bytes / 2).max(MIN_STREAM_BYTES);
+            }
+            Ok(made) => {
+                if config.max_bytes != asked {
+                    tracing::warn!(
+                        "the JetStream server cannot reserve {asked} bytes for {what} (stream {});                          it holds at most {} bytes instead: give the server more disk (its store                          directory) or ask for less",
+                        config.name,
+                        config.max_bytes
+                    );
+                }
+                return Ok(made);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

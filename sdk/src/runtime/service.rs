@@ -513,7 +513,9 @@ async fn inbound_stream(
         ..Default::default()
     };
     patiently("create the inbound stream", || {
-        js.create_stream(config.clone())
+        crate::transport::reserving("the inbound stream", config.clone(), |c| {
+            js.create_stream(c)
+        })
     })
     .await
     .map_err(|e| StartError::Nats {
