@@ -34,6 +34,7 @@ use triggers_sdk::wire::subject::{self, LockedSubject};
 use triggers_sdk::wire::{GoTime, Manifest};
 
 mod object;
+pub(crate) use object::clip;
 pub(crate) mod runs;
 mod shapes;
 #[cfg(test)]

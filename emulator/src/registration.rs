@@ -64,8 +64,10 @@ impl Emulator {
             let bytes = match &manifest {
                 Some(m) => m.to_json().unwrap_or_default(),
                 None => json::to_vec(&RegisterReply {
+                    // Clipped: a request of any size gets a reply NATS can carry.
                     error: format!(
-                        "unknown service {asked:?}: it has not registered (send {{\"service\": \"<name>\"}})"
+                        "unknown service {:?}: it has not registered (send {{\"service\": \"<name>\"}})",
+                        crate::conformance::clip(&asked, 200)
                     ),
                     flows: vec![],
                 })
@@ -80,8 +82,10 @@ impl Emulator {
                     found: manifest.is_some(),
                 },
             );
-            if let Some(reply_to) = msg.reply {
-                let _ = shared.client.publish(reply_to, bytes.into()).await;
+            if let Some(reply_to) = msg.reply
+                && let Err(e) = shared.client.publish(reply_to, bytes.into()).await
+            {
+                tracing::warn!("cannot answer a manifest.fetch: {e}");
             }
         }
     }

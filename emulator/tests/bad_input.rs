@@ -993,3 +993,21 @@ async fn a_stored_message_that_cannot_be_read_is_skipped_and_counted_not_a_stall
         "the unreadable entry is counted as missed"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_for_a_huge_unknown_name_gets_a_reply_nats_can_carry() {
+    // 300 000 quotes, each escaped twice in the error that named them: 1.2 MB, more than the
+    // server carries, and the requester waited for nothing.
+    let lab = lab().await;
+    let client = connect(&lab).await;
+    let reply = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.request(subject::MANIFEST_FETCH, vec![b'"'; 300_000].into()),
+    )
+    .await
+    .expect("a reply within 5 s")
+    .unwrap();
+    assert!(reply.payload.len() < 4096, "{} bytes", reply.payload.len());
+    let reply: RegisterReply = serde_json::from_slice(&reply.payload).unwrap();
+    assert!(reply.error.contains("unknown service"), "{}", reply.error);
+}

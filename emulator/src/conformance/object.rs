@@ -409,7 +409,7 @@ fn zero_text(kind: Kind) -> &'static str {
 }
 
 /// `text` cut to about `max` bytes (on a character boundary), with an ellipsis when cut.
-pub(super) fn clip(text: &str, max: usize) -> String {
+pub(crate) fn clip(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
     }
