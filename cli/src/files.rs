@@ -22,6 +22,12 @@ pub(crate) fn yaml_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         strict_booleans: true,
         duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
+        // Room for the largest flow release accepts (20 000 nodes, 40 000 edges: about 700 000
+        // YAML nodes); still a bound.
+        budget: serde_saphyr::budget! {
+            max_nodes: 2_000_000,
+            max_events: 4_000_000,
+        },
     }
 }
 

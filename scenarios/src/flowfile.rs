@@ -221,6 +221,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_flow_as_large_as_release_accepts_is_read() {
+        // 20 000 nodes and 19 999 edges, the flow the docs promise is released in milliseconds:
+        // more YAML nodes than the parser's default budget of 250 000.
+        let mut nodes = vec![serde_json::json!({"id": "in", "type": "service-in", "service": "s"})];
+        let mut edges = Vec::new();
+        for i in 1..20_000 {
+            nodes.push(serde_json::json!({
+                "id": format!("n{i}"), "type": "action", "service": "s", "action": "a",
+                "config": {"note": "x"}
+            }));
+            let from = if i == 1 {
+                "in".to_owned()
+            } else {
+                format!("n{}", i - 1)
+            };
+            edges.push(
+                serde_json::json!({"id": format!("e{i}"), "from": from, "to": format!("n{i}")}),
+            );
+        }
+        let text = serde_json::json!({"id": "big", "nodes": nodes, "edges": edges}).to_string();
+        let (flow, _) = read_flow("big.json", &text).unwrap();
+        assert_eq!(flow.body.nodes.len(), 20_000);
+    }
+
+    #[test]
     fn every_misspelt_key_is_reported_at_its_line_with_a_suggestion() {
         let text = "id: f\nnodse: []\nedges:\n  - {id: e1, form: a, to: b}\n";
         let errors = read_flow("f.yaml", text).unwrap_err();
