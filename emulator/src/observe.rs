@@ -558,7 +558,6 @@ fn key_reused(
     )
 }
 
-/// Run-level findings about one message, as violations sharing its headers and payload.
 /// The bytes of its message a violation holds: its payload and headers.
 fn held_bytes(v: &Violation) -> usize {
     v.payload.len()
@@ -568,9 +567,11 @@ fn held_bytes(v: &Violation) -> usize {
             .sum::<usize>()
 }
 
-/// The payload bytes and headers a trimmed violation keeps of its message.
+/// The payload bytes, the headers and the bytes of each header's name and value a trimmed
+/// violation keeps of its message.
 const EXCERPT_BYTES: usize = 4096;
 const EXCERPT_HEADERS: usize = 64;
+const EXCERPT_HEADER_BYTES: usize = 256;
 
 /// Cuts a violation's message to an excerpt (copied, so the whole message is not kept alive
 /// through it), and says so in its text.
@@ -580,14 +581,23 @@ fn trim(v: &mut Violation) {
     if payload > EXCERPT_BYTES {
         v.payload = Body::from(&v.payload[..EXCERPT_BYTES]);
     }
-    if headers > EXCERPT_HEADERS {
-        v.headers = v.headers[..EXCERPT_HEADERS].iter().cloned().collect();
-    }
+    v.headers = v
+        .headers
+        .iter()
+        .take(EXCERPT_HEADERS)
+        .map(|(name, value)| {
+            (
+                conformance::clip(name, EXCERPT_HEADER_BYTES),
+                conformance::clip(value, EXCERPT_HEADER_BYTES),
+            )
+        })
+        .collect();
     v.message.push_str(&format!(
-        " [kept as an excerpt: the violations already hold max_record_bytes of messages; this one's payload of {payload} bytes and {headers} header(s) cut to at most {EXCERPT_BYTES} bytes and {EXCERPT_HEADERS} headers]"
+        " [kept as an excerpt: the violations already hold max_record_bytes of messages; this one's payload of {payload} bytes and {headers} header(s) cut to at most {EXCERPT_BYTES} bytes and {EXCERPT_HEADERS} headers of {EXCERPT_HEADER_BYTES} bytes]"
     ));
 }
 
+/// Run-level findings about one message, as violations sharing its headers and payload.
 fn violations_of(
     findings: Vec<runs::Finding>,
     subject: &str,
