@@ -72,4 +72,14 @@ impl Emulator {
     pub fn dropped_messages(&self) -> u64 {
         self.config().slow_consumers.count()
     }
+
+    /// How many times the emulator's connection to NATS was lost (and made again): a server
+    /// restart, or the server cutting off a connection that fell more than its `max_pending`
+    /// behind (a flood). Messages on plain subjects published meanwhile were not seen; the
+    /// streams it follows (DLQ entries, completion events) lose nothing. Counted as
+    /// [`Emulator::dropped_messages`] is, on a connection made with [`connect_options`].
+    #[must_use]
+    pub fn connection_losses(&self) -> u64 {
+        self.config().slow_consumers.disconnects()
+    }
 }

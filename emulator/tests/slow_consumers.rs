@@ -98,3 +98,44 @@ async fn a_harness_with_the_default_capacity_drops_nothing_in_a_normal_test() {
     assert_eq!(lab.dropped_messages(), 0);
     assert_eq!(lab.summary().dropped_messages, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_connection_is_counted() {
+    // The server cutting the emulator off (a flood past its max_pending) looks to the emulator
+    // like any lost connection: it reconnects by itself, and what was published on plain
+    // subjects meanwhile never reached it. Counted, so that a verdict can say so.
+    let server = NatsServer::start(NatsConfig {
+        backend: Backend::Binary,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let proxy = triggers_emulator::nats::FaultProxy::start(server.url())
+        .await
+        .unwrap();
+    let lab = Harness::start_with(
+        NatsConfig {
+            backend: Backend::External,
+            url: Some(proxy.url().to_owned()),
+            ..Default::default()
+        },
+        EmulatorConfig::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(lab.connection_losses(), 0);
+    proxy.cut();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while lab.connection_losses() == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no connection loss counted in 10 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        lab.dropped_messages(),
+        0,
+        "a loss is not a slow-consumer drop"
+    );
+}

@@ -21,7 +21,7 @@ use crate::describe::{self, RunNames};
 use crate::external::{External, Output};
 use crate::interrupt::Interrupt;
 use crate::load::Scenario;
-use crate::model::{ClockSpec, Conformance, HashMismatchSpec, Readiness, StubSpec};
+use crate::model::{ClockSpec, Conformance, HashMismatchSpec, Readiness, Step, StubSpec};
 use crate::report::{Failure, Outcome, ScenarioReport, ServiceOutput, StepReport};
 use crate::scripted::Scripted;
 use crate::vars;
@@ -352,9 +352,21 @@ pub async fn run_scenario(
                 }
                 let _ = w.await;
             }
-            let (dropped, account) = drops(&lab);
+            let (dropped, mut account) = drops(&lab);
             report.dropped_messages = dropped;
-            if dropped > 0 {
+            let losses = lab.em().connection_losses();
+            let unplanned_losses = losses > 0 && !disturbs_the_server(lab.scenario);
+            if unplanned_losses {
+                let lost = format!(
+                    "the emulator's connection to NATS was lost {losses} time(s) though no step                      restarted or stopped a server (the server cuts off a client that falls more                      than its max_pending behind: a flood): what was published on plain subjects                      meanwhile was not seen, and a verdict reached on partial data is not a verdict"
+                );
+                account = if account.is_empty() {
+                    lost
+                } else {
+                    format!("{account}; {lost}")
+                };
+            }
+            if dropped > 0 || unplanned_losses {
                 match &mut report.failure {
                     None => {
                         report.failure = Some(Failure {
@@ -785,6 +797,20 @@ fn conformance(lab: &Lab<'_>) -> Option<String> {
         format!("{policy:?}").to_lowercase(),
         describe_violations(&failing).trim_end()
     ))
+}
+
+/// Whether a step of `scenario` restarts, stops or kills a server: then the emulator's
+/// connection is lost by design, and what it misses meanwhile is the scenario's to check.
+fn disturbs_the_server(scenario: &Scenario) -> bool {
+    scenario.steps.iter().any(|s| {
+        matches!(
+            s.step,
+            Step::RestartNats(_)
+                | Step::StopNatsNode(_)
+                | Step::KillNatsNode(_)
+                | Step::RestartNatsNode(_)
+        )
+    })
 }
 
 /// Messages NATS dropped for slow subscriptions of the emulator and the scripted services, and

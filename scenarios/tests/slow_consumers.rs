@@ -89,3 +89,53 @@ async fn the_same_scenario_without_drops_passes() {
     assert!(report.passed(), "{}", report.failure_text());
     assert_eq!(report.dropped_messages, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scenario_whose_emulator_lost_its_connection_fails_unless_a_step_did_it() {
+    // The server cutting the emulator off (a flood past max_pending), made here by a proxy that
+    // breaks the connection while the scenario sleeps: the emulator reconnects, but what was
+    // published meanwhile never reached it.
+    let server = triggers_emulator::NatsServer::start(NatsConfig {
+        backend: Backend::Binary,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let proxy = Arc::new(
+        triggers_emulator::nats::FaultProxy::start(server.url())
+            .await
+            .unwrap(),
+    );
+    let cut = proxy.clone();
+    let watch: WatchFn = Arc::new(move |emulator: Emulator| {
+        let cut = cut.clone();
+        Box::pin(async move {
+            cut.cut();
+            while emulator.connection_losses() == 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        })
+    });
+    let options = RunOptions {
+        nats: NatsConfig {
+            backend: Backend::External,
+            url: Some(proxy.url().to_owned()),
+            ..Default::default()
+        },
+        watch: Some(watch),
+        ..Default::default()
+    };
+    let text = "name: cut off\nconformance: off\nsteps:\n  - sleep: 2s\n";
+    let scenario = load_str("cut.yaml", text, Path::new(".")).unwrap();
+    let report = run_scenario(&scenario, &options, 0, 1).await;
+    assert!(!report.passed(), "it passed though the connection was lost");
+    let failure = report.failure.as_ref().unwrap();
+    assert!(
+        failure
+            .message
+            .contains("the emulator's connection to NATS was lost"),
+        "{}",
+        failure.message
+    );
+    assert!(report.steps.iter().all(|s| s.outcome == Outcome::Passed));
+}

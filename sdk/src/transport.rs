@@ -91,7 +91,10 @@ fn known_name(name: &str) -> Option<HeaderName> {
 /// `ConnectOptions::event_callback`. The count is a floor: async-nats reports each dropped message
 /// as one event through a queue of 128, and drops the report too when that queue is full.
 #[derive(Debug, Clone, Default)]
-pub struct DropCounter(Arc<AtomicU64>);
+pub struct DropCounter {
+    dropped: Arc<AtomicU64>,
+    disconnects: Arc<AtomicU64>,
+}
 
 impl DropCounter {
     /// A counter at zero.
@@ -103,23 +106,39 @@ impl DropCounter {
     /// Messages dropped so far (at least this many).
     #[must_use]
     pub fn count(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.dropped.load(Ordering::Relaxed)
     }
 
     /// Counts `n` messages missed otherwise than by a slow subscription (a stored message the
     /// client cannot read, skipped), so that they too make what was seen incomplete.
     pub fn add(&self, n: u64) {
-        self.0.fetch_add(n, Ordering::Relaxed);
+        self.dropped.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// How many times the connection was lost (it reconnects by itself): whatever was published
+    /// on plain subjects meanwhile did not reach it, and the server's cutting off a client that
+    /// reads too slowly (its pending bytes past `max_pending`) is such a loss too.
+    #[must_use]
+    pub fn disconnects(&self) -> u64 {
+        self.disconnects.load(Ordering::Relaxed)
     }
 
     /// Counts `event` if it is a slow-consumer event, and logs it (a warning at the 1st, 2nd,
     /// 4th, 8th... drop, so a flood does not flood the log too); returns whether it was one.
     /// `connection` names the connection in the log.
     pub fn observe(&self, event: &async_nats::Event, connection: &str) -> bool {
+        if matches!(event, async_nats::Event::Disconnected) {
+            // Counted, and left to the caller to log.
+            self.disconnects.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
         let async_nats::Event::SlowConsumer(sid) = event else {
             return false;
         };
-        let total = self.0.fetch_add(1, Ordering::Relaxed).saturating_add(1);
+        let total = self
+            .dropped
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
         if total.is_power_of_two() {
             tracing::warn!(
                 connection,
