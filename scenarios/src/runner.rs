@@ -358,7 +358,10 @@ pub async fn run_scenario(
             let unplanned_losses = losses > 0 && !disturbs_the_server(lab.scenario);
             if unplanned_losses {
                 let lost = format!(
-                    "the emulator's connection to NATS was lost {losses} time(s) though no step                      restarted or stopped a server (the server cuts off a client that falls more                      than its max_pending behind: a flood): what was published on plain subjects                      meanwhile was not seen, and a verdict reached on partial data is not a verdict"
+                    "the emulator's connection to NATS was lost {losses} time(s) though no step \
+                     restarted or stopped a server (the server cuts off a client that falls more \
+                     than its max_pending behind: a flood): what was published on plain subjects \
+                     meanwhile was not seen, and a verdict reached on partial data is not a verdict"
                 );
                 account = if account.is_empty() {
                     lost

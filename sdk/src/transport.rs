@@ -323,7 +323,9 @@ where
             Ok(made) => {
                 if config.max_bytes != asked {
                     tracing::warn!(
-                        "the JetStream server cannot reserve {asked} bytes for {what} (stream {});                          it holds at most {} bytes instead: give the server more disk (its store                          directory) or ask for less",
+                        "the JetStream server cannot reserve {asked} bytes for {what} (stream {}); \
+                         it holds at most {} bytes instead: give the server more disk (its store \
+                         directory) or ask for less",
                         config.name,
                         config.max_bytes
                     );
