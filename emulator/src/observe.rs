@@ -497,16 +497,15 @@ impl Shared {
             runs::completion(run, event)
         };
         let unexpected_before = run.unexpected.len();
-        let allowance = runs::retry_allowance(run, event, &registry.manifests);
+        let max_attempts = runs::max_attempts(run, event, &registry.manifests);
+        // What one execution may report; all of them where the policy is not known.
+        let allowance = max_attempts
+            .and_then(|max| u32::try_from(max - 1).ok())
+            .unwrap_or(u32::MAX);
         let to_arm = run.apply(event, seq, allowance);
         let unexpected = run.unexpected.len() > unexpected_before;
         if !run.followed {
-            findings.extend(runs::after_completion(
-                run,
-                event,
-                &registry.manifests,
-                unexpected,
-            ));
+            findings.extend(runs::after_completion(run, event, max_attempts, unexpected));
         }
         let reused = run.hops.reused(&run.executions);
         for timer in to_arm {

@@ -13,14 +13,19 @@ use triggers_sdk::wire::{Envelope, subject};
 
 use common::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn junk_headers_and_big_payloads_stay_within_the_bounds() {
-    let max_record_bytes = 4 << 20;
-    let lab = lab_with(EmulatorConfig {
+/// A lab whose records (and the messages its violations hold) are bounded by `max_record_bytes`.
+async fn lab_with_record_bytes(max_record_bytes: usize) -> triggers_emulator::Harness {
+    lab_with(EmulatorConfig {
         max_record_bytes,
         ..Default::default()
     })
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn junk_headers_and_big_payloads_stay_within_the_bounds() {
+    let max_record_bytes = 4 << 20;
+    let lab = lab_with_record_bytes(max_record_bytes).await;
     let client = connect(&lab).await;
     register(&client, &manifest("shop", &["charge"], &[])).await;
     // Thirteen heartbeats of 400 KB with 5 000 junk X-Triggers-* headers each.
@@ -93,11 +98,7 @@ async fn the_violations_hold_their_messages_within_max_record_bytes() {
     // Each violation keeps the message it is about; past max_record_bytes of them, only an
     // excerpt, so max_violations violations of 1 MB messages cannot hold 10 GB.
     let max_record_bytes = 1 << 20;
-    let lab = lab_with(EmulatorConfig {
-        max_record_bytes,
-        ..Default::default()
-    })
-    .await;
+    let lab = lab_with_record_bytes(max_record_bytes).await;
     let client = connect(&lab).await;
     let payload = vec![b'x'; 200 * 1024];
     let floods = 30;

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use triggers_sdk::flow::{Flow, Node, NodeType};
+use triggers_sdk::flow::{Flow, NodeType};
 use triggers_sdk::wire::shapes::status;
 use triggers_sdk::wire::{CompletionEvent, Envelope, Heartbeat, Manifest};
 
@@ -77,9 +77,15 @@ pub(crate) fn completion(run: &Run, event: &CompletionEvent) -> Vec<Finding> {
     found
 }
 
-/// The `max_attempts` of the action `node` runs (at least 1), where its service's manifest is
-/// known.
-fn max_attempts(node: &Node, manifests: &BTreeMap<String, Manifest>) -> Option<i64> {
+/// The `max_attempts` (at least 1) of the action `event`'s node runs, where the run's flow, the
+/// node and its service's manifest are known: read once per event, for `Run::apply` (each
+/// execution's allowance of `retrying` events) and for [`after_completion`].
+pub(crate) fn max_attempts(
+    run: &Run,
+    event: &CompletionEvent,
+    manifests: &BTreeMap<String, Manifest>,
+) -> Option<i64> {
+    let node = run.flow()?.node(&event.node_id)?;
     if node.node_type != NodeType::Action {
         return None;
     }
@@ -87,26 +93,12 @@ fn max_attempts(node: &Node, manifests: &BTreeMap<String, Manifest>) -> Option<i
     Some(action.retry.max_attempts.max(1))
 }
 
-/// How many `retrying` events one execution of `event`'s node may report (`Run::apply`):
-/// `u32::MAX` where the flow, the node or its action's policy is not known.
-pub(crate) fn retry_allowance(
-    run: &Run,
-    event: &CompletionEvent,
-    manifests: &BTreeMap<String, Manifest>,
-) -> u32 {
-    run.flow()
-        .and_then(|flow| flow.node(&event.node_id))
-        .and_then(|node| max_attempts(node, manifests))
-        .and_then(|max| u32::try_from(max - 1).ok())
-        .unwrap_or(u32::MAX)
-}
-
 /// A completion event after it was applied: retries beyond the action's policy, and a node run
 /// after a service-in of its service that nobody reported.
 pub(crate) fn after_completion(
     run: &Run,
     event: &CompletionEvent,
-    manifests: &BTreeMap<String, Manifest>,
+    max_attempts: Option<i64>,
     unexpected: bool,
 ) -> Vec<Finding> {
     let mut found = Vec::new();
@@ -117,7 +109,7 @@ pub(crate) fn after_completion(
         return found;
     };
     if event.status == status::RETRYING
-        && let Some(max) = max_attempts(node, manifests)
+        && let Some(max) = max_attempts
     {
         // Events name no execution: the retrying events no finished execution accounts for are
         // held against the executions of the node under way (at least this one), each allowed
