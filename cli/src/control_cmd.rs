@@ -25,8 +25,11 @@ pub(crate) struct JsonArg {
 /// `runs`.
 #[derive(Debug, Subcommand)]
 pub(crate) enum RunsCommand {
-    /// Every run the emulator holds, oldest first.
+    /// Every run the emulator holds, oldest first (read a page at a time, so any number of them).
     List {
+        /// Only the newest N runs.
+        #[arg(long, value_name = "N")]
+        last: Option<usize>,
         #[command(flatten)]
         json: JsonArg,
     },
@@ -83,8 +86,12 @@ pub(crate) async fn status(json: JsonArg) -> Result<()> {
                     "error": error,
                     "services": s.map(|s| s.services.len()),
                     "flows": s.map(|s| s.flows.len()),
-                    "runs": s.map(|s| s.runs.len()),
+                    "runs": s.map(|s| s.runs_total.max(s.runs.len())),
                     "violations": s.map(|s| s.violations),
+                    "dropped_messages": s.map(|s| s.dropped_messages),
+                    "connection_losses": s.map(|s| s.connection_losses),
+                    "dropped_records": s.map(|s| s.dropped_records),
+                    "evicted_runs": s.map(|s| s.evicted_runs),
                 })
             })
             .collect();
@@ -97,14 +104,19 @@ pub(crate) async fn status(json: JsonArg) -> Result<()> {
     for (i, s) in &rows {
         outln!("{}  pid {}  {}  ({})", i.instance, i.pid, i.url, i.backend);
         match s {
-            Ok(s) => outln!(
-                "  {} service(s), {} flow(s), {} run(s), {} violation(s); clock {}",
-                s.services.len(),
-                s.flows.len(),
-                s.runs.len(),
-                s.violations,
-                s.clock
-            ),
+            Ok(s) => {
+                outln!(
+                    "  {} service(s), {} flow(s), {} run(s), {} violation(s); clock {}",
+                    s.services.len(),
+                    s.flows.len(),
+                    s.runs_total.max(s.runs.len()),
+                    s.violations,
+                    s.clock
+                );
+                for warning in losses(s) {
+                    outln!("  {warning}");
+                }
+            }
             Err(triggers_emulator::ControlError::NoEmulator { reason, .. }) => {
                 outln!("  (its emulator does not answer: {reason})");
             }
@@ -112,6 +124,36 @@ pub(crate) async fn status(json: JsonArg) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// What the emulator missed or let go, one line each, in words; nothing when it missed nothing.
+fn losses(s: &StateSummary) -> Vec<String> {
+    let mut lines = Vec::new();
+    if s.dropped_messages > 0 {
+        lines.push(format!(
+            "MISSED: NATS dropped {} message(s) the emulator could not take in time (slow consumer): what it recorded and judged is incomplete",
+            s.dropped_messages
+        ));
+    }
+    if s.connection_losses > 0 {
+        lines.push(format!(
+            "MISSED: the emulator lost its NATS connection {} time(s): messages on plain subjects published meanwhile (triggers, heartbeats) were not seen",
+            s.connection_losses
+        ));
+    }
+    if s.dropped_records > 0 {
+        lines.push(format!(
+            "{} record(s) dropped off the emulator's ring (max_records, max_record_bytes)",
+            s.dropped_records
+        ));
+    }
+    if s.evicted_runs > 0 {
+        lines.push(format!(
+            "{} settled run(s) evicted beyond max_runs",
+            s.evicted_runs
+        ));
+    }
+    lines
 }
 
 /// `triggers-lab down`: stops running `up`s (SIGTERM, as Ctrl-C would), and waits until they
@@ -166,15 +208,29 @@ pub(crate) async fn down(instance: Option<String>, all: bool) -> Result<()> {
 /// `triggers-lab runs list|show`.
 pub(crate) async fn runs(args: ControlArgs, command: RunsCommand) -> Result<()> {
     match command {
-        RunsCommand::List { json } => {
-            let s = state(&args).await?;
+        RunsCommand::List { last, json } => {
+            let client = control(&args).await?;
+            let runs = match last {
+                // The newest N are in the state summary when they fit in one message; else paged.
+                Some(n) => {
+                    let s = client.state_with_runs(n).await?;
+                    if s.runs.len() >= n.min(s.runs_total) {
+                        s.runs
+                    } else {
+                        let mut all = client.run_summaries().await?;
+                        all.drain(..all.len().saturating_sub(n));
+                        all
+                    }
+                }
+                None => client.run_summaries().await?,
+            };
             if json.json {
-                return print_json(&s.runs);
+                return print_json(&runs);
             }
-            if s.runs.is_empty() {
+            if runs.is_empty() {
                 outln!("no runs yet (`triggers-lab trigger FLOW` starts one)");
             }
-            for r in &s.runs {
+            for r in &runs {
                 outln!(
                     "{}  {:<9}  {}  {} step(s){}",
                     r.id,
@@ -259,4 +315,31 @@ pub(crate) async fn services(args: ControlArgs, json: JsonArg) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_emulator_missed_is_said_and_nothing_when_it_missed_nothing() {
+        let mut s: StateSummary = serde_json::from_value(json!({
+            "clock": "2026-12-02T00:00:00Z", "clock_mode": "virtual", "services": [],
+            "flows": [], "runs": [], "violations": 0, "last_seq": 0, "dropped_records": 0
+        }))
+        .unwrap();
+        assert!(losses(&s).is_empty());
+        s.connection_losses = 2;
+        s.dropped_messages = 7;
+        let lines = losses(&s);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[0].starts_with("MISSED: NATS dropped 7 message(s)"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].starts_with("MISSED: the emulator lost its NATS connection 2 time(s)"),
+            "{lines:?}"
+        );
+    }
 }

@@ -251,6 +251,7 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     log.catch_up(&emulator)?;
     let mut drop_check = tokio::time::interval(Duration::from_secs(1));
     let mut drops_told = 0;
+    let mut losses_told = 0;
     loop {
         tokio::select! {
             _ = signals.recv() => break,
@@ -262,6 +263,13 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
                         dropped - drops_told
                     );
                     drops_told = dropped;
+                }
+                let losses = emulator.connection_losses();
+                if losses > losses_told {
+                    eprintln!(
+                        "DISCONNECTED the emulator lost its NATS connection ({losses} time(s) in all): messages on plain subjects published until it reconnects (triggers, heartbeats) are not seen; completion events and DLQ entries are read from streams and not lost"
+                    );
+                    losses_told = losses;
                 }
             }
             next = records.recv() => match next {

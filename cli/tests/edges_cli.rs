@@ -528,6 +528,15 @@ fn up_detaches_on_a_fixed_port_and_status_runs_flows_down_find_it() {
     let out = lab(&["runs", "list", "--json"]);
     let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(runs[0]["status"], "succeeded", "{runs}");
+    let out = lab(&["trigger", "order", "{\"n\": 2}", "--wait"]);
+    assert_eq!(out.status.code(), Some(0), "{}", streams(&out).1);
+    let out = lab(&["runs", "list", "--last", "1", "--json"]);
+    let last: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(last.as_array().map(Vec::len), Some(1), "{last}");
+    let out = lab(&["runs", "list", "--json"]);
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(all.as_array().map(Vec::len), Some(2), "{all}");
+    assert_eq!(last[0]["id"], all[1]["id"], "the newest: {all}");
 
     let out = lab(&["down"]);
     let (stdout, stderr) = streams(&out);

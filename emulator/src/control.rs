@@ -16,12 +16,13 @@
 //!
 //! | op | request | result |
 //! |---|---|---|
-//! | `state` | `{}` | [`StateSummary`] |
+//! | `state` | `{"runs_limit"?}` | [`StateSummary`], with the newest `runs_limit` runs ([`STATE_RUNS`] unless asked; fewer when they would not fit in one message) |
 //! | `deploy` | `{"flow": Flow}` | the released flow and broadcast subject, or `{"problems": [...]}` in the error |
 //! | `check_release` | `{"flow": Flow}` | the resolved flow |
 //! | `trigger` | `{"flow_id", "payload", "entry"?, "payload_json"?}` | `{"run_id"}`; `payload_json`, when given, is the payload's exact JSON text, sent as is (a 64-bit integer stays exact) instead of `payload` |
 //! | `advance` | `{"duration_ms"}` | the timers fired |
-//! | `runs` | `{}` | every run |
+//! | `runs` | `{}` | every run, whole (timelines included): fails once they outgrow one message; page with `run_page` |
+//! | `run_page` | `{"after"?, "limit"?}` | [`RunPage`]: the runs' summaries in start order after the place `after` (from the last page's `next`), at most `limit` ([`RUN_PAGE`]) |
 //! | `run` | `{"run_id"}` | the run |
 //! | `records` | `{"since": seq, "limit": n}` | records after `since` |
 //! | `violations` | `{}` | every conformance violation |
@@ -56,6 +57,13 @@ pub const FOLLOW_LEASE: Duration = Duration::from_secs(10);
 pub const MAX_FOLLOW_LEASE: Duration = Duration::from_secs(3600);
 /// The header a control request carries its [`ControlToken`] in.
 pub const TOKEN_HEADER: &str = "Triggers-Lab-Token";
+
+/// How many of the newest runs a `state` reply holds when the request names no `runs_limit`:
+/// enough for a screen or a glance, small enough for one NATS message. All of them are read a
+/// page at a time with `run_page` ([`ControlClient::run_pages`]).
+pub const STATE_RUNS: usize = 1000;
+/// The most run summaries a `run_page` reply holds (fewer when they would not fit in one message).
+pub const RUN_PAGE: usize = 1000;
 
 /// A per-instance secret for the control API: requests carry it in [`TOKEN_HEADER`], and the
 /// records go to a subject that includes it. Its `Debug` form hides it.
@@ -171,8 +179,14 @@ pub struct StateSummary {
     pub services: Vec<ServiceSummary>,
     /// Deployed flows.
     pub flows: Vec<Flow>,
-    /// Runs, in start order.
+    /// The newest runs, in start order: at most the request's `runs_limit` ([`STATE_RUNS`] unless
+    /// it asked), fewer when they would not fit in one NATS message. [`StateSummary::runs_total`]
+    /// says how many there are in all.
     pub runs: Vec<RunSummary>,
+    /// Runs the emulator holds in all (`runs` may hold only the newest of them). 0 from an
+    /// emulator older than this field: take `runs.len()` then.
+    #[serde(default)]
+    pub runs_total: usize,
     /// Conformance violations so far.
     pub violations: usize,
     /// The last record's sequence number.
@@ -193,12 +207,41 @@ pub struct StateSummary {
     /// at least this many). Above zero, what the emulator saw is incomplete.
     #[serde(default)]
     pub dropped_messages: u64,
+    /// How many times the emulator's connection to NATS was lost and made again (a server
+    /// restart, or the server cutting off a client that fell too far behind). Messages on plain
+    /// subjects published meanwhile were not seen; the streams it follows lose nothing.
+    #[serde(default)]
+    pub connection_losses: u64,
+}
+
+/// One page of the runs, in start order (`run_page`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunPage {
+    /// Runs the emulator holds in all, now.
+    pub total: usize,
+    /// This page's runs.
+    pub runs: Vec<RunSummary>,
+    /// Where the next page starts: the `after` of the next request (the place of this page's
+    /// last run; the request's own `after` when the page is empty). A place, not a position:
+    /// runs evicted between two pages do not shift it, and asking again later from the last
+    /// page's `next` gives the runs started since.
+    pub next: u64,
+    /// Whether more runs follow this page now.
+    pub more: bool,
 }
 
 impl Emulator {
-    /// The state summary the control API serves.
+    /// The state summary, with every run it holds (in a test, or a viewer in the same process;
+    /// the control API serves [`Emulator::summary_newest`]).
     #[must_use]
     pub fn summary(&self) -> StateSummary {
+        self.summary_newest(usize::MAX)
+    }
+
+    /// The state summary with only the newest `runs_limit` runs in `runs` (`runs_total` counts
+    /// them all).
+    #[must_use]
+    pub fn summary_newest(&self, runs_limit: usize) -> StateSummary {
         let state = self.lock();
         let now = GoTime::now();
         StateSummary {
@@ -222,9 +265,11 @@ impl Emulator {
             runs: state
                 .run_order
                 .iter()
+                .skip(state.run_order.len().saturating_sub(runs_limit))
                 .filter_map(|id| state.runs.get(id))
                 .map(run_summary)
                 .collect(),
+            runs_total: state.run_order.len(),
             violations: state.violations.len() + state.dropped_violations as usize,
             last_seq: state.seq,
             dropped_records: state.records.dropped,
@@ -232,6 +277,33 @@ impl Emulator {
             dropped_violations: state.dropped_violations,
             trimmed_violations: state.trimmed_violations,
             dropped_messages: self.dropped_messages(),
+            connection_losses: self.connection_losses(),
+        }
+    }
+
+    /// Up to `limit` run summaries in start order, from the first whose place is after `after`
+    /// (0: from the oldest).
+    #[must_use]
+    pub fn run_page(&self, after: u64, limit: usize) -> RunPage {
+        let state = self.lock();
+        let mut runs = Vec::new();
+        let mut next = after;
+        let mut more = false;
+        for (place, id) in state.run_order.after(after) {
+            if runs.len() == limit {
+                more = true;
+                break;
+            }
+            if let Some(run) = state.runs.get(id) {
+                runs.push(run_summary(run));
+            }
+            next = place;
+        }
+        RunPage {
+            total: state.run_order.len(),
+            runs,
+            next,
+            more,
         }
     }
 }
@@ -275,6 +347,22 @@ struct ResendRequest {
 #[derive(Deserialize)]
 struct AdvanceRequest {
     duration_ms: u64,
+}
+
+/// Any body is taken (older clients sent anything): only a `runs_limit` it holds counts.
+#[derive(Deserialize, Default)]
+struct StateRequest {
+    #[serde(default)]
+    runs_limit: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunPageRequest {
+    #[serde(default)]
+    after: u64,
+    #[serde(default)]
+    limit: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -348,11 +436,37 @@ async fn handle(
 ) -> Result<Vec<u8>, Value> {
     let err = |e: String| Value::from(e);
     match op {
-        "state" => to_json(
-            &emulator.summary(),
-            max,
-            "ask for the runs one at a time with `run`, or lower max_runs",
-        ),
+        "state" => {
+            let req: StateRequest = parse(payload).unwrap_or_default();
+            let mut summary = emulator.summary_newest(req.runs_limit.unwrap_or(STATE_RUNS));
+            // The newest runs that fit: half as many each time they do not.
+            loop {
+                match to_json(&summary, max, "") {
+                    Err(_) if !summary.runs.is_empty() => {
+                        let keep = summary.runs.len() / 2;
+                        summary.runs.drain(..summary.runs.len() - keep);
+                    }
+                    other => {
+                        break other.map_err(|_| {
+                            err(format!(
+                                "the state is larger than the server's max_payload ({max} bytes) even without its runs: read its parts with `services`, `violations` and `run_page`"
+                            ))
+                        });
+                    }
+                }
+            }
+        }
+        "run_page" => {
+            let req: RunPageRequest = parse(payload).map_err(err)?;
+            let mut limit = req.limit.unwrap_or(RUN_PAGE).clamp(1, RUN_PAGE);
+            loop {
+                let page = emulator.run_page(req.after, limit);
+                match to_json(&page, max, "ask for a smaller `limit`") {
+                    Err(_) if limit > 1 => limit /= 2,
+                    other => break other,
+                }
+            }
+        }
         "deploy" => {
             let req: FlowRequest = parse(payload).map_err(err)?;
             match emulator.deploy(req.flow).await {
@@ -424,7 +538,7 @@ async fn handle(
         "runs" => to_json(
             &emulator.runs(),
             max,
-            "ask for the runs one at a time with `run` (their ids are in `state`)",
+            "read their summaries a page at a time with `run_page`, and each run with `run`",
         ),
         "run" => {
             let req: RunRequest = parse(payload).map_err(err)?;
@@ -452,7 +566,7 @@ async fn handle(
             "the manifests are too large to send at once; read them from the records (kind `registration`)",
         ),
         other => Err(err(format!(
-            "unknown control op {other:?}; ops: state, deploy, check_release, trigger, resend_dlq, advance, runs, run, records, violations, services, follow"
+            "unknown control op {other:?}; ops: state, deploy, check_release, trigger, resend_dlq, advance, runs, run_page, run, records, violations, services, follow"
         ))),
     }
 }
@@ -809,6 +923,43 @@ impl ControlClient {
     /// When the call fails.
     pub async fn state(&self) -> Result<StateSummary, ControlError> {
         self.call("state", json!({})).await
+    }
+
+    /// The state summary with up to the newest `runs_limit` runs (fewer when they would not fit
+    /// in one NATS message; `runs_total` counts them all).
+    ///
+    /// # Errors
+    /// When the call fails.
+    pub async fn state_with_runs(&self, runs_limit: usize) -> Result<StateSummary, ControlError> {
+        self.call("state", json!({"runs_limit": runs_limit})).await
+    }
+
+    /// One page of the runs' summaries, in start order, after the place `after` (0: from the
+    /// oldest; else the `next` of the page before).
+    ///
+    /// # Errors
+    /// When the call fails.
+    pub async fn run_page(&self, after: u64, limit: usize) -> Result<RunPage, ControlError> {
+        self.call("run_page", json!({"after": after, "limit": limit}))
+            .await
+    }
+
+    /// Every run's summary, in start order, read a page at a time (runs that start meanwhile
+    /// are included, runs evicted meanwhile may be missing).
+    ///
+    /// # Errors
+    /// When a call fails.
+    pub async fn run_summaries(&self) -> Result<Vec<RunSummary>, ControlError> {
+        let mut runs = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = self.run_page(after, RUN_PAGE).await?;
+            runs.extend(page.runs);
+            if !page.more || page.next <= after {
+                return Ok(runs);
+            }
+            after = page.next;
+        }
     }
 
     /// Deploys a flow; returns the released flow.

@@ -226,7 +226,7 @@ pub(crate) struct State {
     pub(crate) flows: BTreeMap<String, Arc<Flow>>,
     pub(crate) runs: HashMap<String, Run>,
     /// Run ids in start order.
-    pub(crate) run_order: VecDeque<String>,
+    pub(crate) run_order: RunOrder,
     /// Settled run ids in settle order: the eviction queue.
     settled: VecDeque<String>,
     /// Settled runs evicted beyond `max_runs`.
@@ -377,6 +377,41 @@ impl Records {
     }
 }
 
+/// Run ids in start order, each with its place: a number given at its start and never reused,
+/// so a reader can page through the runs by place while settled runs are evicted in between
+/// (a position would shift under it).
+#[derive(Debug, Default)]
+pub(crate) struct RunOrder {
+    ids: VecDeque<(u64, String)>,
+    next: u64,
+}
+
+impl RunOrder {
+    pub(crate) fn push(&mut self, id: String) {
+        self.next += 1;
+        self.ids.push_back((self.next, id));
+    }
+
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&String) -> bool) {
+        self.ids.retain(|(_, id)| keep(id));
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The ids, oldest first.
+    pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = &String> + ExactSizeIterator {
+        self.ids.iter().map(|(_, id)| id)
+    }
+
+    /// The ids with their places, oldest first, from the first whose place is above `after`.
+    pub(crate) fn after(&self, after: u64) -> impl Iterator<Item = (u64, &String)> {
+        let start = self.ids.partition_point(|(place, _)| *place <= after);
+        self.ids.range(start..).map(|(place, id)| (*place, id))
+    }
+}
+
 impl State {
     pub(crate) fn manifests(&self) -> BTreeMap<String, Manifest> {
         self.registry.manifests.clone()
@@ -476,7 +511,7 @@ impl Emulator {
                 registry: Arc::new(Registry::default()),
                 flows: BTreeMap::new(),
                 runs: HashMap::new(),
-                run_order: VecDeque::new(),
+                run_order: RunOrder::default(),
                 settled: VecDeque::new(),
                 evicted_runs: 0,
                 records: Records::new(config.max_records, config.max_record_bytes),
@@ -794,7 +829,7 @@ impl Emulator {
                 state.own_msg_ids.insert(envelope.idempotency_key.clone());
             }
             state.runs.insert(run_id.clone(), run);
-            state.run_order.push_back(run_id.clone());
+            state.run_order.push(run_id.clone());
             let seq = self.shared.push_locked(
                 &mut state,
                 if delivery { &entry.inbound } else { "" },

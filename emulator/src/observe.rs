@@ -485,7 +485,7 @@ impl Shared {
             state
                 .runs
                 .insert(event.flow_run_id.clone(), Run::follow(event, flow));
-            state.run_order.push_back(event.flow_run_id.clone());
+            state.run_order.push(event.flow_run_id.clone());
         }
         let registry = state.registry.clone();
         let Some(run) = state.runs.get_mut(&event.flow_run_id) else {

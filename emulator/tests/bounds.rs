@@ -155,7 +155,11 @@ async fn settled_runs_beyond_max_runs_are_evicted_and_counted() {
         .await
         .unwrap();
     let mut runs = Vec::new();
+    let mut early_page = None;
     for n in 0..20 {
+        if n == 3 {
+            early_page = Some(lab.run_page(0, 3));
+        }
         let run = lab.trigger("order", &json!({"n": n})).await.unwrap();
         let d = next_delivery(&client, "shop").await;
         succeed(
@@ -178,6 +182,19 @@ async fn settled_runs_beyond_max_runs_are_evicted_and_counted() {
     assert!(lab.run(&runs[0].0).is_none(), "the oldest go");
     let summary = lab.summary();
     assert_eq!(summary.evicted_runs as usize + kept.len(), 21);
+    // A page's `next` is a place, not a position: read after the evictions, the page after the
+    // first three runs is every run kept (all started after them), none skipped.
+    let early_page = early_page.unwrap();
+    let ids: Vec<&str> = early_page.runs.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [runs[0].0.as_str(), runs[1].0.as_str(), runs[2].0.as_str()]
+    );
+    assert!(!early_page.more, "three runs then, all on the page");
+    let rest = lab.run_page(early_page.next, 100);
+    let rest: Vec<&str> = rest.runs.iter().map(|r| r.id.as_str()).collect();
+    let kept_ids: Vec<&str> = kept.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(rest, kept_ids);
     // Waiting on an evicted run says so.
     let err = lab
         .with_wait_timeout(Duration::from_millis(100))
@@ -250,7 +267,71 @@ async fn a_control_reply_too_large_for_nats_is_an_error_not_silence() {
     assert!(control.state().await.is_ok());
 }
 
-/// A nats-server of our own with `max_file_store` JetStream storage, stopped when dropped.
+/// Found by an audit: with some 6 500 runs held the `state` reply outgrew NATS' max_payload, and
+/// `status`, `runs list`, `flows` and the terminal UI all failed on an `up` that had run a load.
+/// Now `state` carries the newest runs that fit (and the count of all), and `run_page` reads
+/// every run a page at a time. A server with a 16 KB max_payload makes 300 runs too many.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_number_of_runs_is_read_through_the_control_api() {
+    let server = small_server("1GB", "max_payload: 16KB").await;
+    let lab = triggers_emulator::Harness::start_with(
+        triggers_emulator::NatsConfig {
+            backend: triggers_emulator::Backend::External,
+            url: Some(server.url.clone()),
+            ..Default::default()
+        },
+        EmulatorConfig::default(),
+    )
+    .await
+    .unwrap();
+    let client = connect(&lab).await;
+    register(&client, &manifest("shop", &["charge"], &[])).await;
+    lab.deploy(one_step_flow("order", "shop", "charge"))
+        .await
+        .unwrap();
+    let total = 300;
+    for n in 0..total {
+        lab.trigger("order", &json!({"n": n})).await.unwrap();
+    }
+    let all: Vec<String> = lab.runs().into_iter().map(|r| r.id).collect();
+    assert_eq!(all.len(), total);
+    let control = triggers_emulator::control::ControlClient::connect(lab.url())
+        .await
+        .unwrap();
+    // The state answers, with the newest runs that fit, newest last, and the count of all.
+    let state = control.state().await.unwrap();
+    assert_eq!(state.runs_total, total);
+    assert!(
+        !state.runs.is_empty() && state.runs.len() < total,
+        "{}",
+        state.runs.len()
+    );
+    let newest: Vec<&str> = state.runs.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(newest, all[total - state.runs.len()..]);
+    // A limit below what fits is kept.
+    let state = control.state_with_runs(7).await.unwrap();
+    assert_eq!(state.runs.len(), 7);
+    assert_eq!(state.runs.last().unwrap().id, all[total - 1]);
+    // Every run, in start order, a page at a time (each page as large as fits).
+    let paged: Vec<String> = control
+        .run_summaries()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(paged, all);
+    let page = control.run_page(0, 1000).await.unwrap();
+    assert!(page.runs.len() < total && page.more);
+    assert_eq!(page.total, total);
+    // The last page says it is the last.
+    let last = control.run_page(0, 1).await.unwrap();
+    let after_first = control.run_page(last.next, 1000).await.unwrap();
+    assert_eq!(after_first.runs[0].id, all[1]);
+}
+
+/// A nats-server of our own with `max_file_store` JetStream storage (and `extra` lines of
+/// configuration), stopped when dropped.
 struct SmallServer {
     child: std::process::Child,
     url: String,
@@ -264,7 +345,7 @@ impl Drop for SmallServer {
     }
 }
 
-async fn small_server(max_file_store: &str) -> SmallServer {
+async fn small_server(max_file_store: &str, extra: &str) -> SmallServer {
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -275,7 +356,7 @@ async fn small_server(max_file_store: &str) -> SmallServer {
     std::fs::write(
         &conf,
         format!(
-            "listen: 127.0.0.1:{port}\njetstream {{ store_dir: {:?}, max_file_store: {max_file_store} }}\n",
+            "listen: 127.0.0.1:{port}\njetstream {{ store_dir: {:?}, max_file_store: {max_file_store} }}\n{extra}\n",
             dir.path().join("store")
         ),
     )
@@ -308,7 +389,7 @@ async fn every_service_gets_a_stream_on_a_server_with_little_storage() {
     // events streams and one service took it all, and every later service was refused
     // ("insufficient storage resources available"). Twelve services: the first ones at the
     // default size, the later ones at what is left, halved until the server can reserve it.
-    let server = small_server("2900MB").await;
+    let server = small_server("2900MB", "").await;
     let lab = triggers_emulator::Harness::start_with(
         triggers_emulator::NatsConfig {
             backend: triggers_emulator::Backend::External,

@@ -497,10 +497,12 @@ pub fn summary() -> StateSummary {
                 2,
             ),
         ],
+        runs_total: 4,
         violations: 2,
         last_seq: 0,
         dropped_records: 0,
         dropped_messages: 0,
+        connection_losses: 0,
     }
 }
 

@@ -237,6 +237,27 @@ fn dropped_messages_are_a_warning_in_the_status_bar() {
 }
 
 #[test]
+fn the_emulators_lost_connections_are_a_warning_in_the_status_bar() {
+    let mut model = full();
+    let status = |model: &Model| {
+        render(model, 160, 24)
+            .lines()
+            .nth(22)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(!status(&model).contains("lost its NATS connection"));
+    let mut summary = fixtures::summary();
+    summary.connection_losses = 2;
+    update(&mut model, Msg::Summary(summary));
+    let line = status(&model);
+    assert!(
+        line.contains("⚠ the emulator lost its NATS connection 2 time(s)"),
+        "{line}"
+    );
+}
+
+#[test]
 fn evicted_runs_are_named_over_the_runs_list() {
     let mut model = full();
     keys(&mut model, "3");

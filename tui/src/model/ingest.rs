@@ -372,6 +372,7 @@ impl Model {
         self.violations_total = summary.violations;
         self.emulator_dropped = summary.dropped_records;
         self.emulator_lost = summary.dropped_messages;
+        self.emulator_disconnects = summary.connection_losses;
         self.evicted_runs = summary.evicted_runs;
         let names: BTreeSet<&str> = summary.services.iter().map(|s| s.name.as_str()).collect();
         self.services

@@ -404,6 +404,9 @@ pub struct Model {
     pub(crate) emulator_dropped: u64,
     /// Messages NATS dropped for the emulator's slow subscriptions (its summary says).
     pub(crate) emulator_lost: u64,
+    /// Times the emulator lost its NATS connection (its summary says): plain-subject traffic
+    /// published meanwhile went unseen.
+    pub(crate) emulator_disconnects: u64,
     /// Settled runs the emulator evicted beyond its `max_runs` (from its state summary).
     pub(crate) evicted_runs: u64,
     /// Messages NATS dropped for this UI's own slow subscription.
@@ -454,6 +457,7 @@ impl Model {
             violations_total: 0,
             emulator_dropped: 0,
             emulator_lost: 0,
+            emulator_disconnects: 0,
             evicted_runs: 0,
             own_dropped: 0,
             last_seq: 0,

@@ -192,6 +192,15 @@ fn draw_status(model: &Model, frame: &mut Frame, area: Rect) {
             t.bad(),
         ));
     }
+    if model.emulator_disconnects > 0 {
+        spans.push(Span::styled(
+            format!(
+                " │ ⚠ the emulator lost its NATS connection {} time(s): triggers and heartbeats sent meanwhile were not seen",
+                model.emulator_disconnects
+            ),
+            t.bad(),
+        ));
+    }
     let (kept, dropped) = (model.events.len(), model.events.dropped());
     spans.push(Span::raw(format!(" │ {kept} events")));
     if dropped > 0 {
