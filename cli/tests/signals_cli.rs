@@ -304,6 +304,87 @@ fn a_second_ctrl_c_forces_the_exit_and_still_kills_what_was_started() {
     });
 }
 
+/// The ids `docker` lists with `args` (containers or networks), or `None` without a Docker CLI.
+fn docker_ids(args: &[&str]) -> Option<Vec<String>> {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .ok()?;
+    out.status.success().then(|| {
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    })
+}
+
+/// Found by an audit: a second Ctrl-C while a Docker cluster started left a container and the
+/// cluster's network behind: the forced exit listed the containers before the one being created
+/// appeared, and removed no network. Ctrl-C twice as soon as the first container exists, then
+/// nothing of the process may be left, containers or networks.
+#[test]
+fn a_second_ctrl_c_while_a_docker_cluster_starts_leaves_no_container_nor_network() {
+    if std::env::var("TRIGGERS_SKIP_DOCKER_TESTS").as_deref() == Ok("1") {
+        eprintln!("TRIGGERS_SKIP_DOCKER_TESTS=1: skipping a Docker backend test");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cluster.scenario.yaml");
+    std::fs::write(
+        &file,
+        "name: cluster start\nnats: {cluster: 3}\nsteps:\n  - sleep: 30s\n",
+    )
+    .unwrap();
+    let err_path = dir.path().join("stderr");
+    let mut run = bin()
+        .args(["run", file.to_str().unwrap(), "--backend", "docker"])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    let stderr = || std::fs::read_to_string(&err_path).unwrap_or_default();
+    let pid = run.id();
+    let containers = || {
+        docker_ids(&[
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=org.triggers-lab.owner-pid={pid}"),
+        ])
+        .expect("the Docker CLI lists containers")
+    };
+    let networks = || {
+        docker_ids(&[
+            "network",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("name=triggers-lab-nats-{pid}-"),
+        ])
+        .expect("the Docker CLI lists networks")
+    };
+    wait_until("the cluster's first container", || {
+        run.try_wait().unwrap().is_none() && !containers().is_empty()
+    });
+    signal(&run, Signal::INT);
+    // Two signals sent at once are one: the second only once the first was taken.
+    wait_until("the clean stop to begin", || {
+        stderr().contains("press Ctrl-C again")
+    });
+    signal(&run, Signal::INT);
+    let status = wait_exit(&mut run);
+    assert_eq!(status.code(), Some(130), "{}", stderr());
+    assert!(stderr().contains("forced"), "{}", stderr());
+    // Whatever the engine was still creating when the process left is gone as well.
+    wait_until("the process's containers to be gone", || {
+        containers().is_empty()
+    });
+    wait_until("the process's networks to be gone", || {
+        networks().is_empty()
+    });
+}
+
 #[test]
 fn a_sigkilled_up_takes_its_nats_server_and_store_with_it() {
     let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@
 //! must keep the URL so that connected clients reconnect to the same address.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -54,6 +54,33 @@ const BUILD_HINT: &str = "build it with emulator/docker/build-nats-image.sh, or 
 /// Names of the networks of Docker clusters start so; the pid of the process that made one
 /// follows, so a sweep can remove those of processes that were killed.
 pub(crate) const NETWORK_PREFIX: &str = "triggers-lab-nats-";
+
+/// Containers of this process whose creation Docker has been asked for and not yet answered:
+/// a forced exit must not list the containers before these appear, or they outlive it.
+static CREATING: AtomicUsize = AtomicUsize::new(0);
+
+/// Set once a forced exit removes this process's containers: no container is created after.
+static CLOSING: AtomicBool = AtomicBool::new(false);
+
+/// Counts a creation in flight for as long as it lives.
+struct Creating;
+
+impl Creating {
+    /// `None` once a forced exit has begun. Counted before [`CLOSING`] is read, and
+    /// [`remove_own`] sets it before it reads [`CREATING`]: either this sees the exit or the
+    /// exit waits for this.
+    fn new() -> Option<Self> {
+        CREATING.fetch_add(1, Ordering::SeqCst);
+        let creating = Creating;
+        (!CLOSING.load(Ordering::SeqCst)).then_some(creating)
+    }
+}
+
+impl Drop for Creating {
+    fn drop(&mut self) {
+        CREATING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 fn skip(reason: impl Into<String>) -> SkippedBackend {
     SkippedBackend::new(Backend::Docker, reason)
@@ -317,8 +344,10 @@ async fn remove_stale_networks(docker: &Docker, me: u32) {
     }
 }
 
-/// Force-removes every nats container this process started, at once (no graceful stop): for an
-/// exit that cannot wait. Returns how many were removed.
+/// Force-removes every nats container this process started, at once (no graceful stop), then
+/// the cluster networks it made: for an exit that cannot wait. A container whose creation is
+/// still in flight (a second Ctrl-C while a cluster starts) is waited for and removed too, within
+/// `bound`. Returns how many containers were removed.
 pub(crate) async fn remove_own(bound: Duration) -> usize {
     let Ok(docker) = docker_client_instance().await else {
         return 0;
@@ -328,9 +357,38 @@ pub(crate) async fn remove_own(bound: Duration) -> usize {
         format!("{OWNER_HOST_LABEL}={}", host_name()),
         format!("{OWNER_PID_LABEL}={}", std::process::id()),
     ];
-    timeout(bound, remove_labelled(&docker, labels, |_| true))
+    CLOSING.store(true, Ordering::SeqCst);
+    let mut removed = 0;
+    let _ = timeout(bound, async {
+        loop {
+            // Read before the listing: a creation that ends after it is listed again.
+            let creating = CREATING.load(Ordering::SeqCst);
+            removed += remove_labelled(&docker, labels.clone(), |_| true).await;
+            if creating == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        remove_own_networks(&docker).await;
+    })
+    .await;
+    removed
+}
+
+/// Removes the cluster networks this process made (their containers are gone by now).
+async fn remove_own_networks(docker: &Docker) {
+    let Ok(networks) = docker
+        .list_networks(None::<testcontainers::bollard::query_parameters::ListNetworksOptions>)
         .await
-        .unwrap_or(0)
+    else {
+        return;
+    };
+    let mine = format!("{NETWORK_PREFIX}{}-", std::process::id());
+    for network in networks {
+        if let Some(name) = network.name.filter(|n| n.starts_with(&mine)) {
+            let _ = docker.remove_network(&name).await;
+        }
+    }
 }
 
 /// The container's log as it streams in. Docker replays a container's whole log (every run) when
@@ -475,7 +533,15 @@ impl DockerServer {
             } else {
                 request
             };
-            let container = match request.start().await {
+            let Some(creating) = Creating::new() else {
+                return Err(NatsError::Io {
+                    action: format!("start a container from {image}"),
+                    source: std::io::Error::other("the process is exiting (a forced stop)"),
+                });
+            };
+            let started = request.start().await;
+            drop(creating);
+            let container = match started {
                 Ok(container) => container,
                 Err(e) => {
                     remove_attempt(docker, &attempt_id).await;

@@ -319,8 +319,10 @@ impl Drop for NatsServer {
 }
 
 /// Force-removes, at once, every nats-server container this process started (they carry its pid
-/// in a label), for an exit that cannot wait for [`NatsServer::stop`]: a second Ctrl-C. Gives up
-/// after `within`; returns how many were removed. Containers of a process that was killed before
+/// in a label) and the cluster networks it made, for an exit that cannot wait for
+/// [`NatsServer::stop`]: a second Ctrl-C. A container being created meanwhile is waited for and
+/// removed too, and none is created after this call. Gives up after `within`; returns how many
+/// containers were removed. Containers of a process that was killed before
 /// it could do even this are removed by the next Docker start on the machine.
 ///
 /// Servers of the binary backend need nothing of the kind: a watchdog kills each one (and
