@@ -304,6 +304,52 @@ fn a_second_ctrl_c_forces_the_exit_and_still_kills_what_was_started() {
     });
 }
 
+/// A service whose grandchild leaves its process group and session (`setsid`), as a daemon does.
+const ESCAPING: &str = r#"setsid sh -c 'echo $$ > "$PIDS/escaped.tmp"; mv "$PIDS/escaped.tmp" "$PIDS/escaped"; exec sleep 600' & echo $$ > "$PIDS/leader"; sleep 600 & echo $! > "$PIDS/child"; echo "$TRIGGERS_NATS_URL" > "$PIDS/url"; wait"#;
+
+/// The process group of `pid`, from the process table.
+fn pgrp_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
+}
+
+/// Found by an audit: a service's descendant that called `setsid` left the process group that
+/// `run` signals and the watchdog kills, and outlived `run`. Both ways out are checked: a clean
+/// stop (SIGINT) and a SIGKILL of `run`, after which only the watchdog is left to act.
+#[test]
+fn a_service_process_that_left_its_group_is_stopped_with_it() {
+    if std::process::Command::new("setsid")
+        .arg("true")
+        .status()
+        .is_err()
+    {
+        eprintln!("no setsid on this machine: skipping");
+        return;
+    }
+    for sig in [Signal::INT, Signal::KILL] {
+        let setup = Setup::new(ESCAPING);
+        let mut run = setup.spawn_run();
+        let (service, _server) = setup.started();
+        wait_until("the escaped process to start", || {
+            read_pid(&setup.pids.join("escaped")).is_some()
+        });
+        let escaped = read_pid(&setup.pids.join("escaped")).unwrap();
+        assert!(alive(escaped));
+        assert_ne!(pgrp_of(escaped), Some(service[0]), "it left the group");
+        signal(&run, sig);
+        wait_exit(&mut run);
+        wait_until(
+            &format!("the escaped process {escaped} to be gone ({sig:?})"),
+            || !alive(escaped),
+        );
+    }
+}
+
 /// The ids `docker` lists with `args` (containers or networks), or `None` without a Docker CLI.
 fn docker_ids(args: &[&str]) -> Option<Vec<String>> {
     let out = std::process::Command::new("docker")

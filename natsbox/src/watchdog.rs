@@ -16,16 +16,35 @@
 //!
 //! Disarming (dropping the [`Watchdog`]) kills the watchdog first, so a graceful stop is never
 //! cut short by it.
+//!
+//! A process group is not the whole tree: a descendant that calls `setsid` (a daemon's double
+//! fork, `setsid cmd &` in a script) leaves it. So a service's processes also carry a mark in
+//! their environment ([`TREE_MARK_VAR`], inherited by everything they start, whatever group or
+//! session it moves to), and [`marked_processes`] finds them by it, as Jenkins' process tree
+//! killer finds a build's by `BUILD_ID`. A [`Watchdog::process_tree`] kills the group and every
+//! marked process (Linux, where `/proc` shows environments; elsewhere the group only).
 
 use std::io::{self, PipeWriter};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-/// Waits for end of file on standard input, then SIGKILLs process group `$1` and, when `$2` is
-/// not empty, removes that directory once the group is gone (or after 5 s: an init that does
-/// not reap leaves zombies, which still count as members).
+/// The environment variable whose value marks the processes of one tree ([`marked_processes`]).
+pub const TREE_MARK_VAR: &str = "TRIGGERS_LAB_TREE";
+
+/// Waits for end of file on standard input, then SIGKILLs process group `$1` and, when `$3` is
+/// not empty, every process whose environment holds `TRIGGERS_LAB_TREE=$3`; when `$2` is not
+/// empty, removes that directory once the group is gone (or after 5 s: an init that does not
+/// reap leaves zombies, which still count as members).
 const SCRIPT: &str = r#"read -r _ignored
 kill -s KILL -- "-$1" 2>/dev/null
+if [ -n "$3" ]; then
+  for f in /proc/[0-9]*/environ; do
+    if tr '\0' '\n' < "$f" 2>/dev/null | grep -qxF "TRIGGERS_LAB_TREE=$3"; then
+      p=${f#/proc/}
+      kill -s KILL "${p%/environ}" 2>/dev/null
+    fi
+  done
+fi
 if [ -n "$2" ]; then
   i=0
   while kill -s 0 -- "-$1" 2>/dev/null && [ "$i" -lt 50 ]; do
@@ -54,6 +73,20 @@ impl Watchdog {
     /// # Errors
     /// When the pipe or `/bin/sh` cannot be had; the caller decides whether to go on unguarded.
     pub fn process_group(pgid: u32, remove: Option<&Path>) -> io::Result<Watchdog> {
+        Self::arm(pgid, remove, None)
+    }
+
+    /// Arms a watchdog over the process group `pgid` and every process marked `mark`
+    /// ([`TREE_MARK_VAR`]; [`new_tree_mark`]): when this process ends without dropping the
+    /// watchdog, all of them get SIGKILL, those that left the group (`setsid`) too.
+    ///
+    /// # Errors
+    /// As [`Watchdog::process_group`].
+    pub fn process_tree(pgid: u32, mark: &str) -> io::Result<Watchdog> {
+        Self::arm(pgid, None, Some(mark))
+    }
+
+    fn arm(pgid: u32, remove: Option<&Path>, mark: Option<&str>) -> io::Result<Watchdog> {
         let (read, write) = io::pipe()?;
         let mut command = Command::new("/bin/sh");
         command
@@ -62,6 +95,7 @@ impl Watchdog {
             .arg("triggers-lab-watchdog")
             .arg(pgid.to_string())
             .arg(remove.map(Path::as_os_str).unwrap_or_default())
+            .arg(mark.unwrap_or_default())
             .stdin(Stdio::from(read))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -151,6 +185,70 @@ pub fn process_group_alive(pgid: u32) -> bool {
     }
 }
 
+/// A mark no other tree has: this process's pid, a count and the time.
+#[must_use]
+pub fn new_tree_mark() -> String {
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "{}-{}-{nanos:x}",
+        std::process::id(),
+        COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
+/// The running processes (zombies not counted) whose environment holds
+/// `TRIGGERS_LAB_TREE=<mark>`, this process excepted. Empty where `/proc` does not show
+/// environments (not Linux), and for processes of other users (theirs cannot be read).
+#[must_use]
+pub fn marked_processes(mark: &str) -> Vec<u32> {
+    #[cfg(target_os = "linux")]
+    {
+        let wanted = format!("{TREE_MARK_VAR}={mark}");
+        let me = std::process::id();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter_map(|entry| {
+                let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+                if pid == me {
+                    return None;
+                }
+                let environ = std::fs::read(entry.path().join("environ")).ok()?;
+                if !environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes()) {
+                    return None;
+                }
+                let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+                let state = stat.rsplit(')').next()?.split_whitespace().next()?;
+                (state != "Z" && state != "X").then_some(pid)
+            })
+            .collect()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = mark;
+        Vec::new()
+    }
+}
+
+/// Sends SIGTERM (or SIGKILL, `kill`) to every process [`marked_processes`] finds; returns how
+/// many there were.
+pub fn signal_marked(mark: &str, kill: bool) -> usize {
+    let pids = marked_processes(mark);
+    #[cfg(unix)]
+    for pid in &pids {
+        use rustix::process::{Pid, Signal, kill_process};
+        if let Some(pid) = i32::try_from(*pid).ok().and_then(Pid::from_raw) {
+            let _ = kill_process(pid, if kill { Signal::KILL } else { Signal::TERM });
+        }
+    }
+    pids.len()
+}
+
 impl Drop for Watchdog {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -207,6 +305,49 @@ mod tests {
         assert!(dir.path().exists(), "the directory was removed");
         sleeper.kill().unwrap();
         sleeper.wait().unwrap();
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_tree_watchdog_kills_the_marked_processes_outside_the_group() {
+        let mark = new_tree_mark();
+        let mut leader = Command::new("sleep")
+            .arg("300")
+            .process_group(0)
+            .env(TREE_MARK_VAR, &mark)
+            .spawn()
+            .unwrap();
+        // Another group (a session of its own, as after `setsid`), the same mark.
+        let mut escaped = Command::new("sleep")
+            .arg("300")
+            .process_group(0)
+            .env(TREE_MARK_VAR, &mark)
+            .spawn()
+            .unwrap();
+        let mut other = Command::new("sleep")
+            .arg("300")
+            .env(TREE_MARK_VAR, new_tree_mark())
+            .spawn()
+            .unwrap();
+        let mut found = marked_processes(&mark);
+        found.sort_unstable();
+        let mut expected = vec![leader.id(), escaped.id()];
+        expected.sort_unstable();
+        assert_eq!(found, expected);
+        let mut watchdog = Watchdog::process_tree(leader.id(), &mark).unwrap();
+        // This process's death, as the watchdog sees it.
+        let mut child = watchdog.child.take().unwrap();
+        drop(watchdog);
+        assert!(wait_gone(leader.id()) && wait_gone(escaped.id()));
+        let _ = leader.wait();
+        let _ = escaped.wait();
+        assert!(
+            other.try_wait().unwrap().is_none(),
+            "an unmarked process stays"
+        );
+        other.kill().unwrap();
+        other.wait().unwrap();
+        child.wait().unwrap();
     }
 
     #[test]

@@ -13,7 +13,9 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 
-use triggers_emulator::watchdog::{Watchdog, process_group_alive};
+use triggers_emulator::watchdog::{
+    TREE_MARK_VAR, Watchdog, marked_processes, new_tree_mark, process_group_alive, signal_marked,
+};
 
 use crate::model::ServiceSpec;
 
@@ -49,6 +51,9 @@ pub(crate) struct External {
     /// The child's process group (its pid): it outlives the child's handle, which forgets the
     /// pid once the child is reaped.
     pgid: Option<u32>,
+    /// The value of [`TREE_MARK_VAR`] in its environment, and so in that of everything it
+    /// starts: what finds a descendant that left the process group (`setsid`).
+    mark: String,
     watchdog: Option<Watchdog>,
     pub(crate) output: Output,
 }
@@ -74,7 +79,8 @@ impl External {
     }
 
     /// Starts `command` (the program, then its arguments) as service `name`, in `cwd`, in a
-    /// process group of its own watched by a watchdog, with `TRIGGERS_NATS_URL` set.
+    /// process group of its own watched by a watchdog, with `TRIGGERS_NATS_URL` set and a mark
+    /// of its own in [`TREE_MARK_VAR`].
     pub(crate) fn spawn(
         name: &str,
         command: &[String],
@@ -91,11 +97,13 @@ impl External {
         } else {
             cwd.to_path_buf()
         };
+        let mark = new_tree_mark();
         let mut cmd = Command::new(program);
         cmd.args(args)
             .current_dir(&cwd)
             .envs(env)
             .env("TRIGGERS_NATS_URL", nats_url)
+            .env(TREE_MARK_VAR, &mark)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -129,7 +137,7 @@ impl External {
         })?;
         let pgid = child.id();
         let watchdog = pgid
-            .and_then(|pid| match Watchdog::process_group(pid, None) {
+            .and_then(|pid| match Watchdog::process_tree(pid, &mark) {
                 Ok(w) => Some(w),
                 Err(e) => {
                     tracing::warn!(%e, service = %name, "no watchdog: the service would outlive a SIGKILL of this process");
@@ -147,15 +155,18 @@ impl External {
             name: name.to_owned(),
             child: Some(child),
             pgid,
+            mark,
             watchdog,
             output,
         })
     }
 
-    /// Sends SIGTERM to its process group, and nothing more: [`External::wait_exit`] waits,
-    /// [`External::stop`] (or dropping it) makes sure it is gone.
+    /// Sends SIGTERM to its process group (and its processes that left the group), and nothing
+    /// more: [`External::wait_exit`] waits, [`External::stop`] (or dropping it) makes sure it is
+    /// gone.
     pub(crate) fn terminate(&self) {
         signal(self.pgid, false);
+        signal_marked(&self.mark, false);
     }
 
     /// Waits up to `patience` for the process to exit; its status text when it did.
@@ -176,26 +187,29 @@ impl External {
         }
     }
 
-    /// SIGTERM to its process group; SIGKILL to what is left of the group after the grace
-    /// period. The group, not only the leader: the leader's exit does not end its children (a
-    /// shell's, a wrapper's), and a leader that exits at once on SIGTERM may have left a child
-    /// still finishing its own graceful shutdown.
+    /// SIGTERM to its process group and to its processes that left the group (`setsid`);
+    /// SIGKILL to what is left of them after the grace period. The group, not only the leader:
+    /// the leader's exit does not end its children (a shell's, a wrapper's), and a leader that
+    /// exits at once on SIGTERM may have left a child still finishing its own graceful shutdown.
     pub(crate) async fn stop(&mut self) -> Result<(), String> {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
         let deadline = tokio::time::Instant::now() + STOP_GRACE;
-        signal(self.pgid, false);
+        self.terminate();
         let leader = tokio::time::timeout_at(deadline, child.wait()).await;
         let mut rest_gone = false;
         while tokio::time::Instant::now() < deadline {
-            if !self.pgid.is_some_and(process_group_alive) {
+            if !self.pgid.is_some_and(process_group_alive)
+                && marked_processes(&self.mark).is_empty()
+            {
                 rest_gone = true;
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         signal(self.pgid, true);
+        signal_marked(&self.mark, true);
         if leader.is_err() {
             let _ = child.kill().await;
         }
@@ -215,6 +229,7 @@ impl Drop for External {
     fn drop(&mut self) {
         if self.child.is_some() {
             signal(self.pgid, true);
+            signal_marked(&self.mark, true);
         }
     }
 }
