@@ -82,13 +82,15 @@ pub(crate) fn read<T: DeserializeOwned>(path: &Path) -> Result<T, FileError> {
 /// A file's name (as errors should show it) and text (`-` is standard input).
 pub(crate) fn read_text(path: &Path) -> Result<(String, String), FileError> {
     Ok(if path.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
             .map_err(|e| FileError(format!("<stdin>: cannot read: {e}")))?;
+        let text = triggers_scenarios::utf8_text("<stdin>", bytes)
+            .map_err(|e| FileError(e.to_string()))?;
         ("<stdin>".to_owned(), text)
     } else {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| FileError(format!("{}: cannot read: {e}", path.display())))?;
+        let text =
+            triggers_scenarios::read_text_file(path).map_err(|e| FileError(e.to_string()))?;
         (path.display().to_string(), text)
     })
 }

@@ -56,9 +56,8 @@ pub(crate) struct LoadArgs {
 pub(crate) async fn load(args: LoadArgs) -> Result<()> {
     let payloads = match (&args.payload, &args.payloads) {
         (_, Some(file)) => {
-            let text = std::fs::read_to_string(file).map_err(|e| {
-                UsageError(format!("--payloads: cannot read {}: {e}", file.display()))
-            })?;
+            let text = triggers_scenarios::read_text_file(file)
+                .map_err(|e| UsageError(format!("--payloads: {e}")))?;
             Payloads::from_text(&text)
                 .map_err(|e| UsageError(format!("--payloads: {}, {e}", file.display())))?
         }

@@ -50,6 +50,45 @@ impl fmt::Display for LoadError {
     }
 }
 
+/// Reads a file users write (a scenario, a flow, payloads) as UTF-8 text. A file that cannot be
+/// read, or is not UTF-8, is an error naming the file and, for the latter, the line and column
+/// of the first byte that is not.
+///
+/// # Errors
+/// As said.
+pub fn read_text_file(path: &std::path::Path) -> Result<String, LoadError> {
+    let name = path.display().to_string();
+    let bytes =
+        std::fs::read(path).map_err(|e| LoadError::file(&name, format!("cannot read: {e}")))?;
+    utf8_text(&name, bytes)
+}
+
+/// `bytes` as text; else where the first byte that is not UTF-8 is, and what to do.
+///
+/// # Errors
+/// As said.
+pub fn utf8_text(name: &str, bytes: Vec<u8>) -> Result<String, LoadError> {
+    String::from_utf8(bytes).map_err(|e| {
+        let bytes = e.as_bytes();
+        let good = &bytes[..e.utf8_error().valid_up_to()];
+        // The prefix is valid UTF-8, so it has lines and characters to count.
+        let prefix = std::str::from_utf8(good).unwrap_or_default();
+        let line = prefix.matches('\n').count() as u64 + 1;
+        let line_start = prefix.rfind('\n').map_or(0, |i| i + 1);
+        let column = prefix[line_start..].chars().count() as u64 + 1;
+        let byte = bytes.get(good.len()).copied().unwrap_or_default();
+        LoadError::at(
+            name,
+            line,
+            column,
+            format!(
+                "not UTF-8 text (byte 0x{byte:02X} at offset {} cannot be read as a character): save the file as UTF-8",
+                good.len()
+            ),
+        )
+    })
+}
+
 /// How many problems [`LoadErrors`] shows before it says how many more there are: enough to
 /// fix a file in one go, few enough that the first ones stay on the screen.
 pub const SHOWN_ERRORS: usize = 20;
@@ -185,4 +224,24 @@ pub enum MergeError {
     /// No report to merge.
     #[error("no report to merge: give the JSON reports of the shards")]
     Empty,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_byte_that_is_not_utf8_is_found_at_its_line_and_column() {
+        let e = utf8_text("f.yaml", b"id: order\nnodes: [\xc3\xa9t\xff]\n".to_vec()).unwrap_err();
+        assert_eq!((e.line, e.column), (2, 11), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("f.yaml:2:11: not UTF-8 text (byte 0xFF at offset 21"),
+            "{e}"
+        );
+        // A sequence cut short at the end of the file.
+        let e = utf8_text("f.yaml", b"a\xe2\x82".to_vec()).unwrap_err();
+        assert_eq!((e.line, e.column), (1, 2), "{e}");
+        assert_eq!(utf8_text("f.yaml", b"ok".to_vec()).unwrap(), "ok");
+    }
 }

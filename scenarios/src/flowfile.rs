@@ -20,6 +20,19 @@ const EDGE_KEYS: &[&str] = &["id", "from", "to", "mapping"];
 pub fn read_flow(name: &str, text: &str) -> Result<(Flow, Value), Vec<LoadError>> {
     let value = read_flow_value(name, text)?;
     let flow: Flow = serde_path_to_error::deserialize(value.clone()).map_err(|e| {
+        // Read from the text again, the parser knows where it stopped: the value that is wrong
+        // (a node's `type: bogus`), not only the key above it.
+        if let Err(located) = parse_yaml::<Flow>(name, text)
+            && located.line > 0
+        {
+            let (line, column) = back_to_value(text, &located);
+            return vec![LoadError {
+                line,
+                column,
+                message: format!("not a flow: {}", located.message),
+                ..located
+            }];
+        }
         let path = e.path().to_string();
         let message = format!(
             "not a flow: {}{}",
@@ -57,7 +70,8 @@ pub fn read_flow(name: &str, text: &str) -> Result<(Flow, Value), Vec<LoadError>
 /// The flow's text parsed and its keys checked, not yet read as a flow (a scenario's flow may
 /// hold `${...}` that only make sense once replaced).
 pub(crate) fn read_flow_value(name: &str, text: &str) -> Result<Value, Vec<LoadError>> {
-    let value: Value = parse_yaml(name, text).map_err(|e| vec![e])?;
+    let value: Value =
+        parse_yaml(name, text).map_err(|e| vec![json_error(name, text).unwrap_or(e)])?;
     let problems = key_problems(&value);
     if !problems.is_empty() {
         return Err(problems
@@ -69,6 +83,67 @@ pub(crate) fn read_flow_value(name: &str, text: &str) -> Result<Value, Vec<LoadE
             .collect());
     }
     Ok(value)
+}
+
+/// Where the value an error names (the first `word` in backticks of its message: `bogus` in
+/// "unknown variant `bogus`", `3` in "invalid type: integer `3`") is last written at or before
+/// the error's place; the error's place when it is not found. A node is read whole before its
+/// `type` decides what it is, so the parser's place is the end of the node, lines below the
+/// value that is wrong.
+fn back_to_value(text: &str, error: &LoadError) -> (u64, u64) {
+    let here = (error.line, error.column);
+    let Some(word) = error.message.split('`').nth(1).filter(|w| !w.is_empty()) else {
+        return here;
+    };
+    let is_word = |c: char| c.is_alphanumeric() || matches!(c, '_' | '-' | '.');
+    let lines: Vec<&str> = text.lines().collect();
+    let last = usize::try_from(error.line)
+        .unwrap_or(usize::MAX)
+        .min(lines.len());
+    for (i, line) in lines[..last].iter().enumerate().rev() {
+        // On the error's own line, only what comes before its column.
+        let line = if i + 1 == last && u64::try_from(i + 1) == Ok(error.line) {
+            let end = line
+                .char_indices()
+                .nth(usize::try_from(error.column.saturating_sub(1)).unwrap_or(usize::MAX))
+                .map_or(line.len(), |(at, _)| at);
+            &line[..end]
+        } else {
+            line
+        };
+        let found = line.rmatch_indices(word).find(|(at, _)| {
+            let before = line[..*at].chars().next_back();
+            let after = line[at + word.len()..].chars().next();
+            !before.is_some_and(is_word) && !after.is_some_and(is_word)
+        });
+        if let Some((at, _)) = found {
+            return (i as u64 + 1, line[..at].chars().count() as u64 + 1);
+        }
+    }
+    here
+}
+
+/// For a flow written as JSON (a `.json` file, or text that opens with `{` or `[`) that the
+/// YAML reader refused: the JSON reader's error, when it refuses it too. JSON is YAML, but a
+/// mistake in JSON (`,,`, a missing quote) reads to the YAML reader as something else ("an
+/// implicit flow mapping"), at another place; a YAML-only refusal (a repeated key) stays its own.
+fn json_error(name: &str, text: &str) -> Option<LoadError> {
+    let looks_json = name.ends_with(".json") || text.trim_start().starts_with(['{', '[']);
+    if !looks_json {
+        return None;
+    }
+    let e = serde_json::from_str::<serde::de::IgnoredAny>(text).err()?;
+    let message = e.to_string();
+    // serde_json says the place in words at the end: it goes in front, as file:line:column.
+    let message = message
+        .rfind(" at line ")
+        .map_or(message.as_str(), |at| &message[..at]);
+    Some(LoadError::at(
+        name,
+        e.line() as u64,
+        e.column().max(1) as u64,
+        format!("not JSON: {message}"),
+    ))
 }
 
 /// Every unknown key of a flow, its nodes and its edges: (the key, the message).
@@ -272,6 +347,44 @@ mod tests {
         let (flow, _) =
             read_flow("f.json", "{\"id\": \"f\", \"nodes\": [], \"edges\": []}").unwrap();
         assert_eq!(flow.version, 1);
+    }
+
+    /// Found by an audit: these were reported without a place, or at the wrong one.
+    #[test]
+    fn a_wrong_value_a_json_mistake_and_a_repeated_key_are_reported_where_they_are() {
+        let at = |name: &str, text: &str| {
+            let e = read_flow(name, text).unwrap_err();
+            assert_eq!(e.len(), 1, "{e:?}");
+            (e[0].line, e[0].column, e[0].message.clone())
+        };
+        // A node read whole before its type decides what it is: the value, not the node's end.
+        let (line, column, message) = at(
+            "f.yaml",
+            "id: order\nnodes:\n  - {id: in, type: bogus, service: shop}\nedges: []\n",
+        );
+        assert_eq!((line, column), (3, 20), "{message}");
+        assert!(
+            message.contains("unknown step or value `bogus`"),
+            "{message}"
+        );
+        let (line, column, message) = at(
+            "f.yaml",
+            "id: order\nnodes:\n  - id: in\n    type: service-in\n    service: 3\nedges: []\n",
+        );
+        assert_eq!((line, column), (5, 14), "{message}");
+        // A JSON mistake in JSON's words, at its place: not "an implicit flow mapping".
+        let (line, column, message) = at("f.json", r#"{"id": "order",, "nodes": []}"#);
+        assert_eq!((line, column), (1, 16), "{message}");
+        assert_eq!(message, "not JSON: key must be a string");
+        let (line, _, message) = at("f", "{\"id\": \"order\",\n \"nodes\": [}\n");
+        assert_eq!(line, 2, "{message}");
+        assert!(message.starts_with("not JSON: "), "{message}");
+        // JSON the JSON reader takes but YAML's refuses (a repeated key) keeps YAML's reason.
+        let (_, _, message) = at(
+            "f.json",
+            r#"{"id": "a", "id": "b", "nodes": [], "edges": []}"#,
+        );
+        assert!(message.contains("duplicate"), "{message}");
     }
 
     #[test]

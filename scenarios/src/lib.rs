@@ -47,7 +47,8 @@ mod vars;
 
 pub use describe::label;
 pub use error::{
-    LoadError, LoadErrors, MergeError, ReportError, ReportReadError, SHOWN_ERRORS, write_capped,
+    LoadError, LoadErrors, MergeError, ReportError, ReportReadError, SHOWN_ERRORS, read_text_file,
+    utf8_text, write_capped,
 };
 pub use flowfile::{did_you_mean, read_flow, suggest_in_message};
 pub use interrupt::Interrupt;

@@ -209,8 +209,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
 /// Every problem found, each with file, line and column (see [`load_str`]).
 pub fn load_file(path: &Path) -> Result<Scenario, LoadErrors> {
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| LoadError::file(&name, format!("cannot read: {e}")))?;
+    let text = crate::error::read_text_file(path)?;
     // A bare file name's parent is the empty path: as a service's working folder that is no
     // folder at all ("cannot start service ... in ''"), so it is the current one, `.`.
     let base = path
@@ -562,9 +561,10 @@ impl<'a> Checker<'a> {
                 };
                 let path = self.base_dir.join(rel);
                 let shown = path.display().to_string();
-                let text = std::fs::read_to_string(&path).map_err(|e| {
+                let bytes = std::fs::read(&path).map_err(|e| {
                     vec![self.err(at, format!("cannot read the flow file {shown}: {e}"))]
                 })?;
+                let text = crate::error::utf8_text(&shown, bytes).map_err(|e| vec![e])?;
                 // As `triggers-lab deploy` reads it: every key checked, at its own line.
                 let value = crate::flowfile::read_flow_value(&shown, &text)?;
                 (value, shown.clone(), Some(shown))

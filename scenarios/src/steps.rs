@@ -473,8 +473,8 @@ async fn load(lab: &Lab<'_>, l: &crate::model::LoadStep) -> StepResult {
     let payloads = match (&l.payload, &l.payloads_file) {
         (_, Some(file)) => {
             let path = lab.scenario.base_dir.join(file);
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| format!("payloads_file: cannot read {}: {e}", path.display()))?;
+            let text =
+                crate::error::read_text_file(&path).map_err(|e| format!("payloads_file: {e}"))?;
             Payloads::from_text(&text)
                 .map_err(|e| format!("payloads_file: {}, {e}", path.display()))?
         }
