@@ -420,3 +420,37 @@ async fn docker_restart_and_stop_run_in_spawned_tasks() {
     .await
     .unwrap();
 }
+
+/// `GET /jsz` of a server's monitoring port, the JSON body.
+async fn jsz(monitor_url: &str) -> serde_json::Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = monitor_url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    stream
+        .write_all(format!("GET /jsz HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut reply = Vec::new();
+    stream.read_to_end(&mut reply).await.unwrap();
+    let reply = String::from_utf8_lossy(&reply);
+    let body = reply
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("/jsz: {e}: {reply}"))
+}
+
+/// Found by an audit: JetStream reserves each stream's max_bytes out of three quarters of the
+/// free disk, and the emulator's 256 MiB per service stream ran that out at a few dozen services
+/// on a small disk. A server the harness starts may promise far more than the disk holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_server_reserves_storage_for_any_number_of_services() {
+    let mut servers = vec![start_binary().await];
+    servers.extend(start_docker().await);
+    for server in servers {
+        let info = jsz(server.monitor_url().expect("a monitoring port")).await;
+        let max = info["config"]["max_storage"].as_u64().unwrap_or_default();
+        assert!(max >= 1 << 40, "{}: max_storage {max}", server.backend());
+        server.stop().await.unwrap();
+    }
+}

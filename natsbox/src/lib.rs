@@ -385,7 +385,7 @@ async fn provision(
             }
         };
         if let Some((path, chosen, sha256)) = found {
-            let (config, control) = accounts_config(resolved);
+            let (config, control) = server_config(resolved);
             if let Some(n) = resolved.cluster {
                 let cluster = BinaryCluster::start(
                     n,
@@ -439,7 +439,7 @@ async fn provision(
         };
         match found {
             Ok((engine, image)) => {
-                let (config, control) = accounts_config(resolved);
+                let (config, control) = server_config(resolved);
                 if let Some(n) = resolved.cluster {
                     let cluster =
                         DockerCluster::start(&engine, n, image, config, resolved.ready_timeout)
@@ -519,13 +519,26 @@ async fn external(
     })
 }
 
-/// The server configuration file and the control credentials, when the config asks for a
-/// private control account.
-fn accounts_config(resolved: &Resolved) -> (Option<String>, Option<ControlCredentials>) {
+/// What JetStream may reserve on a server the harness starts. JetStream reserves every stream's
+/// `max_bytes` up front, out of three quarters of the free disk by default: with the emulator's
+/// 256 MiB per service stream, a disk with 10 GB free refused the 30-somethingth service
+/// ("insufficient storage resources available"), though the streams of a test hold kilobytes.
+/// A server of ours is a test's, so it may promise more than the disk holds; each stream stays
+/// bounded by its own `max_bytes`, and what is written is what the disk must hold.
+const MAX_FILE_STORE: &str = "16TB";
+
+/// The server configuration file (JetStream's storage limit, and the two accounts when the
+/// config asks for a private control account) and the control credentials, if any.
+fn server_config(resolved: &Resolved) -> (Option<String>, Option<ControlCredentials>) {
+    let jetstream = format!(
+        "# Written by triggers-lab: JetStream may reserve more than the disk holds (a test's\n\
+         # streams hold little; each stays bounded by its own max_bytes).\n\
+         jetstream {{ max_file_store: {MAX_FILE_STORE} }}\n"
+    );
     if resolved.private_control {
         let (text, credentials) = accounts::config();
-        (Some(text), Some(credentials))
+        (Some(format!("{jetstream}{text}")), Some(credentials))
     } else {
-        (None, None)
+        (Some(jetstream), None)
     }
 }
