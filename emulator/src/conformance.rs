@@ -123,11 +123,15 @@ pub enum Origin {
     Peer,
 }
 
+/// Registered services by name, each with its current manifest (shared, so a new snapshot of the
+/// registry copies pointers, not manifests).
+pub type Manifests = BTreeMap<String, std::sync::Arc<Manifest>>;
+
 /// What the checker knows of the emulator's state.
 #[derive(Debug, Clone, Copy)]
 pub struct Context<'a> {
     /// Registered services by name, with their current manifest.
-    pub manifests: &'a BTreeMap<String, Manifest>,
+    pub manifests: &'a Manifests,
     /// Inbound NATS subject -> the service that owns it (from the services' NATS sources).
     pub inbound: &'a BTreeMap<String, String>,
 }

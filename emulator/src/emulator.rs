@@ -15,7 +15,7 @@ use triggers_sdk::transport;
 use triggers_sdk::wire::durable_timer::{self, RootContext, TimerContext};
 use triggers_sdk::wire::header::{Traceparent, names};
 use triggers_sdk::wire::subject::{self};
-use triggers_sdk::wire::{CompletionEvent, Envelope, GoTime, Headers, Manifest, idempotency, json};
+use triggers_sdk::wire::{CompletionEvent, Envelope, GoTime, Headers, idempotency, json};
 
 use crate::clock::{Clock, ClockMode};
 use crate::conformance::{Severity, Violation};
@@ -254,7 +254,7 @@ pub(crate) struct State {
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
     /// Each registered service's current manifest.
-    pub(crate) manifests: BTreeMap<String, Manifest>,
+    pub(crate) manifests: crate::conformance::Manifests,
     /// Inbound NATS subject -> the service that owns it.
     pub(crate) inbound: BTreeMap<String, String>,
 }
@@ -413,10 +413,6 @@ impl RunOrder {
 }
 
 impl State {
-    pub(crate) fn manifests(&self) -> BTreeMap<String, Manifest> {
-        self.registry.manifests.clone()
-    }
-
     /// Notes that a run settled, and evicts the oldest settled runs beyond `max_runs`.
     pub(crate) fn settled(&mut self, run_id: &str, max_runs: usize) {
         self.settled.push_back(run_id.to_owned());
@@ -660,8 +656,8 @@ impl Emulator {
     /// # Errors
     /// Every problem found, each with its stable code.
     pub fn check_release(&self, flow: &Flow) -> Result<Flow, Vec<ReleaseProblem>> {
-        let manifests = self.lock().manifests();
-        release::check_release(flow, &manifests)
+        let registry = self.lock().registry.clone();
+        release::check_release(flow, &registry.manifests)
     }
 
     /// Releases a flow: checks it, stores it (a redeploy of the same id gets the next version),

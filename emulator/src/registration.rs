@@ -235,7 +235,9 @@ impl Shared {
                 manifests: state.registry.manifests.clone(),
                 inbound: state.registry.inbound.clone(),
             };
-            registry.manifests.insert(service.clone(), manifest.clone());
+            registry
+                .manifests
+                .insert(service.clone(), Arc::new(manifest.clone()));
             for s in &sources {
                 registry.inbound.insert(s.clone(), service.clone());
             }

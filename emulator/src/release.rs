@@ -3,7 +3,6 @@
 //!
 //! Every problem has a stable snake_case [`ReleaseCode`], so a test or a scenario can expect one.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Serialize;
@@ -152,7 +151,7 @@ pub(crate) fn nats_sources(manifest: &Manifest) -> Vec<&str> {
 /// Every problem found, each with its code.
 pub fn check_release(
     flow: &Flow,
-    manifests: &BTreeMap<String, Manifest>,
+    manifests: &crate::conformance::Manifests,
 ) -> Result<Flow, Vec<ReleaseProblem>> {
     let mut flow = flow.clone();
     flow.assign_owners();
@@ -335,7 +334,11 @@ pub fn check_release(
     // Where hops will go: every NATS source of a service of the flow must be a subject a flow
     // may send to (registration refuses most bad ones; this holds whatever registered).
     for service in flow.services() {
-        for source in manifests.get(service).map(nats_sources).unwrap_or_default() {
+        for source in manifests
+            .get(service)
+            .map(|m| nats_sources(m))
+            .unwrap_or_default()
+        {
             if let Err(e) = subject::check_publish_target(source) {
                 problem(
                     ReleaseCode::LockedTarget,
@@ -395,10 +398,10 @@ mod tests {
         .unwrap()
     }
 
-    fn registry(entries: &[(&str, &[&str])]) -> BTreeMap<String, Manifest> {
+    fn registry(entries: &[(&str, &[&str])]) -> crate::conformance::Manifests {
         entries
             .iter()
-            .map(|(s, c)| ((*s).to_owned(), manifest(s, c)))
+            .map(|(s, c)| ((*s).to_owned(), std::sync::Arc::new(manifest(s, c))))
             .collect()
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use triggers_sdk::flow::{Flow, NodeType};
 use triggers_sdk::wire::shapes::status;
-use triggers_sdk::wire::{CompletionEvent, Envelope, Heartbeat, Manifest};
+use triggers_sdk::wire::{CompletionEvent, Envelope, Heartbeat};
 
 use crate::recorder::Run;
 
@@ -83,7 +83,7 @@ pub(crate) fn completion(run: &Run, event: &CompletionEvent) -> Vec<Finding> {
 pub(crate) fn max_attempts(
     run: &Run,
     event: &CompletionEvent,
-    manifests: &BTreeMap<String, Manifest>,
+    manifests: &crate::conformance::Manifests,
 ) -> Option<i64> {
     let node = run.flow()?.node(&event.node_id)?;
     if node.node_type != NodeType::Action {
@@ -191,7 +191,7 @@ pub(crate) fn hop(flows: &BTreeMap<String, Arc<Flow>>, envelope: &Envelope) -> V
 }
 
 /// A heartbeat against its service's registration.
-pub(crate) fn heartbeat(manifests: &BTreeMap<String, Manifest>, hb: &Heartbeat) -> Vec<Finding> {
+pub(crate) fn heartbeat(manifests: &crate::conformance::Manifests, hb: &Heartbeat) -> Vec<Finding> {
     match manifests.get(&hb.service) {
         Some(m) if m.service_version != hb.service_version => vec![(
             "heartbeat_version_mismatch",

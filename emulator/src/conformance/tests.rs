@@ -64,14 +64,14 @@ fn manifest() -> Manifest {
 
 /// What the emulator knows: `svc` registered with [`manifest`], owning [`INBOUND`].
 struct World {
-    manifests: BTreeMap<String, Manifest>,
+    manifests: Manifests,
     inbound: BTreeMap<String, String>,
 }
 
 impl World {
     fn new() -> Self {
         World {
-            manifests: [(SVC.to_owned(), manifest())].into(),
+            manifests: [(SVC.to_owned(), std::sync::Arc::new(manifest()))].into(),
             inbound: [(INBOUND.to_owned(), SVC.to_owned())].into(),
         }
     }
