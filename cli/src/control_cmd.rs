@@ -85,7 +85,7 @@ pub(crate) async fn status(json: JsonArg) -> Result<()> {
                     "answers": answers,
                     "error": error,
                     "services": s.map(|s| s.services.len()),
-                    "flows": s.map(|s| s.flows.len()),
+                    "flows": s.map(|s| s.flows_total.max(s.flows.len())),
                     "runs": s.map(|s| s.runs_total.max(s.runs.len())),
                     "violations": s.map(|s| s.violations),
                     "dropped_messages": s.map(|s| s.dropped_messages),
@@ -108,7 +108,7 @@ pub(crate) async fn status(json: JsonArg) -> Result<()> {
                 outln!(
                     "  {} service(s), {} flow(s), {} run(s), {} violation(s); clock {}",
                     s.services.len(),
-                    s.flows.len(),
+                    s.flows_total.max(s.flows.len()),
                     s.runs_total.max(s.runs.len()),
                     s.violations,
                     s.clock
@@ -272,21 +272,26 @@ pub(crate) async fn runs(args: ControlArgs, command: RunsCommand) -> Result<()> 
 
 /// `triggers-lab flows`.
 pub(crate) async fn flows(args: ControlArgs, json: JsonArg) -> Result<()> {
-    let s = state(&args).await?;
+    let client = control(&args).await?;
+    let list = client.flow_list().await?;
     if json.json {
-        return print_json(&s.flows);
+        // Whole, one at a time: together they may not fit in one message.
+        let mut flows = Vec::with_capacity(list.len());
+        for f in &list {
+            flows.push(client.flow(&f.id).await?);
+        }
+        return print_json(&flows);
     }
-    if s.flows.is_empty() {
+    if list.is_empty() {
         outln!("no flows deployed (`triggers-lab deploy FLOW.yaml`)");
     }
-    for f in &s.flows {
-        let services: Vec<&str> = f.services().into_iter().collect();
+    for f in &list {
         outln!(
             "{}  v{}  {} node(s)  services: {}",
             f.id,
             f.version,
-            f.body.nodes.len(),
-            services.join(", ")
+            f.nodes,
+            f.services.join(", ")
         );
     }
     Ok(())

@@ -24,6 +24,8 @@
 //! | `runs` | `{}` | every run, whole (timelines included): fails once they outgrow one message; page with `run_page` |
 //! | `run_page` | `{"after"?, "limit"?}` | [`RunPage`]: the runs' summaries in start order after the place `after` (from the last page's `next`), at most `limit` ([`RUN_PAGE`]) |
 //! | `run` | `{"run_id"}` | the run |
+//! | `flow` | `{"flow_id"}` | the deployed flow (as released, its latest version) |
+//! | `flow_list` | `{}` | [`FlowSummary`] of every deployed flow |
 //! | `records` | `{"since": seq, "limit": n}` | records after `since` |
 //! | `violations` | `{}` | every conformance violation |
 //! | `services` | `{}` | every registered service by name, with its whole manifest (schemas included) |
@@ -177,8 +179,13 @@ pub struct StateSummary {
     pub clock_mode: ClockMode,
     /// Registered services.
     pub services: Vec<ServiceSummary>,
-    /// Deployed flows.
+    /// Deployed flows, whole: those that fit in one NATS message with the rest of the summary
+    /// (the largest are left out first when not all do; [`StateSummary::flows_total`] counts
+    /// them all, and `flow` reads one).
     pub flows: Vec<Flow>,
+    /// Flows deployed in all. 0 from an emulator older than this field: take `flows.len()`.
+    #[serde(default)]
+    pub flows_total: usize,
     /// The newest runs, in start order: at most the request's `runs_limit` ([`STATE_RUNS`] unless
     /// it asked), fewer when they would not fit in one NATS message. [`StateSummary::runs_total`]
     /// says how many there are in all.
@@ -212,6 +219,21 @@ pub struct StateSummary {
     /// subjects published meanwhile were not seen; the streams it follows lose nothing.
     #[serde(default)]
     pub connection_losses: u64,
+}
+
+/// A deployed flow at a glance (`flow_list`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FlowSummary {
+    /// The flow's id.
+    pub id: String,
+    /// Its latest version.
+    pub version: i64,
+    /// How many nodes it has.
+    pub nodes: usize,
+    /// How many edges.
+    pub edges: usize,
+    /// The services it involves.
+    pub services: Vec<String>,
 }
 
 /// One page of the runs, in start order (`run_page`).
@@ -262,6 +284,7 @@ impl Emulator {
                 })
                 .collect(),
             flows: state.flows.values().map(|f| Flow::clone(f)).collect(),
+            flows_total: state.flows.len(),
             runs: state
                 .run_order
                 .iter()
@@ -279,6 +302,22 @@ impl Emulator {
             dropped_messages: self.dropped_messages(),
             connection_losses: self.connection_losses(),
         }
+    }
+
+    /// Every deployed flow at a glance.
+    #[must_use]
+    pub fn flow_list(&self) -> Vec<FlowSummary> {
+        self.lock()
+            .flows
+            .values()
+            .map(|f| FlowSummary {
+                id: f.id.clone(),
+                version: f.version,
+                nodes: f.body.nodes.len(),
+                edges: f.body.edges.len(),
+                services: f.services().into_iter().map(str::to_owned).collect(),
+            })
+            .collect()
     }
 
     /// Up to `limit` run summaries in start order, from the first whose place is after `after`
@@ -366,6 +405,11 @@ struct RunPageRequest {
 }
 
 #[derive(Deserialize)]
+struct FlowIdRequest {
+    flow_id: String,
+}
+
+#[derive(Deserialize)]
 struct RunRequest {
     run_id: String,
 }
@@ -439,17 +483,26 @@ async fn handle(
         "state" => {
             let req: StateRequest = parse(payload).unwrap_or_default();
             let mut summary = emulator.summary_newest(req.runs_limit.unwrap_or(STATE_RUNS));
-            // The newest runs that fit: half as many each time they do not.
+            // The newest runs that fit: half as many each time they do not; then the flows that
+            // fit, the largest left out first.
             loop {
                 match to_json(&summary, max, "") {
                     Err(_) if !summary.runs.is_empty() => {
                         let keep = summary.runs.len() / 2;
                         summary.runs.drain(..summary.runs.len() - keep);
                     }
+                    Err(_) if !summary.flows.is_empty() => {
+                        let size = |f: &Flow| f.body.nodes.len() + f.body.edges.len();
+                        if let Some(largest) =
+                            (0..summary.flows.len()).max_by_key(|i| size(&summary.flows[*i]))
+                        {
+                            summary.flows.remove(largest);
+                        }
+                    }
                     other => {
                         break other.map_err(|_| {
                             err(format!(
-                                "the state is larger than the server's max_payload ({max} bytes) even without its runs: read its parts with `services`, `violations` and `run_page`"
+                                "the state is larger than the server's max_payload ({max} bytes) even without its runs and flows: read its parts with `services`, `flow_list`, `violations` and `run_page`"
                             ))
                         });
                     }
@@ -540,6 +593,18 @@ async fn handle(
             max,
             "read their summaries a page at a time with `run_page`, and each run with `run`",
         ),
+        "flow" => {
+            let req: FlowIdRequest = parse(payload).map_err(err)?;
+            match emulator.lock().flows.get(&req.flow_id).cloned() {
+                Some(flow) => to_json(&*flow, max, "the flow is larger than one message"),
+                None => Err(err(format!("no flow {:?} is deployed", req.flow_id))),
+            }
+        }
+        "flow_list" => to_json(
+            &emulator.flow_list(),
+            max,
+            "too many flows to list at once; read them one at a time with `flow`",
+        ),
         "run" => {
             let req: RunRequest = parse(payload).map_err(err)?;
             match emulator.run(&req.run_id) {
@@ -566,7 +631,7 @@ async fn handle(
             "the manifests are too large to send at once; read them from the records (kind `registration`)",
         ),
         other => Err(err(format!(
-            "unknown control op {other:?}; ops: state, deploy, check_release, trigger, resend_dlq, advance, runs, run_page, run, records, violations, services, follow"
+            "unknown control op {other:?}; ops: state, deploy, check_release, trigger, resend_dlq, advance, runs, run_page, run, flow, flow_list, records, violations, services, follow"
         ))),
     }
 }
@@ -932,6 +997,22 @@ impl ControlClient {
     /// When the call fails.
     pub async fn state_with_runs(&self, runs_limit: usize) -> Result<StateSummary, ControlError> {
         self.call("state", json!({"runs_limit": runs_limit})).await
+    }
+
+    /// The deployed flow `flow_id`, whole.
+    ///
+    /// # Errors
+    /// When it is not deployed, or the call fails.
+    pub async fn flow(&self, flow_id: &str) -> Result<Flow, ControlError> {
+        self.call("flow", json!({"flow_id": flow_id})).await
+    }
+
+    /// Every deployed flow at a glance.
+    ///
+    /// # Errors
+    /// When the call fails.
+    pub async fn flow_list(&self) -> Result<Vec<FlowSummary>, ControlError> {
+        self.call("flow_list", json!({})).await
     }
 
     /// One page of the runs' summaries, in start order, after the place `after` (0: from the

@@ -270,7 +270,8 @@ async fn a_control_reply_too_large_for_nats_is_an_error_not_silence() {
 /// Found by an audit: with some 6 500 runs held the `state` reply outgrew NATS' max_payload, and
 /// `status`, `runs list`, `flows` and the terminal UI all failed on an `up` that had run a load.
 /// Now `state` carries the newest runs that fit (and the count of all), and `run_page` reads
-/// every run a page at a time. A server with a 16 KB max_payload makes 300 runs too many.
+/// every run a page at a time; flows too large together are left out of `state` (counted) and
+/// read with `flow_list` and `flow`. A server with a 16 KB max_payload makes 300 runs too many.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_number_of_runs_is_read_through_the_control_api() {
     let server = small_server("1GB", "max_payload: 16KB").await;
@@ -326,6 +327,38 @@ async fn any_number_of_runs_is_read_through_the_control_api() {
     assert_eq!(page.total, total);
     // The last page says it is the last.
     let last = control.run_page(0, 1).await.unwrap();
+    // Flows that fit one at a time but not all at once with the rest of the state: the state
+    // leaves the largest out and counts them all; `flow_list` and `flow` read every one.
+    let chain = |id: &str, n: usize| {
+        let mut nodes = vec![json!({"id": "in", "type": "service-in", "service": "shop"})];
+        let mut edges = Vec::new();
+        let mut from = "in".to_owned();
+        for i in 0..n {
+            let node = format!("step_{i}");
+            nodes
+                .push(json!({"id": node, "type": "action", "service": "shop", "action": "charge"}));
+            edges.push(json!({"id": format!("e{i}"), "from": from, "to": node}));
+            from = node;
+        }
+        flow(json!({"id": id, "nodes": nodes, "edges": edges}))
+    };
+    for (i, n) in [40, 60, 80, 100].into_iter().enumerate() {
+        lab.deploy(chain(&format!("chain{i}"), n)).await.unwrap();
+    }
+    let state = control.state().await.unwrap();
+    assert_eq!(state.flows_total, 5);
+    assert!(state.flows.len() < 5, "{}", state.flows.len());
+    assert!(
+        state.flows.iter().all(|f| f.id != "chain3"),
+        "the largest is left out first"
+    );
+    let listed = control.flow_list().await.unwrap();
+    assert_eq!(listed.len(), 5);
+    let chain3 = listed.iter().find(|f| f.id == "chain3").unwrap();
+    assert_eq!((chain3.nodes, chain3.edges), (101, 100));
+    for f in &listed {
+        assert_eq!(control.flow(&f.id).await.unwrap().body.nodes.len(), f.nodes);
+    }
     let after_first = control.run_page(last.next, 1000).await.unwrap();
     assert_eq!(after_first.runs[0].id, all[1]);
 }

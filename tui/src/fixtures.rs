@@ -498,6 +498,7 @@ pub fn summary() -> StateSummary {
             ),
         ],
         runs_total: 4,
+        flows_total: 0,
         violations: 2,
         last_seq: 0,
         dropped_records: 0,
