@@ -248,14 +248,47 @@ async fn tick(source: Source, tx: mpsc::Sender<Msg>, every: Duration) {
     }
 }
 
+/// The deployed flows missing from `shown`, each read whole with `flow` unless `cache` holds
+/// its version already.
+async fn left_out_flows(
+    control: &ControlClient,
+    shown: &[triggers_sdk::flow::Flow],
+    cache: &mut std::collections::BTreeMap<String, triggers_sdk::flow::Flow>,
+) -> Result<Vec<triggers_sdk::flow::Flow>, triggers_emulator::ControlError> {
+    let listed = control.flow_list().await?;
+    cache.retain(|id, _| listed.iter().any(|f| &f.id == id));
+    let mut out = Vec::new();
+    for f in listed.iter().filter(|f| shown.iter().all(|s| s.id != f.id)) {
+        let fresh = cache.get(&f.id).is_some_and(|c| c.version == f.version);
+        if !fresh {
+            cache.insert(f.id.clone(), control.flow(&f.id).await?);
+        }
+        if let Some(flow) = cache.get(&f.id) {
+            out.push(flow.clone());
+        }
+    }
+    Ok(out)
+}
+
 async fn poll_control(control: ControlClient, tx: mpsc::Sender<Msg>, every: Duration) {
     let mut interval = tokio::time::interval(every);
     let mut failing = false;
+    // Flows the state left out (too large to send with the rest), fetched once per version.
+    let mut large = std::collections::BTreeMap::new();
     loop {
         interval.tick().await;
         let msg = match tokio::time::timeout(Duration::from_secs(3), control.state()).await {
-            Ok(Ok(summary)) => {
+            Ok(Ok(mut summary)) => {
                 failing = false;
+                if summary.flows_total > summary.flows.len() {
+                    let fetch = tokio::time::timeout(
+                        Duration::from_secs(3),
+                        left_out_flows(&control, &summary.flows, &mut large),
+                    );
+                    if let Ok(Ok(flows)) = fetch.await {
+                        summary.flows.extend(flows);
+                    }
+                }
                 Msg::Summary(summary)
             }
             // One notice per outage, not one per poll.
@@ -536,6 +569,62 @@ mod tests {
             theme: Theme::monochrome(),
             ..ModelConfig::default()
         })
+    }
+
+    /// Flows the state leaves out (too large to send with the rest) are read one by one, once
+    /// per version.
+    #[tokio::test]
+    async fn flows_left_out_of_the_state_are_read_once_per_version() {
+        let lab = Harness::start().await.expect("a nats-server");
+        let mut m: triggers_sdk::wire::Manifest = serde_json::from_value(serde_json::json!({
+            "protocol_version": "1.0.0", "service": "shop", "service_version": "1.0.0",
+            "actions": [{"name": "charge", "timeout_ms": 1000,
+                "input_schema": {"type": "object"}, "result_schema": {"type": "object"}, "dlq": "triggers.v2.dlq.shop.charge",
+                "retry": {"max_attempts": 1, "initial_backoff_ms": 10, "backoff_factor": 2.0, "max_backoff_ms": 100}}],
+            "service_sources": [{"name": "nats", "transport": "nats", "default": "shop.inbound"}],
+            "supports_nodes": [], "runtime_capabilities": []}))
+        .unwrap();
+        m.seal().unwrap();
+        let reply = lab
+            .client()
+            .request(
+                "triggers.v2.manifest.register",
+                serde_json::to_vec(&m).unwrap().into(),
+            )
+            .await
+            .expect("a reply");
+        let reply = String::from_utf8_lossy(&reply.payload).into_owned();
+        assert!(!reply.contains("error\":\""), "{reply}");
+        let flows: Vec<triggers_sdk::flow::Flow> = ["a", "b"]
+            .iter()
+            .map(|id| {
+                serde_json::from_value(serde_json::json!({"id": id, "nodes": [
+                    {"id": "in", "type": "service-in", "service": "shop"},
+                    {"id": "pay", "type": "action", "service": "shop", "action": "charge"}],
+                  "edges": [{"id": "e1", "from": "in", "to": "pay"}]}))
+                .unwrap()
+            })
+            .collect();
+        for f in &flows {
+            lab.emulator().deploy(f.clone()).await.expect("deployed");
+        }
+        let control = triggers_emulator::control::ControlClient::connect(lab.url())
+            .await
+            .unwrap();
+        let shown = control.flow(&flows[0].id).await.unwrap();
+        let mut cache = std::collections::BTreeMap::new();
+        let got = super::left_out_flows(&control, std::slice::from_ref(&shown), &mut cache)
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].id, flows[1].id);
+        assert_eq!(cache.len(), 1);
+        // A redeploy is a new version: read again.
+        lab.emulator().deploy(flows[1].clone()).await.unwrap();
+        let again = super::left_out_flows(&control, std::slice::from_ref(&shown), &mut cache)
+            .await
+            .unwrap();
+        assert_eq!(again[0].version, got[0].version + 1);
     }
 
     #[tokio::test]
