@@ -316,7 +316,14 @@ pub(crate) async fn services(args: ControlArgs, json: JsonArg) -> Result<()> {
             sv.name,
             sv.version,
             liveness,
-            sv.actions.join(", ")
+            if sv.actions.is_empty() && sv.action_count > 0 {
+                format!(
+                    "{} (their names left out: the state was too large to send them)",
+                    sv.action_count
+                )
+            } else {
+                sv.actions.join(", ")
+            }
         );
     }
     Ok(())

@@ -141,8 +141,12 @@ pub struct ServiceSummary {
     pub manifest_hash: String,
     /// `runtime_capabilities`.
     pub capabilities: Vec<String>,
-    /// Its actions.
+    /// Its actions' names; empty when the state was too large to hold them
+    /// ([`ServiceSummary::action_count`] still counts them).
     pub actions: Vec<String>,
+    /// How many actions it has. 0 from an emulator older than this field: take `actions.len()`.
+    #[serde(default)]
+    pub action_count: usize,
     /// Liveness from heartbeats.
     pub liveness: Liveness,
     /// When the last heartbeat arrived, wall clock.
@@ -278,6 +282,7 @@ impl Emulator {
                     manifest_hash: s.manifest.manifest_hash.clone(),
                     capabilities: s.manifest.runtime_capabilities.clone(),
                     actions: s.manifest.actions.iter().map(|a| a.name.clone()).collect(),
+                    action_count: s.manifest.actions.len(),
                     liveness: s.liveness(now, self.config().heartbeat_interval),
                     last_seen: s.last_seen,
                     replicas: s.replicas.len(),
@@ -484,7 +489,8 @@ async fn handle(
             let req: StateRequest = parse(payload).unwrap_or_default();
             let mut summary = emulator.summary_newest(req.runs_limit.unwrap_or(STATE_RUNS));
             // The newest runs that fit: half as many each time they do not; then the flows that
-            // fit, the largest left out first.
+            // fit, the largest left out first (`flow` reads them); then the services' action
+            // names, the longest list first (counted in `action_count`).
             loop {
                 match to_json(&summary, max, "") {
                     Err(_) if !summary.runs.is_empty() => {
@@ -497,6 +503,13 @@ async fn handle(
                             (0..summary.flows.len()).max_by_key(|i| size(&summary.flows[*i]))
                         {
                             summary.flows.remove(largest);
+                        }
+                    }
+                    Err(_) if summary.services.iter().any(|s| !s.actions.is_empty()) => {
+                        if let Some(largest) =
+                            summary.services.iter_mut().max_by_key(|s| s.actions.len())
+                        {
+                            largest.actions = Vec::new();
                         }
                     }
                     other => {

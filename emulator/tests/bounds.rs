@@ -274,7 +274,7 @@ async fn a_control_reply_too_large_for_nats_is_an_error_not_silence() {
 /// read with `flow_list` and `flow`. A server with a 16 KB max_payload makes 300 runs too many.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_number_of_runs_is_read_through_the_control_api() {
-    let server = small_server("1GB", "max_payload: 16KB").await;
+    let server = small_server("100GB", "max_payload: 16KB").await;
     let lab = triggers_emulator::Harness::start_with(
         triggers_emulator::NatsConfig {
             backend: triggers_emulator::Backend::External,
@@ -359,6 +359,27 @@ async fn any_number_of_runs_is_read_through_the_control_api() {
     for f in &listed {
         assert_eq!(control.flow(&f.id).await.unwrap().body.nodes.len(), f.nodes);
     }
+    // Services whose action names do not fit all together: the longest lists are left out,
+    // counted, until the rest fits.
+    for service in 0..12 {
+        let names: Vec<String> = (0..30)
+            .map(|i| format!("an_action_with_quite_a_long_name_number_{i}"))
+            .collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let reply = register(&client, &manifest(&format!("big{service}"), &names, &[])).await;
+        assert!(reply.error.is_empty(), "{}", reply.error);
+    }
+    let state = control.state().await.unwrap();
+    let big: Vec<_> = state
+        .services
+        .iter()
+        .filter(|s| s.name.starts_with("big"))
+        .collect();
+    assert_eq!(big.len(), 12);
+    assert!(big.iter().all(|s| s.action_count == 30));
+    assert!(big.iter().any(|s| s.actions.is_empty()), "some left out");
+    let shop = state.services.iter().find(|s| s.name == "shop").unwrap();
+    assert_eq!(shop.actions, ["charge"], "the shortest list stays");
     let after_first = control.run_page(last.next, 1000).await.unwrap();
     assert_eq!(after_first.runs[0].id, all[1]);
 }

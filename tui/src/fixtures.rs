@@ -441,6 +441,7 @@ pub fn summary() -> StateSummary {
                 manifest_hash: m.manifest_hash.clone(),
                 capabilities: m.runtime_capabilities.clone(),
                 actions: m.actions.iter().map(|a| a.name.clone()).collect(),
+                action_count: m.actions.len(),
                 liveness,
                 last_seen: Some(at_ms(seen)),
                 replicas,

@@ -383,7 +383,10 @@ impl Model {
             row.version = s.version;
             row.manifest_hash = s.manifest_hash;
             row.capabilities = s.capabilities;
-            row.actions = s.actions;
+            // Names left out of a state too large to send them: keep those the registration gave.
+            if !s.actions.is_empty() || s.action_count == 0 {
+                row.actions = s.actions;
+            }
             if s.last_seen.is_some() {
                 row.last_seen = row.last_seen.max_by_key_time(s.last_seen);
             }
