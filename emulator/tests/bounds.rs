@@ -273,18 +273,9 @@ async fn a_control_reply_too_large_for_nats_is_an_error_not_silence() {
 /// every run a page at a time; flows too large together are left out of `state` (counted) and
 /// read with `flow_list` and `flow`. A server with a 16 KB max_payload makes 300 runs too many.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn any_number_of_runs_is_read_through_the_control_api() {
+async fn any_number_of_runs_flows_and_actions_is_read_through_the_control_api() {
     let server = small_server("100GB", "max_payload: 16KB").await;
-    let lab = triggers_emulator::Harness::start_with(
-        triggers_emulator::NatsConfig {
-            backend: triggers_emulator::Backend::External,
-            url: Some(server.url.clone()),
-            ..Default::default()
-        },
-        EmulatorConfig::default(),
-    )
-    .await
-    .unwrap();
+    let lab = lab_on(&server).await;
     let client = connect(&lab).await;
     register(&client, &manifest("shop", &["charge"], &[])).await;
     lab.deploy(one_step_flow("order", "shop", "charge"))
@@ -384,6 +375,20 @@ async fn any_number_of_runs_is_read_through_the_control_api() {
     assert_eq!(after_first.runs[0].id, all[1]);
 }
 
+/// A lab on `server`, with the emulator's defaults.
+async fn lab_on(server: &SmallServer) -> triggers_emulator::Harness {
+    triggers_emulator::Harness::start_with(
+        triggers_emulator::NatsConfig {
+            backend: triggers_emulator::Backend::External,
+            url: Some(server.url.clone()),
+            ..Default::default()
+        },
+        EmulatorConfig::default(),
+    )
+    .await
+    .unwrap()
+}
+
 /// A nats-server of our own with `max_file_store` JetStream storage (and `extra` lines of
 /// configuration), stopped when dropped.
 struct SmallServer {
@@ -444,16 +449,7 @@ async fn every_service_gets_a_stream_on_a_server_with_little_storage() {
     // ("insufficient storage resources available"). Twelve services: the first ones at the
     // default size, the later ones at what is left, halved until the server can reserve it.
     let server = small_server("2900MB", "").await;
-    let lab = triggers_emulator::Harness::start_with(
-        triggers_emulator::NatsConfig {
-            backend: triggers_emulator::Backend::External,
-            url: Some(server.url.clone()),
-            ..Default::default()
-        },
-        EmulatorConfig::default(),
-    )
-    .await
-    .unwrap();
+    let lab = lab_on(&server).await;
     let client = connect(&lab).await;
     let services = 12;
     for i in 0..services {
