@@ -62,7 +62,7 @@ pub const TOKEN_HEADER: &str = "Triggers-Lab-Token";
 
 /// How many of the newest runs a `state` reply holds when the request names no `runs_limit`:
 /// enough for a screen or a glance, small enough for one NATS message. All of them are read a
-/// page at a time with `run_page` ([`ControlClient::run_pages`]).
+/// page at a time with `run_page` ([`ControlClient::run_summaries`]).
 pub const STATE_RUNS: usize = 1000;
 /// The most run summaries a `run_page` reply holds (fewer when they would not fit in one message).
 pub const RUN_PAGE: usize = 1000;
@@ -461,6 +461,23 @@ impl std::io::Write for Limited {
     }
 }
 
+/// How many bytes `v` takes as JSON, counted without keeping them.
+fn json_len<T: Serialize + ?Sized>(v: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, v);
+    count.0
+}
+
 /// `v` as JSON in at most `max` bytes; else an error that says how to ask for less.
 fn to_json<T: Serialize>(v: &T, max: usize, ask_for_less: &str) -> Result<Vec<u8>, Value> {
     let mut out = Limited {
@@ -498,18 +515,29 @@ async fn handle(
                         summary.runs.drain(..summary.runs.len() - keep);
                     }
                     Err(_) if !summary.flows.is_empty() => {
-                        let size = |f: &Flow| f.body.nodes.len() + f.body.edges.len();
-                        if let Some(largest) =
-                            (0..summary.flows.len()).max_by_key(|i| size(&summary.flows[*i]))
-                        {
-                            summary.flows.remove(largest);
+                        // The largest flows that together make up what is too much, measured once
+                        // (not one flow and a new try at a time: there may be thousands).
+                        let mut over = json_len(&summary).saturating_sub(max);
+                        summary
+                            .flows
+                            .sort_by_cached_key(|f| std::cmp::Reverse(json_len(f)));
+                        while over > 0 && !summary.flows.is_empty() {
+                            over = over.saturating_sub(json_len(&summary.flows.remove(0)));
                         }
+                        summary.flows.sort_by(|a, b| a.id.cmp(&b.id));
                     }
                     Err(_) if summary.services.iter().any(|s| !s.actions.is_empty()) => {
-                        if let Some(largest) =
-                            summary.services.iter_mut().max_by_key(|s| s.actions.len())
-                        {
-                            largest.actions = Vec::new();
+                        let mut over = json_len(&summary).saturating_sub(max);
+                        let mut order: Vec<usize> = (0..summary.services.len()).collect();
+                        order.sort_by_cached_key(|i| {
+                            std::cmp::Reverse(json_len(&summary.services[*i].actions))
+                        });
+                        for i in order {
+                            if over == 0 {
+                                break;
+                            }
+                            let names = std::mem::take(&mut summary.services[i].actions);
+                            over = over.saturating_sub(json_len(&names));
                         }
                     }
                     other => {
