@@ -126,6 +126,9 @@ pub trait LoadTarget {
     ) -> impl Future<Output = Result<Run, Result<Run, String>>>;
     /// The run as it stands.
     fn current(&self, run_id: &str) -> impl Future<Output = Result<Run, String>>;
+    /// Messages the emulator has missed so far (dropped for a slow subscription, plus
+    /// connections lost), `None` when it cannot be asked.
+    fn missed(&self) -> impl Future<Output = Option<u64>>;
 }
 
 impl LoadTarget for Emulator {
@@ -150,6 +153,10 @@ impl LoadTarget for Emulator {
     async fn current(&self, run_id: &str) -> Result<Run, String> {
         self.run(run_id)
             .ok_or_else(|| format!("no run {run_id} (evicted beyond max_runs?)"))
+    }
+
+    async fn missed(&self) -> Option<u64> {
+        Some(self.dropped_messages() + self.connection_losses())
     }
 }
 
@@ -178,6 +185,11 @@ impl LoadTarget for ControlClient {
 
     async fn current(&self, run_id: &str) -> Result<Run, String> {
         self.run(run_id).await.map_err(|e| e.to_string())
+    }
+
+    async fn missed(&self) -> Option<u64> {
+        let s = self.state_with_runs(0).await.ok()?;
+        Some(s.dropped_messages + s.connection_losses)
     }
 }
 
@@ -240,7 +252,7 @@ pub struct LoadFailure {
 }
 
 /// What a load did.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct LoadReport {
     /// The flow.
     pub flow: String,
@@ -273,6 +285,10 @@ pub struct LoadReport {
     pub node_order: Vec<String>,
     /// The first failures (up to 10), then counted.
     pub failures: Vec<LoadFailure>,
+    /// Messages the emulator missed while the load ran (dropped for a slow subscription, or
+    /// lost with its connection): above 0 the figures rest on partial data and are no verdict.
+    /// `None` when the emulator could not be asked.
+    pub emulator_missed: Option<u64>,
 }
 
 impl LoadReport {
@@ -299,6 +315,21 @@ impl LoadReport {
             self.not_started,
             self.dlq_entries
         );
+        match self.emulator_missed {
+            Some(0) => {}
+            Some(n) => {
+                let _ = writeln!(
+                    out,
+                    "MISSED: the emulator missed {n} message(s) while the load ran: these figures rest on partial data"
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "MISSED?: the emulator could not say whether it missed messages while the load ran"
+                );
+            }
+        }
         if self.late_starts > 0 {
             let _ = writeln!(
                 out,
@@ -374,6 +405,18 @@ fn ms(us: u64) -> String {
 #[must_use]
 pub fn unmet(report: &LoadReport, expect: &crate::model::LoadExpect) -> Vec<String> {
     let mut broken = Vec::new();
+    match report.emulator_missed {
+        Some(0) => {}
+        Some(n) => broken.push(format!(
+            "the emulator missed {n} message(s) while the load ran (a slow subscription, or its \
+             connection lost): the figures rest on partial data and are no verdict"
+        )),
+        None => broken.push(
+            "the emulator could not say whether it missed messages while the load ran: the \
+             figures are no verdict"
+                .to_owned(),
+        ),
+    }
     if report.timed_out > 0 {
         broken.push(format!("{} runs did not settle in time", report.timed_out));
     }
@@ -482,7 +525,9 @@ pub async fn run_load<T: LoadTarget>(
         nodes: BTreeMap::new(),
         node_order: Vec::new(),
         failures: Vec::new(),
+        emulator_missed: None,
     };
+    let missed_before = target.missed().await;
     let limit = match config.pace {
         Pace::Concurrency(n) => n,
         Pace::Rate(_) => MAX_IN_FLIGHT,
@@ -632,6 +677,10 @@ pub async fn run_load<T: LoadTarget>(
             report.dlq_entries += run.dlq.len() as u64;
         }
     }
+    report.emulator_missed = match (missed_before, target.missed().await) {
+        (Some(before), Some(after)) => Some(after.saturating_sub(before)),
+        _ => None,
+    };
     Ok(report)
 }
 
@@ -686,6 +735,35 @@ mod tests {
         let err = Payloads::from_text("{\"a\":1}\n{\"a\":}\n").unwrap_err();
         assert!(err.starts_with("line 2, column 6"), "{err}");
         assert!(Payloads::from_text("\n").is_err());
+    }
+
+    /// A verdict on partial data is not a verdict: a load during which the emulator missed
+    /// messages fails, whatever its runs did, and so does one whose emulator could not say.
+    #[test]
+    fn a_load_whose_emulator_missed_messages_is_no_verdict() {
+        let expect = crate::model::LoadExpect::default();
+        let mut report = LoadReport {
+            runs: 3,
+            succeeded: 3,
+            emulator_missed: Some(0),
+            ..LoadReport::default()
+        };
+        assert_eq!(unmet(&report, &expect), Vec::<String>::new());
+        assert!(!report.table().contains("MISSED"));
+        report.emulator_missed = Some(4);
+        let broken = unmet(&report, &expect);
+        assert_eq!(broken.len(), 1, "{broken:?}");
+        assert!(
+            broken[0].starts_with("the emulator missed 4 message(s)"),
+            "{broken:?}"
+        );
+        assert!(
+            report
+                .table()
+                .contains("MISSED: the emulator missed 4 message(s)")
+        );
+        report.emulator_missed = None;
+        assert!(unmet(&report, &expect)[0].contains("could not say"));
     }
 
     #[test]
