@@ -724,6 +724,11 @@ pub(crate) async fn trigger(
         })?),
     };
     let client = control(&args).await?;
+    let missed_before = if wait.is_some() {
+        Some(client.missed().await?)
+    } else {
+        None
+    };
     let run_id = match &sent {
         Sent::Json(json) => client.trigger(&flow, json).await?,
         Sent::Raw(raw) => client.trigger_raw(&flow, None, raw).await?,
@@ -739,6 +744,17 @@ pub(crate) async fn trigger(
         if run.status.is_settled() {
             print_timeline(&run);
             outln!("run {run_id}: {}", status_word(run.status));
+            let missed = client.missed().await?;
+            let before = missed_before.unwrap_or(missed);
+            if missed > before {
+                return Err(VerdictFailed(format!(
+                    "MISSED: the emulator missed {} message(s) while run {run_id} ran (a slow \
+                     subscription, or its NATS connection lost): its status rests on partial \
+                     data and is no verdict",
+                    missed - before
+                ))
+                .into());
+            }
             if run.status == RunStatus::Failed {
                 return Err(VerdictFailed(format!("run {run_id} failed")).into());
             }

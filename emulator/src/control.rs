@@ -1040,6 +1040,18 @@ impl ControlClient {
         self.call("state", json!({"runs_limit": runs_limit})).await
     }
 
+    /// Messages the emulator has missed since it started: dropped for a slow subscription,
+    /// plus connections lost (after each, plain-subject traffic published meanwhile went
+    /// unseen). Read it before and after something to know whether a verdict on it rests on
+    /// everything.
+    ///
+    /// # Errors
+    /// When the call fails.
+    pub async fn missed(&self) -> Result<u64, ControlError> {
+        let s = self.state_with_runs(0).await?;
+        Ok(s.dropped_messages + s.connection_losses)
+    }
+
     /// The deployed flow `flow_id`, whole.
     ///
     /// # Errors

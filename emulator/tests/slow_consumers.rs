@@ -124,6 +124,11 @@ async fn a_lost_connection_is_counted() {
     .await
     .unwrap();
     assert_eq!(lab.connection_losses(), 0);
+    // Through the control API as well, for the CLI's `status`, `load` and `trigger --wait`.
+    let control = triggers_emulator::control::ControlClient::connect(server.url())
+        .await
+        .unwrap();
+    assert_eq!(control.missed().await.unwrap(), 0);
     proxy.cut();
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
     while lab.connection_losses() == 0 {
@@ -138,4 +143,16 @@ async fn a_lost_connection_is_counted() {
         0,
         "a loss is not a slow-consumer drop"
     );
+    // The emulator answers again once it has reconnected.
+    let state = loop {
+        match control.state().await {
+            Ok(state) => break state,
+            Err(e) => {
+                assert!(tokio::time::Instant::now() < deadline, "{e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert!(state.connection_losses >= 1, "{}", state.connection_losses);
+    assert!(control.missed().await.unwrap() >= 1);
 }

@@ -188,8 +188,7 @@ impl LoadTarget for ControlClient {
     }
 
     async fn missed(&self) -> Option<u64> {
-        let s = self.state_with_runs(0).await.ok()?;
-        Some(s.dropped_messages + s.connection_losses)
+        ControlClient::missed(self).await.ok()
     }
 }
 
