@@ -62,6 +62,11 @@ pub struct EmulatorConfig {
     /// Settled runs kept; the oldest beyond it are evicted, counted in the `state` summary
     /// (default 10 000). Runs still running or waiting are never evicted.
     pub max_runs: usize,
+    /// Runs open at once (running, or waiting for a service, a timer or a retry): a trigger
+    /// beyond it is refused with [`EmulatorError::TooManyOpenRuns`] (default 100 000). Open runs
+    /// are never evicted, so without it a load on a flow whose service is down would grow the
+    /// emulator's memory without end.
+    pub max_open_runs: usize,
     /// Conformance violations kept; later ones are counted, not kept (default 10 000). At most
     /// 16 are kept per message. The payloads and headers they hold are bounded by
     /// `max_record_bytes` as well: past it, a violation keeps only an excerpt of its message
@@ -110,6 +115,7 @@ impl Default for EmulatorConfig {
             max_records: 100_000,
             max_record_bytes: 256 << 20,
             max_runs: 10_000,
+            max_open_runs: 100_000,
             max_violations: 10_000,
             stream_max_age: Duration::from_secs(24 * 3600),
             stream_max_bytes: 256 << 20,
@@ -413,6 +419,13 @@ impl RunOrder {
 }
 
 impl State {
+    /// Runs neither settled nor evicted: every run held, less those waiting in the eviction
+    /// queue (a run re-opened by a late event stays in that queue, so this may count a few too
+    /// few; a bound, not a tally).
+    pub(crate) fn open_runs(&self) -> usize {
+        self.runs.len().saturating_sub(self.settled.len())
+    }
+
     /// Notes that a run settled, and evicts the oldest settled runs beyond `max_runs`.
     pub(crate) fn settled(&mut self, run_id: &str, max_runs: usize) {
         self.settled.push_back(run_id.to_owned());
@@ -776,6 +789,10 @@ impl Emulator {
             let mut state = self.lock();
             if state.runs.contains_key(&run_id) {
                 return Err(EmulatorError::RunExists(run_id));
+            }
+            let open = state.open_runs();
+            if open >= self.config().max_open_runs {
+                return Err(EmulatorError::TooManyOpenRuns { open });
             }
             let flow = state
                 .flows

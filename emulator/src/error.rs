@@ -70,6 +70,18 @@ pub enum EmulatorError {
     /// A run with this id exists already.
     #[error("run {0:?} exists already; give another run id (or none, for a new random one)")]
     RunExists(String),
+
+    /// As many runs are open (running or waiting) as the emulator holds: a run is started only
+    /// once some settle.
+    #[error(
+        "{open} runs are open (running or waiting for a service, a timer or a retry), the most this \
+         emulator holds (EmulatorConfig::max_open_runs): let them settle (are their services \
+         running?), or raise the bound"
+    )]
+    TooManyOpenRuns {
+        /// Runs open now.
+        open: usize,
+    },
     /// Some timer deliveries could not be published; they stay armed and are tried again on the
     /// next advance (the others were delivered).
     #[error(

@@ -204,6 +204,45 @@ async fn settled_runs_beyond_max_runs_are_evicted_and_counted() {
     assert!(err.to_string().contains("evicted"), "{err}");
 }
 
+/// Found by an audit: open runs are never evicted, so triggers of a flow whose service did not
+/// run grew the emulator by some 7 KB a run without end (20 000 runs: +150 MB). Now a trigger
+/// beyond `max_open_runs` is refused with a reason, and accepted again once runs settle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triggers_beyond_max_open_runs_are_refused_until_runs_settle() {
+    let lab = lab_with(EmulatorConfig {
+        max_open_runs: 3,
+        ..Default::default()
+    })
+    .await;
+    let client = connect(&lab).await;
+    register(&client, &manifest("shop", &["charge"], &[])).await;
+    lab.deploy(one_step_flow("order", "shop", "charge"))
+        .await
+        .unwrap();
+    for n in 0..3 {
+        lab.trigger("order", &json!({"n": n})).await.unwrap();
+    }
+    let err = lab.trigger("order", &json!({"n": 3})).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            triggers_emulator::EmulatorError::TooManyOpenRuns { open: 3 }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("max_open_runs"), "{err}");
+    assert_eq!(lab.runs().len(), 3, "the refused trigger left no run");
+    // One settles: one more may start.
+    let d = next_delivery(&client, "shop").await;
+    let envelope = Envelope::from_headers(&d.headers).unwrap();
+    succeed(&client, &envelope, "shop", "step").await;
+    lab.wait_run_settled(&triggers_emulator::RunId(envelope.flow_run_id.clone()))
+        .await
+        .unwrap();
+    lab.trigger("order", &json!({"n": 4})).await.unwrap();
+    assert!(lab.trigger("order", &json!({"n": 5})).await.is_err());
+}
+
 /// Found by the protocol fuzzer: a control reply above the server's max_payload (here the
 /// violations of a few 400 KB messages) was never sent, and the requester waited for nothing
 /// while the requests behind it queued. Now it gets an error that says how to ask for less, at
