@@ -106,6 +106,18 @@ pub(crate) async fn follow(
                     match next {
                         Ok(msg) => {
                             if let Ok(info) = msg.info() {
+                                // Messages the stream let go before they were read (its
+                                // max_bytes or max_age, while the follower was behind): what
+                                // they said is not known, so they count as missed.
+                                if info.stream_sequence > next_seq {
+                                    let gap = info.stream_sequence - next_seq;
+                                    tracing::error!(
+                                        stream = name,
+                                        "messages {next_seq} to {} of stream {name} were gone before the emulator read them (the stream's max_bytes or max_age): counted as {gap} message(s) the emulator missed",
+                                        info.stream_sequence - 1
+                                    );
+                                    shared.config.slow_consumers.add(gap);
+                                }
                                 next_seq = info.stream_sequence + 1;
                             }
                             handle(&shared, &msg);

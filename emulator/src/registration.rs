@@ -316,6 +316,9 @@ impl Shared {
             duplicate_window: Duration::from_secs(120).min(self.config.stream_max_age),
             max_age: self.config.stream_max_age,
             max_bytes: self.config.stream_max_bytes,
+            // Full, it refuses a new message (its publisher is told) rather than let an
+            // unhandled one go unseen.
+            discard: jetstream::stream::DiscardPolicy::New,
             num_replicas: self.config.stream_replicas.max(1),
             ..Default::default()
         };

@@ -243,6 +243,35 @@ async fn triggers_beyond_max_open_runs_are_refused_until_runs_settle() {
     assert!(lab.trigger("order", &json!({"n": 5})).await.is_err());
 }
 
+/// Found by an audit: a service's inbound stream full (its `max_bytes`) let its oldest
+/// messages go, deliveries no one had handled yet, and their runs waited for nothing. Now a
+/// full inbound stream refuses the new message and its publisher is told: the trigger fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_inbound_stream_refuses_a_trigger_and_keeps_what_it_holds() {
+    let lab = lab_with(EmulatorConfig {
+        stream_max_bytes: 1 << 20,
+        ..Default::default()
+    })
+    .await;
+    let client = connect(&lab).await;
+    register(&client, &manifest("shop", &["charge"], &[])).await;
+    lab.deploy(one_step_flow("order", "shop", "charge"))
+        .await
+        .unwrap();
+    let big = json!({"n": 1, "pad": "x".repeat(400 * 1024)});
+    let first = lab.trigger("order", &big).await.unwrap();
+    lab.trigger("order", &big).await.unwrap();
+    let err = lab.trigger("order", &big).await.unwrap_err();
+    assert!(err.to_string().contains("maximum bytes"), "{err}");
+    assert_eq!(lab.runs().len(), 2, "the refused trigger left no run");
+    // The first delivery is still there to be handled.
+    let d = next_delivery(&client, "shop").await;
+    assert_eq!(
+        Envelope::from_headers(&d.headers).unwrap().flow_run_id,
+        first.0
+    );
+}
+
 /// Found by the protocol fuzzer: a control reply above the server's max_payload (here the
 /// violations of a few 400 KB messages) was never sent, and the requester waited for nothing
 /// while the requests behind it queued. Now it gets an error that says how to ask for less, at

@@ -156,3 +156,75 @@ async fn a_lost_connection_is_counted() {
     assert!(state.connection_losses >= 1, "{}", state.connection_losses);
     assert!(control.missed().await.unwrap() >= 1);
 }
+
+/// Found by an audit: a stream the emulator follows lets its oldest messages go at its
+/// `max_bytes`; a follower that was behind then went on from the oldest message left, and the
+/// ones between were never judged nor counted. Now the gap in the stream's sequence is counted
+/// as missed. The follower is held behind by holding its pull requests at a proxy while DLQ
+/// entries pour in, four times what the stream keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_messages_let_go_before_they_were_read_are_counted_as_missed() {
+    let server = NatsServer::start(NatsConfig {
+        backend: Backend::Binary,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let proxy = triggers_emulator::nats::FaultProxy::start(server.url())
+        .await
+        .unwrap();
+    let lab = Harness::start_with(
+        NatsConfig {
+            backend: Backend::External,
+            url: Some(proxy.url().to_owned()),
+            ..Default::default()
+        },
+        EmulatorConfig {
+            stream_max_bytes: 1 << 20,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let direct = async_nats::connect(server.url()).await.unwrap();
+    let js = async_nats::jetstream::new(direct);
+    let entry = |i: usize| {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", format!("m{i}").as_str());
+        (headers, bytes::Bytes::from(vec![b'x'; 4096]))
+    };
+    let (headers, body) = entry(0);
+    js.publish_with_headers("triggers.v2.dlq.svc.act", headers, body)
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    lab.emulator()
+        .wait_dlq(triggers_emulator::DlqFilter::any())
+        .await
+        .unwrap();
+    assert_eq!(lab.dropped_messages(), 0);
+    proxy.hold(true);
+    for i in 1..=1000 {
+        let (headers, body) = entry(i);
+        js.publish_with_headers("triggers.v2.dlq.svc.act", headers, body)
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    proxy.hold(false);
+    // Every entry is either judged and recorded, or counted as missed: none is simply gone.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (recorded, missed) = (lab.emulator().dlq().len() as u64, lab.dropped_messages());
+        if recorded + missed == 1001 && missed > 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "after 30 s: {recorded} recorded + {missed} missed of 1001"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

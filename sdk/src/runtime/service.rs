@@ -510,6 +510,9 @@ async fn inbound_stream(
         duplicate_window: Duration::from_secs(120),
         max_age: INBOUND_MAX_AGE,
         max_bytes: INBOUND_MAX_BYTES,
+        // Full, it refuses a new message (its publisher is told) rather than let an unhandled
+        // one go unseen.
+        discard: async_nats::jetstream::stream::DiscardPolicy::New,
         ..Default::default()
     };
     patiently("create the inbound stream", || {
