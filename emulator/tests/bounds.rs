@@ -13,6 +13,18 @@ use triggers_sdk::wire::{Envelope, subject};
 
 use common::*;
 
+/// A lab with `shop` (action `charge`) registered and the one-step flow `order` deployed on it,
+/// and a client of its server.
+async fn shop_lab(config: EmulatorConfig) -> (triggers_emulator::Harness, async_nats::Client) {
+    let lab = lab_with(config).await;
+    let client = connect(&lab).await;
+    register(&client, &manifest("shop", &["charge"], &[])).await;
+    lab.deploy(one_step_flow("order", "shop", "charge"))
+        .await
+        .unwrap();
+    (lab, client)
+}
+
 /// A lab whose records (and the messages its violations hold) are bounded by `max_record_bytes`.
 async fn lab_with_record_bytes(max_record_bytes: usize) -> triggers_emulator::Harness {
     lab_with(EmulatorConfig {
@@ -143,17 +155,12 @@ async fn the_violations_hold_their_messages_within_max_record_bytes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settled_runs_beyond_max_runs_are_evicted_and_counted() {
-    let lab = lab_with(EmulatorConfig {
+    let (lab, client) = shop_lab(EmulatorConfig {
         max_runs: 5,
         wait_timeout: Duration::from_secs(15),
         ..Default::default()
     })
     .await;
-    let client = connect(&lab).await;
-    register(&client, &manifest("shop", &["charge"], &[])).await;
-    lab.deploy(one_step_flow("order", "shop", "charge"))
-        .await
-        .unwrap();
     let mut runs = Vec::new();
     let mut early_page = None;
     for n in 0..20 {
@@ -209,16 +216,11 @@ async fn settled_runs_beyond_max_runs_are_evicted_and_counted() {
 /// beyond `max_open_runs` is refused with a reason, and accepted again once runs settle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn triggers_beyond_max_open_runs_are_refused_until_runs_settle() {
-    let lab = lab_with(EmulatorConfig {
+    let (lab, client) = shop_lab(EmulatorConfig {
         max_open_runs: 3,
         ..Default::default()
     })
     .await;
-    let client = connect(&lab).await;
-    register(&client, &manifest("shop", &["charge"], &[])).await;
-    lab.deploy(one_step_flow("order", "shop", "charge"))
-        .await
-        .unwrap();
     for n in 0..3 {
         lab.trigger("order", &json!({"n": n})).await.unwrap();
     }
@@ -248,16 +250,11 @@ async fn triggers_beyond_max_open_runs_are_refused_until_runs_settle() {
 /// full inbound stream refuses the new message and its publisher is told: the trigger fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_inbound_stream_refuses_a_trigger_and_keeps_what_it_holds() {
-    let lab = lab_with(EmulatorConfig {
+    let (lab, client) = shop_lab(EmulatorConfig {
         stream_max_bytes: 1 << 20,
         ..Default::default()
     })
     .await;
-    let client = connect(&lab).await;
-    register(&client, &manifest("shop", &["charge"], &[])).await;
-    lab.deploy(one_step_flow("order", "shop", "charge"))
-        .await
-        .unwrap();
     let big = json!({"n": 1, "pad": "x".repeat(400 * 1024)});
     let first = lab.trigger("order", &big).await.unwrap();
     lab.trigger("order", &big).await.unwrap();

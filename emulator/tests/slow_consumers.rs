@@ -11,6 +11,33 @@ use triggers_emulator::{
 };
 use triggers_sdk::transport::DropCounter;
 
+/// A binary nats-server, a fault proxy in front of it, and a lab that reaches the server only
+/// through the proxy.
+async fn lab_behind_proxy(
+    config: EmulatorConfig,
+) -> (NatsServer, triggers_emulator::nats::FaultProxy, Harness) {
+    let server = NatsServer::start(NatsConfig {
+        backend: Backend::Binary,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let proxy = triggers_emulator::nats::FaultProxy::start(server.url())
+        .await
+        .unwrap();
+    let lab = Harness::start_with(
+        NatsConfig {
+            backend: Backend::External,
+            url: Some(proxy.url().to_owned()),
+            ..Default::default()
+        },
+        config,
+    )
+    .await
+    .unwrap();
+    (server, proxy, lab)
+}
+
 /// Rounds of the flood before giving up: far more than a capacity of 1 ever needs.
 const ROUNDS: usize = 500;
 
@@ -104,25 +131,7 @@ async fn a_lost_connection_is_counted() {
     // The server cutting the emulator off (a flood past its max_pending) looks to the emulator
     // like any lost connection: it reconnects by itself, and what was published on plain
     // subjects meanwhile never reached it. Counted, so that a verdict can say so.
-    let server = NatsServer::start(NatsConfig {
-        backend: Backend::Binary,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let proxy = triggers_emulator::nats::FaultProxy::start(server.url())
-        .await
-        .unwrap();
-    let lab = Harness::start_with(
-        NatsConfig {
-            backend: Backend::External,
-            url: Some(proxy.url().to_owned()),
-            ..Default::default()
-        },
-        EmulatorConfig::default(),
-    )
-    .await
-    .unwrap();
+    let (server, proxy, lab) = lab_behind_proxy(EmulatorConfig::default()).await;
     assert_eq!(lab.connection_losses(), 0);
     // Through the control API as well, for the CLI's `status`, `load` and `trigger --wait`.
     let control = triggers_emulator::control::ControlClient::connect(server.url())
@@ -164,28 +173,11 @@ async fn a_lost_connection_is_counted() {
 /// entries pour in, four times what the stream keeps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_messages_let_go_before_they_were_read_are_counted_as_missed() {
-    let server = NatsServer::start(NatsConfig {
-        backend: Backend::Binary,
+    let (server, proxy, lab) = lab_behind_proxy(EmulatorConfig {
+        stream_max_bytes: 1 << 20,
         ..Default::default()
     })
-    .await
-    .unwrap();
-    let proxy = triggers_emulator::nats::FaultProxy::start(server.url())
-        .await
-        .unwrap();
-    let lab = Harness::start_with(
-        NatsConfig {
-            backend: Backend::External,
-            url: Some(proxy.url().to_owned()),
-            ..Default::default()
-        },
-        EmulatorConfig {
-            stream_max_bytes: 1 << 20,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    .await;
     let direct = async_nats::connect(server.url()).await.unwrap();
     let js = async_nats::jetstream::new(direct);
     let entry = |i: usize| {
