@@ -27,9 +27,9 @@ pub(crate) struct JsonArg {
 pub(crate) enum RunsCommand {
     /// Every run the emulator holds, oldest first (read a page at a time, so any number of them).
     List {
-        /// Only the newest N runs.
+        /// Only the newest N runs (N ≥ 1).
         #[arg(long, value_name = "N")]
-        last: Option<usize>,
+        last: Option<std::num::NonZeroUsize>,
         #[command(flatten)]
         json: JsonArg,
     },
@@ -210,7 +210,7 @@ pub(crate) async fn runs(args: ControlArgs, command: RunsCommand) -> Result<()> 
     match command {
         RunsCommand::List { last, json } => {
             let client = control(&args).await?;
-            let runs = match last {
+            let runs = match last.map(std::num::NonZeroUsize::get) {
                 // The newest N are in the state summary when they fit in one message; else paged.
                 Some(n) => {
                     let s = client.state_with_runs(n).await?;
