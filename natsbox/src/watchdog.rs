@@ -157,18 +157,7 @@ pub fn process_group_alive(pgid: u32) -> bool {
             if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
                 return false;
             }
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-                return false;
-            };
-            // After the command's closing parenthesis: state, ppid, pgrp, ...
-            let mut fields = stat
-                .rsplit(')')
-                .next()
-                .unwrap_or_default()
-                .split_whitespace();
-            let state = fields.next().unwrap_or("Z");
-            let pgrp = fields.nth(1).and_then(|p| p.parse::<u32>().ok());
-            pgrp == Some(pgid) && state != "Z" && state != "X"
+            running_pgrp(&entry.path()) == Some(pgid)
         })
     }
     #[cfg(all(unix, not(target_os = "linux")))]
@@ -183,6 +172,18 @@ pub fn process_group_alive(pgid: u32) -> bool {
         let _ = pgid;
         false
     }
+}
+
+/// The process group of the process whose `/proc` entry is `dir`, if it runs (a zombie does
+/// not: whether it is reaped is its parent's business).
+#[cfg(target_os = "linux")]
+fn running_pgrp(dir: &Path) -> Option<u32> {
+    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+    // After the command's closing parenthesis: state, ppid, pgrp, ...
+    let mut fields = stat.rsplit(')').next()?.split_whitespace();
+    let state = fields.next()?;
+    let pgrp = fields.nth(1)?.parse().ok()?;
+    (state != "Z" && state != "X").then_some(pgrp)
 }
 
 /// A mark no other tree has: this process's pid, a count and the time.
@@ -222,9 +223,7 @@ pub fn marked_processes(mark: &str) -> Vec<u32> {
                 if !environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes()) {
                     return None;
                 }
-                let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-                let state = stat.rsplit(')').next()?.split_whitespace().next()?;
-                (state != "Z" && state != "X").then_some(pid)
+                running_pgrp(&entry.path()).map(|_| pid)
             })
             .collect()
     }

@@ -133,11 +133,8 @@ fn json_error(name: &str, text: &str) -> Option<LoadError> {
         return None;
     }
     let e = serde_json::from_str::<serde::de::IgnoredAny>(text).err()?;
-    let message = e.to_string();
     // serde_json says the place in words at the end: it goes in front, as file:line:column.
-    let message = message
-        .rfind(" at line ")
-        .map_or(message.as_str(), |at| &message[..at]);
+    let message = crate::load::strip_position(&e.to_string());
     Some(LoadError::at(
         name,
         e.line() as u64,

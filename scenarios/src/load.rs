@@ -136,7 +136,7 @@ fn key_path(path: &str) -> String {
     path.replace("].value", "]")
 }
 
-fn strip_position(message: &str) -> String {
+pub(crate) fn strip_position(message: &str) -> String {
     // The parser appends the position in words; the error puts it in front as file:line:col.
     match message.rfind(" at line ") {
         Some(at) => message[..at].to_owned(),
