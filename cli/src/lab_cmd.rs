@@ -118,7 +118,12 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     // The emulator's connection counts what NATS drops for its slow subscriptions; the log
     // below says so as it happens, and `state` shows the count.
     let slow_consumers = DropCounter::new();
-    let client = triggers_emulator::drops::connect_options("triggers-lab up", &slow_consumers)
+    let mut options = triggers_emulator::drops::connect_options("triggers-lab up", &slow_consumers);
+    if let Some(credentials) = nats.orchestrator_credentials() {
+        // The services' user can neither see nor answer the emulator's JetStream requests.
+        options = credentials.apply(options);
+    }
+    let client = options
         .connect(nats.url())
         .await
         .with_context(|| format!("cannot connect to {}", nats.url()))?;

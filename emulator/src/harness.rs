@@ -38,8 +38,10 @@ impl Harness {
     }
 
     /// Starts with the given settings. When the server has a private control account
-    /// ([`NatsConfig::private_control`]) and `config` names no control connection, the control
-    /// API is served on one logged in to that account.
+    /// ([`NatsConfig::private_control`]), the emulator connects as the orchestrator's user of the
+    /// services' account (its JetStream requests out of the services' sight), and when `config`
+    /// names no control connection, the control API is served on one logged in to the control
+    /// account.
     /// The emulator's connection counts slow-consumer drops in
     /// `config.slow_consumers` ([`crate::drops`]), with `nats.subscription_capacity` if set.
     ///
@@ -59,6 +61,9 @@ impl Harness {
                 .retry_on_initial_connect();
         if let Some(capacity) = capacity {
             options = options.subscription_capacity(capacity);
+        }
+        if let Some(credentials) = nats.orchestrator_credentials() {
+            options = credentials.apply(options);
         }
         let client = options
             .connect(nats.url())

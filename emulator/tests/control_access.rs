@@ -97,22 +97,102 @@ async fn services_cannot_reach_a_private_control_api(lab: Harness) {
         .await
         .expect("advances");
 
-    // A round trip on the service's connection, then: what it saw holds nothing of the lab's.
+    // The service's own JetStream requests still work (it may send them, not receive them).
+    let js = async_nats::jetstream::new(service.clone());
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "own".into(),
+        subjects: vec!["own.>".into()],
+        ..Default::default()
+    })
+    .await
+    .expect("a service makes a stream of its own");
+
+    // A round trip on the service's connection, then: what it saw holds nothing of the lab's,
+    // nor the emulator's JetStream requests (the registration made the service's inbound
+    // stream, the trigger published into it) or their replies; the platform's own traffic, yes.
     service.flush().await.unwrap();
+    let mut saw_broadcast = false;
     while let Ok(Some(msg)) =
         tokio::time::timeout(Duration::from_millis(200), everything.next()).await
     {
         assert!(
-            !msg.subject.starts_with("triggerslab."),
+            !msg.subject.starts_with("triggerslab.")
+                && !msg.subject.starts_with("$JS.API.")
+                && !msg.subject.starts_with("_TRIGGERS_LAB_INBOX."),
             "a service saw {}",
             msg.subject
         );
+        saw_broadcast |= msg.subject.starts_with("triggers.v2.flow.broadcast.");
     }
+    assert!(
+        saw_broadcast,
+        "the service's `>` saw no broadcast: it saw nothing at all?"
+    );
+}
+
+/// On a server with a private control account, a service may not listen where the emulator's
+/// JetStream requests go, nor publish where their replies go: it can neither see nor answer
+/// them. The emulator works as before.
+async fn services_cannot_answer_the_emulators_jetstream_requests(lab: Harness) {
+    let orchestrator = lab
+        .nats()
+        .orchestrator_credentials()
+        .expect("an orchestrator user")
+        .clone();
+    let service = async_nats::connect(lab.url()).await.unwrap();
+    let mut api = service.subscribe("$JS.API.>").await.unwrap();
+    let mut stream_create = service
+        .queue_subscribe("$JS.API.STREAM.CREATE.*", "impostors".into())
+        .await
+        .unwrap();
+    let prefix = format!("{}.>", orchestrator.inbox_prefix);
+    let mut inbox = service.subscribe(prefix.clone()).await.unwrap();
+    service.flush().await.unwrap();
+
+    // The emulator makes the service's inbound stream on registration, and publishes into it.
+    let reply = register(&service, &manifest("shop", &["charge"], &[])).await;
+    assert!(reply.error.is_empty(), "{}", reply.error);
+    lab.emulator()
+        .deploy(one_step_flow("f", "shop", "charge"))
+        .await
+        .expect("deploys");
+    lab.emulator()
+        .trigger("f", &json!({}))
+        .await
+        .expect("the emulator's own JetStream publish is acked by the server, not forged");
+    // A forged reply under the emulator's prefix goes nowhere.
+    service
+        .publish(format!("{}.forged", orchestrator.inbox_prefix), "{}".into())
+        .await
+        .unwrap();
+    service.flush().await.unwrap();
+    for (what, sub) in [
+        ("$JS.API.>", &mut api),
+        ("a queue group on STREAM.CREATE", &mut stream_create),
+        (prefix.as_str(), &mut inbox),
+    ] {
+        if let Ok(Some(msg)) = tokio::time::timeout(Duration::from_millis(300), sub.next()).await {
+            panic!(
+                "a service's subscription to {what} was given {}",
+                msg.subject
+            );
+        }
+    }
+    assert!(
+        lab.emulator().services().contains_key("shop"),
+        "the registration went through"
+    );
 }
 
 #[tokio::test]
 async fn binary_with_a_private_control_account_keeps_services_out() {
     services_cannot_reach_a_private_control_api(private_lab(Backend::Binary).await).await;
+}
+
+#[tokio::test]
+async fn binary_with_a_private_control_account_keeps_the_emulators_jetstream_requests_private() {
+    services_cannot_answer_the_emulators_jetstream_requests(private_lab(Backend::Binary).await)
+        .await;
 }
 
 #[tokio::test]

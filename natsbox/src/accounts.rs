@@ -11,6 +11,13 @@
 //! checked against the creator's permissions) and read every record from it. Across accounts
 //! nothing leaks unless exported, and nothing is.
 //!
+//! Within `SERVICES`, the orchestrator (the emulator) has a user of its own, with an inbox prefix
+//! of its own ([`OrchestratorCredentials`]). The services' user may neither subscribe to the
+//! JetStream API's request subjects (`$JS.API.>`) nor subscribe or publish under that prefix: a
+//! service cannot see the orchestrator's JetStream requests, answer one before the server does,
+//! nor forge a reply to it. A subscription to `>` is allowed, and simply not given those
+//! subjects (the server filters what a wildcard delivers against the denials).
+//!
 //! [`NatsConfig::private_control`]: super::NatsConfig::private_control
 
 use std::fmt;
@@ -50,10 +57,67 @@ impl ControlCredentials {
     }
 }
 
+/// The orchestrator's user in the services' account, on a server started with
+/// [`NatsConfig::private_control`]: what the emulator connects with there, so that its JetStream
+/// requests and their replies stay out of the services' sight. [`apply`](Self::apply) sets the
+/// user, its password and its inbox prefix, which services may not use.
+///
+/// [`NatsConfig::private_control`]: super::NatsConfig::private_control
+#[derive(Clone, PartialEq, Eq)]
+pub struct OrchestratorCredentials {
+    /// The user name.
+    pub user: String,
+    /// Its password, random for each server.
+    pub password: String,
+    /// The prefix of its inboxes (every request's reply subject, every pull consumer's delivery
+    /// subject): services may neither subscribe nor publish under it.
+    pub inbox_prefix: String,
+}
+
+impl fmt::Debug for OrchestratorCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OrchestratorCredentials")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .field("inbox_prefix", &self.inbox_prefix)
+            .finish()
+    }
+}
+
+impl OrchestratorCredentials {
+    /// Connect options that log in as this user, with its inbox prefix.
+    #[must_use]
+    pub fn connect_options(&self) -> async_nats::ConnectOptions {
+        self.apply(async_nats::ConnectOptions::new())
+    }
+
+    /// `options`, logging in as this user, with its inbox prefix.
+    #[must_use]
+    pub fn apply(&self, options: async_nats::ConnectOptions) -> async_nats::ConnectOptions {
+        options
+            .user_and_password(self.user.clone(), self.password.clone())
+            .custom_inbox_prefix(&self.inbox_prefix)
+    }
+}
+
+/// The two accounts' credentials of a server started with [`NatsConfig::private_control`].
+///
+/// [`NatsConfig::private_control`]: super::NatsConfig::private_control
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Private {
+    pub(crate) control: ControlCredentials,
+    pub(crate) orchestrator: OrchestratorCredentials,
+}
+
 /// The user of the control account.
 pub(crate) const CONTROL_USER: &str = "triggers-lab";
 /// The user clients without credentials become.
 const SERVICES_USER: &str = "services";
+/// The orchestrator's user in the services' account.
+const ORCHESTRATOR_USER: &str = "orchestrator";
+/// The orchestrator's inbox prefix (fixed: it is the denial, not its secrecy, that keeps services
+/// out).
+const ORCHESTRATOR_INBOX: &str = "_TRIGGERS_LAB_INBOX";
 
 /// 32 random bytes as hex, from the thread's CSPRNG.
 pub(crate) fn secret() -> String {
@@ -62,28 +126,47 @@ pub(crate) fn secret() -> String {
     hex::encode(bytes)
 }
 
-/// The server configuration: the two accounts, and who lands where. Returns it with the control
-/// account's credentials.
-pub(crate) fn config() -> (String, ControlCredentials) {
+/// The server configuration: the two accounts, and who lands where. Returns it with the
+/// credentials of the control account and of the orchestrator's user.
+pub(crate) fn config() -> (String, Private) {
     let credentials = ControlCredentials {
         user: CONTROL_USER.to_string(),
         password: secret(),
+    };
+    let orchestrator = OrchestratorCredentials {
+        user: ORCHESTRATOR_USER.to_string(),
+        password: secret(),
+        inbox_prefix: ORCHESTRATOR_INBOX.to_string(),
     };
     // Nobody needs the services user's password (clients without credentials become that user),
     // but an empty or known one would let a client log in as it on purpose: harmless, yet odd.
     let text = format!(
         "# Written by triggers-lab for one nats-server: services land in SERVICES (no credentials),\n\
-         # the control API and its records live in LAB.\n\
+         # the control API and its records live in LAB. In SERVICES, the orchestrator's JetStream\n\
+         # requests and its inboxes are out of the services' reach.\n\
          accounts {{\n  \
-           SERVICES: {{ jetstream: enabled, users: [ {{ user: \"{SERVICES_USER}\", password: \"{services}\" }} ] }}\n  \
+           SERVICES: {{ jetstream: enabled, users: [\n    \
+             {{ user: \"{SERVICES_USER}\", password: \"{services}\", permissions: {{\n      \
+               subscribe: {{ deny: [\"$JS.API.>\", \"{ORCHESTRATOR_INBOX}.>\"] }},\n      \
+               publish: {{ deny: [\"{ORCHESTRATOR_INBOX}.>\"] }} }} }},\n    \
+             {{ user: \"{orchestrator_user}\", password: \"{orchestrator_password}\" }}\n  \
+           ] }}\n  \
            LAB: {{ users: [ {{ user: \"{user}\", password: \"{password}\" }} ] }}\n\
          }}\n\
          no_auth_user: \"{SERVICES_USER}\"\n",
         services = secret(),
+        orchestrator_user = orchestrator.user,
+        orchestrator_password = orchestrator.password,
         user = credentials.user,
         password = credentials.password,
     );
-    (text, credentials)
+    (
+        text,
+        Private {
+            control: credentials,
+            orchestrator,
+        },
+    )
 }
 
 #[cfg(test)]
@@ -91,12 +174,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_config_has_its_own_password_and_the_debug_form_hides_it() {
-        let (a, ca) = config();
-        let (_, cb) = config();
-        assert_ne!(ca.password, cb.password);
-        assert_eq!(ca.password.len(), 64);
-        assert!(a.contains(&ca.password) && a.contains("no_auth_user"));
-        assert!(!format!("{ca:?}").contains(&ca.password));
+    fn each_config_has_its_own_passwords_and_the_debug_forms_hide_them() {
+        let (a, pa) = config();
+        let (_, pb) = config();
+        assert_ne!(pa.control.password, pb.control.password);
+        assert_ne!(pa.orchestrator.password, pb.orchestrator.password);
+        assert_ne!(pa.control.password, pa.orchestrator.password);
+        assert_eq!(pa.control.password.len(), 64);
+        assert!(a.contains(&pa.control.password) && a.contains(&pa.orchestrator.password));
+        assert!(a.contains("no_auth_user"));
+        assert!(!format!("{pa:?}").contains(&pa.control.password));
+        assert!(!format!("{pa:?}").contains(&pa.orchestrator.password));
     }
 }

@@ -117,7 +117,10 @@ pub struct NatsConfig {
     /// where everything of the platform works as usual, and can neither reach the control API
     /// nor see its records; the emulator, the CLI and the terminal UI log in to the control
     /// account with [`NatsServer::control_credentials`](super::NatsServer::control_credentials),
-    /// a password generated for each start. No effect on an external server. Default `false`:
+    /// a password generated for each start. In the default account the emulator connects as a
+    /// user of its own ([`NatsServer::orchestrator_credentials`](super::NatsServer::orchestrator_credentials)),
+    /// whose JetStream requests and inboxes services may not subscribe to (nor publish on its
+    /// inboxes). No effect on an external server. Default `false`:
     /// one open account, as a bare `nats-server -js` has (what tests in one process want).
     pub private_control: bool,
     /// The client port on 127.0.0.1 for a server the emulator starts (Docker or binary backend);

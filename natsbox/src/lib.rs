@@ -78,7 +78,7 @@ pub mod watchdog;
 
 use std::time::Duration;
 
-pub use accounts::ControlCredentials;
+pub use accounts::{ControlCredentials, OrchestratorCredentials};
 pub use choice::{ChosenBackend, SkippedBackend};
 pub use config::{
     Backend, ENV_BACKEND, ENV_IMAGE, ENV_MONITOR_URL, ENV_SERVER_BIN, ENV_URL, LOCAL_IMAGE,
@@ -100,7 +100,7 @@ pub struct NatsServer {
     backend: ChosenBackend,
     skipped: Vec<SkippedBackend>,
     ready_timeout: Duration,
-    control: Option<ControlCredentials>,
+    accounts: Option<accounts::Private>,
     running: Running,
 }
 
@@ -142,7 +142,15 @@ impl NatsServer {
     /// [`NatsConfig::private_control`]: connect with [`ControlCredentials::connect_options`] to
     /// serve or use the control API. `None` for an open server (and any external one).
     pub fn control_credentials(&self) -> Option<&ControlCredentials> {
-        self.control.as_ref()
+        self.accounts.as_ref().map(|a| &a.control)
+    }
+
+    /// The orchestrator's user in the services' account, when the server was started with
+    /// [`NatsConfig::private_control`]: the emulator connects with
+    /// [`OrchestratorCredentials::apply`], so that services can neither see nor answer its
+    /// JetStream requests. `None` for an open server (and any external one).
+    pub fn orchestrator_credentials(&self) -> Option<&OrchestratorCredentials> {
+        self.accounts.as_ref().map(|a| &a.orchestrator)
     }
 
     /// Where the server came from; displays as `docker (image)`, `binary (/path)` or
@@ -385,7 +393,7 @@ async fn provision(
             }
         };
         if let Some((path, chosen, sha256)) = found {
-            let (config, control) = server_config(resolved);
+            let (config, accounts) = server_config(resolved);
             if let Some(n) = resolved.cluster {
                 let cluster = BinaryCluster::start(
                     n,
@@ -397,7 +405,7 @@ async fn provision(
                 )
                 .await?;
                 return Ok(NatsServer {
-                    control,
+                    accounts,
                     url: cluster.client_url(),
                     monitor_url: cluster.monitor_url(),
                     backend: ChosenBackend::Cluster {
@@ -419,7 +427,7 @@ async fn provision(
             )
             .await?;
             return Ok(NatsServer {
-                control,
+                accounts,
                 url: server.client_url(),
                 monitor_url: Some(server.monitor_url()),
                 backend: server.backend(),
@@ -439,7 +447,7 @@ async fn provision(
         };
         match found {
             Ok((engine, image)) => {
-                let (config, control) = server_config(resolved);
+                let (config, accounts) = server_config(resolved);
                 if let Some(n) = resolved.cluster {
                     let cluster =
                         DockerCluster::start(&engine, n, image, config, resolved.ready_timeout)
@@ -448,7 +456,7 @@ async fn provision(
                         image: String::new(),
                     });
                     return Ok(NatsServer {
-                        control,
+                        accounts,
                         url: cluster.client_url(),
                         monitor_url: cluster.monitor_url(),
                         backend: ChosenBackend::Cluster {
@@ -469,7 +477,7 @@ async fn provision(
                 )
                 .await?;
                 return Ok(NatsServer {
-                    control,
+                    accounts,
                     url: server.client_url(),
                     monitor_url: Some(server.monitor_url()),
                     backend: server.backend(),
@@ -514,7 +522,7 @@ async fn external(
         },
         skipped,
         ready_timeout: resolved.ready_timeout,
-        control: None,
+        accounts: None,
         running: Running::External,
     })
 }
@@ -528,8 +536,8 @@ async fn external(
 const MAX_FILE_STORE: &str = "16TB";
 
 /// The server configuration file (JetStream's storage limit, and the two accounts when the
-/// config asks for a private control account) and the control credentials, if any.
-fn server_config(resolved: &Resolved) -> (Option<String>, Option<ControlCredentials>) {
+/// config asks for a private control account) and the accounts' credentials, if any.
+fn server_config(resolved: &Resolved) -> (Option<String>, Option<accounts::Private>) {
     let jetstream = format!(
         "# Written by triggers-lab: JetStream may reserve more than the disk holds (a test's\n\
          # streams hold little; each stays bounded by its own max_bytes).\n\
