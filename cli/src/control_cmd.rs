@@ -143,13 +143,13 @@ fn losses(s: &StateSummary) -> Vec<String> {
     }
     if s.dropped_records > 0 {
         lines.push(format!(
-            "{} record(s) dropped off the emulator's ring (max_records, max_record_bytes)",
+            "{} record(s) dropped off the emulator's ring (max_records, max_record_bytes; `up --max-records` raises the first)",
             s.dropped_records
         ));
     }
     if s.evicted_runs > 0 {
         lines.push(format!(
-            "{} settled run(s) evicted beyond max_runs",
+            "{} settled run(s) evicted beyond max_runs (`up --max-runs` raises it)",
             s.evicted_runs
         ));
     }

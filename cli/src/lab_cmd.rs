@@ -2,6 +2,7 @@
 //! `deploy`, `trigger`, `advance`.
 
 use std::io::Write;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -84,6 +85,23 @@ pub(crate) struct UpArgs {
     /// other commands when several `up`s run.
     #[arg(long, value_name = "NAME")]
     pub(crate) instance: Option<String>,
+    /// Settled runs the emulator keeps; the oldest beyond are evicted (counted: `status`). Raise
+    /// it above a `load`'s runs for the load to read every failed run's DLQ entries at its end.
+    #[arg(long, value_name = "N", default_value_t = default_bound(|c| c.max_runs))]
+    max_runs: NonZeroUsize,
+    /// Runs open at once (running, or waiting for a service, a timer or a retry); a trigger
+    /// beyond it is refused.
+    #[arg(long, value_name = "N", default_value_t = default_bound(|c| c.max_open_runs))]
+    max_open_runs: NonZeroUsize,
+    /// Records kept (`runs show`, `watch`, `--record`); older ones drop off, counted.
+    #[arg(long, value_name = "N", default_value_t = default_bound(|c| c.max_records))]
+    max_records: NonZeroUsize,
+}
+
+/// One of the emulator's default bounds, for a flag's default (so the help shows the emulator's
+/// own figure, kept in one place).
+fn default_bound(bound: fn(&EmulatorConfig) -> usize) -> NonZeroUsize {
+    NonZeroUsize::new(bound(&EmulatorConfig::default())).unwrap_or(NonZeroUsize::MIN)
 }
 
 pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
@@ -154,6 +172,9 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
                 HashArg::Reject => HashMismatchPolicy::Reject,
                 HashArg::Record => HashMismatchPolicy::Record,
             },
+            max_runs: args.max_runs.get(),
+            max_open_runs: args.max_open_runs.get(),
+            max_records: args.max_records.get(),
             ..Default::default()
         },
     )

@@ -87,6 +87,24 @@ fn interrupt(up: &mut Child) -> std::process::ExitStatus {
     }
 }
 
+/// Registers the spec's example service (`my-python-svc`, which FLOW runs) as `service`;
+/// returns the reply.
+async fn register_spec_example(service: &async_nats::Client) -> String {
+    let manifest = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../testdata/manifests/001_spec_example/manifest.json"),
+    )
+    .unwrap();
+    let mut manifest: serde_json::Value = serde_json::from_slice(&manifest).unwrap();
+    manifest["manifest_hash"] =
+        json!("sha256:289888788fd67c1c96727dc28cd3e772969279b224e455a0c0543cf09b53606f");
+    let reply = service
+        .request("triggers.v2.manifest.register", manifest.to_string().into())
+        .await
+        .unwrap();
+    String::from_utf8(reply.payload.to_vec()).unwrap()
+}
+
 const FLOW: &str = "id: inapp\nnodes:\n  - {id: in, type: service-in, service: my-python-svc}\n  - {id: send, type: action, service: my-python-svc, action: send_inapp}\nedges:\n  - {id: e1, from: in, to: send}\n";
 
 #[test]
@@ -114,22 +132,10 @@ fn up_answers_registrations_and_control_commands_then_stops_on_sigint() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     // A service: a plain client, no credentials.
     let service = runtime.block_on(async_nats::connect(&url)).unwrap();
-    let manifest = std::fs::read(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../testdata/manifests/001_spec_example/manifest.json"),
-    )
-    .unwrap();
-    let mut manifest: serde_json::Value = serde_json::from_slice(&manifest).unwrap();
-    manifest["manifest_hash"] =
-        json!("sha256:289888788fd67c1c96727dc28cd3e772969279b224e455a0c0543cf09b53606f");
-    let reply = runtime.block_on(async {
-        let reply = service
-            .request("triggers.v2.manifest.register", manifest.to_string().into())
-            .await
-            .unwrap();
-        String::from_utf8(reply.payload.to_vec()).unwrap()
-    });
-    assert_eq!(reply, r#"{"flows":null}"#);
+    assert_eq!(
+        runtime.block_on(register_spec_example(&service)),
+        r#"{"flows":null}"#
+    );
 
     // The service can neither drive the emulator nor see the lab's traffic.
     runtime.block_on(async {
@@ -349,4 +355,49 @@ fn on_an_external_server_the_control_api_needs_the_token() {
     assert_eq!(interrupt(&mut up).code(), Some(130));
     let _ = server.kill();
     let _ = server.wait();
+}
+
+/// The emulator's bounds are `up`'s flags: runs of a service that is not consuming stay open, and
+/// the one beyond `--max-open-runs` is refused, with what to raise. A bound of 0 is a usage error.
+#[test]
+fn up_takes_the_emulators_bounds_as_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let xdg = dir.path();
+    let out = run(
+        xdg,
+        &[
+            "up",
+            "--backend",
+            "binary",
+            "--port",
+            "0",
+            "--max-runs",
+            "0",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+
+    let (mut up, url) = up(xdg, &["--max-open-runs", "2", "--max-runs", "5"]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let service = runtime.block_on(async_nats::connect(&url)).unwrap();
+    assert_eq!(
+        runtime.block_on(register_spec_example(&service)),
+        r#"{"flows":null}"#
+    );
+    let flow = xdg.join("flow.yaml");
+    std::fs::write(&flow, FLOW).unwrap();
+    let out = run(xdg, &["deploy", flow.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    for _ in 0..2 {
+        let out = run(xdg, &["trigger", "inapp", r#"{"tenant_id":"t1"}"#]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let out = run(xdg, &["trigger", "inapp", r#"{"tenant_id":"t1"}"#]);
+    assert!(!out.status.success(), "a third open run was started");
+    assert!(
+        text(&out).contains("2 runs are open") && text(&out).contains("--max-open-runs"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(interrupt(&mut up).code(), Some(130));
 }

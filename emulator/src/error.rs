@@ -76,7 +76,7 @@ pub enum EmulatorError {
     #[error(
         "{open} runs are open (running or waiting for a service, a timer or a retry), the most this \
          emulator holds (EmulatorConfig::max_open_runs): let them settle (are their services \
-         running?), or raise the bound"
+         running?), or raise the bound (`up --max-open-runs`, a scenario's emulator.max_open_runs)"
     )]
     TooManyOpenRuns {
         /// Runs open now.

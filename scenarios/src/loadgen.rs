@@ -269,6 +269,10 @@ pub struct LoadReport {
     pub not_started: u64,
     /// DLQ entries of the load's runs.
     pub dlq_entries: u64,
+    /// Failed or unsettled runs that could no longer be read when the DLQ entries were counted
+    /// at the end (evicted beyond the emulator's `max_runs`): for them `dlq_entries` counts what
+    /// they had when they settled, so it is a floor, and no `max_dlq` verdict rests on it.
+    pub dlq_unread: u64,
     /// From the first start to the last settlement, in milliseconds.
     pub elapsed_ms: u64,
     /// Settled runs per second.
@@ -312,8 +316,19 @@ impl LoadReport {
             self.failed,
             self.timed_out,
             self.not_started,
-            self.dlq_entries
+            if self.dlq_unread > 0 {
+                format!("at least {}", self.dlq_entries)
+            } else {
+                self.dlq_entries.to_string()
+            }
         );
+        if self.dlq_unread > 0 {
+            let _ = writeln!(
+                out,
+                "MISSED: {} failed run(s) were evicted beyond the emulator's max_runs before their DLQ entries were counted: the DLQ count is a floor",
+                self.dlq_unread
+            );
+        }
         match self.emulator_missed {
             Some(0) => {}
             Some(n) => {
@@ -428,13 +443,26 @@ pub fn unmet(report: &LoadReport, expect: &crate::model::LoadExpect) -> Vec<Stri
             report.failed, expect.max_failed
         ));
     }
-    if let Some(max_dlq) = expect.max_dlq
-        && report.dlq_entries > max_dlq
-    {
-        broken.push(format!(
-            "{} DLQ entries (expect.max_dlq: {max_dlq})",
-            report.dlq_entries
-        ));
+    if let Some(max_dlq) = expect.max_dlq {
+        if report.dlq_entries > max_dlq {
+            broken.push(format!(
+                "{}{} DLQ entries (expect.max_dlq: {max_dlq})",
+                if report.dlq_unread > 0 {
+                    "at least "
+                } else {
+                    ""
+                },
+                report.dlq_entries
+            ));
+        } else if report.dlq_unread > 0 {
+            broken.push(format!(
+                "{} failed run(s) could no longer be read when the DLQ entries were counted \
+                 (evicted beyond the emulator's max_runs): {} DLQ entries is a floor, no verdict \
+                 on expect.max_dlq: {max_dlq}; raise max_runs above the load's runs (a scenario's \
+                 emulator.max_runs, `up --max-runs`)",
+                report.dlq_unread, report.dlq_entries
+            ));
+        }
     }
     if let Some(bound) = expect.p99_below {
         let p99 = Duration::from_micros(report.run_latency.p99_us);
@@ -517,6 +545,7 @@ pub async fn run_load<T: LoadTarget>(
         timed_out: 0,
         not_started: 0,
         dlq_entries: 0,
+        dlq_unread: 0,
         elapsed_ms: 0,
         throughput: 0.0,
         late_starts: 0,
@@ -548,8 +577,9 @@ pub async fn run_load<T: LoadTarget>(
     let mut next = 0u64;
     let mut settled = 0u64;
     let mut counted_late = None;
-    // Failed runs: their DLQ entries may land just after the failed event settles them.
-    let mut unsuccessful = Vec::new();
+    // Failed runs, with the DLQ entries each had when it settled: their entries may land just
+    // after the failed event settles them, so they are read again at the end.
+    let mut unsuccessful: Vec<(String, usize)> = Vec::new();
     while settled < config.runs {
         // Start what the pace allows.
         while next < config.runs && in_flight.len() < limit {
@@ -601,7 +631,7 @@ pub async fn run_load<T: LoadTarget>(
                 } else {
                     report.failed += 1;
                     failure(&mut report, index, &run_id, failed_reason(&run));
-                    unsuccessful.push(run_id.clone());
+                    unsuccessful.push((run_id.clone(), run.dlq.len()));
                 }
                 run
             }
@@ -618,7 +648,7 @@ pub async fn run_load<T: LoadTarget>(
                         run.pending.keys().cloned().collect::<Vec<_>>().join(", ")
                     ),
                 );
-                unsuccessful.push(run_id.clone());
+                unsuccessful.push((run_id.clone(), run.dlq.len()));
                 run
             }
             Err(Err(e)) => {
@@ -671,9 +701,13 @@ pub async fn run_load<T: LoadTarget>(
         .collect();
     // Read again: a DLQ entry is written after the failed event that settled its run.
     tokio::time::sleep(DLQ_GRACE).await;
-    for run_id in &unsuccessful {
-        if let Ok(run) = target.current(run_id).await {
-            report.dlq_entries += run.dlq.len() as u64;
+    for (run_id, at_settlement) in &unsuccessful {
+        match target.current(run_id).await {
+            Ok(run) => report.dlq_entries += run.dlq.len().max(*at_settlement) as u64,
+            Err(_) => {
+                report.dlq_entries += *at_settlement as u64;
+                report.dlq_unread += 1;
+            }
         }
     }
     report.emulator_missed = match (missed_before, target.missed().await) {
@@ -763,6 +797,47 @@ mod tests {
         );
         report.emulator_missed = None;
         assert!(unmet(&report, &expect)[0].contains("could not say"));
+    }
+
+    /// DLQ entries counted only as far as the runs could still be read are a floor: over the
+    /// bound it is a failure either way, under it no verdict.
+    #[test]
+    fn a_dlq_count_with_unread_runs_is_a_floor() {
+        let expect = crate::model::LoadExpect {
+            max_failed: 10,
+            max_dlq: Some(5),
+            ..Default::default()
+        };
+        let mut report = LoadReport {
+            runs: 10,
+            failed: 10,
+            dlq_entries: 4,
+            emulator_missed: Some(0),
+            ..LoadReport::default()
+        };
+        assert_eq!(unmet(&report, &expect), Vec::<String>::new());
+        report.dlq_unread = 2;
+        let broken = unmet(&report, &expect);
+        assert!(
+            broken.len() == 1 && broken[0].contains("4 DLQ entries is a floor"),
+            "{broken:?}"
+        );
+        assert!(report.table().contains("at least 4 DLQ entries"));
+        assert!(
+            report
+                .table()
+                .contains("MISSED: 2 failed run(s) were evicted")
+        );
+        report.dlq_entries = 6;
+        assert_eq!(
+            unmet(&report, &expect),
+            vec!["at least 6 DLQ entries (expect.max_dlq: 5)".to_owned()]
+        );
+        let no_bound = crate::model::LoadExpect {
+            max_failed: 10,
+            ..Default::default()
+        };
+        assert_eq!(unmet(&report, &no_bound), Vec::<String>::new());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -81,6 +82,17 @@ pub struct EmulatorSpec {
     /// `reject` (default) or `record` a registration whose `manifest_hash` is wrong.
     #[serde(default)]
     pub hash_mismatch: HashMismatchSpec,
+    /// Settled runs the emulator keeps; the oldest beyond are evicted (default: the emulator's,
+    /// 10 000). A `load` of more runs than this that has failures wants it raised, so that the
+    /// failed runs' DLQ entries can still be read at its end.
+    #[serde(default)]
+    pub max_runs: Option<NonZeroUsize>,
+    /// Runs open at once; a trigger beyond it is refused (default: the emulator's, 100 000).
+    #[serde(default)]
+    pub max_open_runs: Option<NonZeroUsize>,
+    /// Records kept; older ones drop off, counted (default: the emulator's, 100 000).
+    #[serde(default)]
+    pub max_records: Option<NonZeroUsize>,
 }
 
 /// `nats:` settings.

@@ -3,6 +3,7 @@
 //! stopped and the server removed whatever happened.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -492,6 +493,8 @@ impl Emitter {
 }
 
 async fn setup<'a>(scenario: &'a Scenario, options: &RunOptions) -> Result<Lab<'a>, SetupError> {
+    let defaults = EmulatorConfig::default();
+    let bound = |given: Option<NonZeroUsize>, default| given.map_or(default, NonZeroUsize::get);
     let config = EmulatorConfig {
         hash_mismatch: match scenario.emulator.hash_mismatch {
             HashMismatchSpec::Reject => HashMismatchPolicy::Reject,
@@ -504,8 +507,12 @@ async fn setup<'a>(scenario: &'a Scenario, options: &RunOptions) -> Result<Lab<'
         auto_advance: scenario.emulator.auto_advance,
         wait_timeout: scenario.step_timeout,
         heartbeat_interval: Duration::from_millis(500),
-        ..Default::default()
+        max_runs: bound(scenario.emulator.max_runs, defaults.max_runs),
+        max_open_runs: bound(scenario.emulator.max_open_runs, defaults.max_open_runs),
+        max_records: bound(scenario.emulator.max_records, defaults.max_records),
+        ..defaults
     };
+
     let mut nats = options.nats.clone();
     if scenario.nats.cluster.is_some() {
         nats.cluster = scenario.nats.cluster;
