@@ -291,6 +291,24 @@ where
     }
 }
 
+/// An error that says the JetStream server cannot reserve the storage a stream asks for
+/// (JetStream's error 10047, "insufficient storage resources available").
+pub trait StorageRefusal {
+    /// Whether the server refused the stream's `max_bytes` for want of storage.
+    fn storage_refused(&self) -> bool;
+}
+
+impl StorageRefusal for async_nats::jetstream::context::CreateStreamError {
+    fn storage_refused(&self) -> bool {
+        use async_nats::jetstream::context::CreateStreamErrorKind as K;
+        matches!(
+            self.kind(),
+            K::JetStream(e)
+                if e.error_code() == async_nats::jetstream::ErrorCode::STORAGE_RESOURCES_EXCEEDED
+        )
+    }
+}
+
 /// The smallest `max_bytes` [`reserving`] goes down to.
 pub const MIN_STREAM_BYTES: i64 = 1 << 20;
 
@@ -311,13 +329,13 @@ pub async fn reserving<T, E, F>(
     mut make: impl FnMut(async_nats::jetstream::stream::Config) -> F,
 ) -> Result<T, E>
 where
-    E: std::fmt::Display,
+    E: StorageRefusal,
     F: std::future::Future<Output = Result<T, E>>,
 {
     let asked = config.max_bytes;
     loop {
         match make(config.clone()).await {
-            Err(e) if e.to_string().contains("10047") && config.max_bytes > MIN_STREAM_BYTES => {
+            Err(e) if e.storage_refused() && config.max_bytes > MIN_STREAM_BYTES => {
                 config.max_bytes = (config.max_bytes / 2).max(MIN_STREAM_BYTES);
             }
             Ok(made) => {
