@@ -17,60 +17,10 @@ impl std::fmt::Display for FileError {
 
 impl std::error::Error for FileError {}
 
-/// YAML options: YAML 1.2 booleans only (`yes` is a string), duplicate keys refused.
-pub(crate) fn yaml_options() -> serde_saphyr::Options {
-    serde_saphyr::options! {
-        strict_booleans: true,
-        duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
-        // Room for the largest flow release accepts (20 000 nodes, 40 000 edges: about 700 000
-        // YAML nodes); still a bound.
-        budget: serde_saphyr::budget! {
-            max_nodes: 2_000_000,
-            max_events: 4_000_000,
-        },
-    }
-}
-
-/// Parses text as JSON when it looks like JSON (or the name ends in .json), else as YAML.
+/// Parses text as YAML, or JSON (which is YAML), as scenarios read their files: errors name the
+/// file, line and column.
 pub(crate) fn parse_text<T: DeserializeOwned>(name: &str, text: &str) -> Result<T, FileError> {
-    let looks_json = name.ends_with(".json") || text.trim_start().starts_with(['{', '[']);
-    if looks_json {
-        let mut de = serde_json::Deserializer::from_str(text);
-        return serde_path_to_error::deserialize(&mut de)
-            .map_err(|e| {
-                let inner = e.inner();
-                let path = e.path().to_string();
-                let at = if path == "." {
-                    String::new()
-                } else {
-                    format!(" at {path}")
-                };
-                FileError(format!(
-                    "{name}:{}:{}: {}{at}",
-                    inner.line(),
-                    inner.column().max(1),
-                    triggers_scenarios::suggest_in_message(&strip_position(&inner.to_string()))
-                ))
-            })
-            .and_then(|v| {
-                de.end().map_err(|e| {
-                    FileError(format!("{name}:{}:{}: {e}", e.line(), e.column().max(1)))
-                })?;
-                Ok(v)
-            });
-    }
-    serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| {
-        let at = e
-            .location()
-            .map(|l| format!("{name}:{}:{}", l.line(), l.column()))
-            .unwrap_or_else(|| name.to_owned());
-        FileError(format!(
-            "{at}: {}",
-            triggers_scenarios::suggest_in_message(&strip_position(
-                &e.without_snippet().to_string()
-            ))
-        ))
-    })
+    triggers_scenarios::parse_document(name, text).map_err(|e| FileError(e.to_string()))
 }
 
 /// Reads and parses a file (`-` is standard input).
@@ -95,14 +45,6 @@ pub(crate) fn read_text(path: &Path) -> Result<(String, String), FileError> {
     })
 }
 
-fn strip_position(message: &str) -> String {
-    // Both parsers append the position in words; the caller puts it in front as file:line:col.
-    match message.rfind(" at line ") {
-        Some(at) => message[..at].to_owned(),
-        None => message.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,5 +63,8 @@ mod tests {
         let e = parse_text::<T>("f.json", "{\n \"a\": \"x\"}").unwrap_err();
         assert!(e.0.starts_with("f.json:2:"), "{e}");
         assert!(parse_text::<T>("f.yaml", "a: 3").is_ok());
+        // A JSON mistake in JSON's words and place, not YAML's.
+        let e = parse_text::<T>("f.json", "{\"a\": 1,,}").unwrap_err();
+        assert!(e.0.starts_with("f.json:1:9: not JSON"), "{e}");
     }
 }

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 use triggers_sdk::flow::Flow;
 
 use crate::error::LoadError;
-use crate::load::parse_yaml;
+use crate::load::{parse_document, parse_yaml};
 
 /// The keys a flow, a node and an edge may have.
 const FLOW_KEYS: &[&str] = &["id", "version", "nodes", "edges"];
@@ -70,8 +70,7 @@ pub fn read_flow(name: &str, text: &str) -> Result<(Flow, Value), Vec<LoadError>
 /// The flow's text parsed and its keys checked, not yet read as a flow (a scenario's flow may
 /// hold `${...}` that only make sense once replaced).
 pub(crate) fn read_flow_value(name: &str, text: &str) -> Result<Value, Vec<LoadError>> {
-    let value: Value =
-        parse_yaml(name, text).map_err(|e| vec![json_error(name, text).unwrap_or(e)])?;
+    let value: Value = parse_document(name, text).map_err(|e| vec![e])?;
     let problems = key_problems(&value);
     if !problems.is_empty() {
         return Err(problems
@@ -127,7 +126,7 @@ fn back_to_value(text: &str, error: &LoadError) -> (u64, u64) {
 /// YAML reader refused: the JSON reader's error, when it refuses it too. JSON is YAML, but a
 /// mistake in JSON (`,,`, a missing quote) reads to the YAML reader as something else ("an
 /// implicit flow mapping"), at another place; a YAML-only refusal (a repeated key) stays its own.
-fn json_error(name: &str, text: &str) -> Option<LoadError> {
+pub(crate) fn json_error(name: &str, text: &str) -> Option<LoadError> {
     let looks_json = name.ends_with(".json") || text.trim_start().starts_with(['{', '[']);
     if !looks_json {
         return None;

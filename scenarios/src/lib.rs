@@ -54,7 +54,7 @@ pub use flowfile::{did_you_mean, read_flow, suggest_in_message};
 pub use interrupt::Interrupt;
 pub use load::{
     DEFAULT_STEP_TIMEOUT, DEFAULT_TIMEOUT, FlowDef, SCENARIO_SUFFIXES, Scenario, StepAt, discover,
-    is_scenario_file, load_file, load_str,
+    is_scenario_file, load_file, load_str, parse_document,
 };
 pub use report::{Outcome, ScenarioReport, ShardInfo, StepReport, SuiteReport, Totals};
 pub use runner::{Event, EventFn, RunOptions, WatchFn, run_scenario};

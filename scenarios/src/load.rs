@@ -126,6 +126,19 @@ pub(crate) fn parse_yaml<T: serde::de::DeserializeOwned>(
     })
 }
 
+/// Parses a file users write (a flow, a payload) as YAML, or JSON, which is YAML; errors as
+/// `name:line:col: message`, a JSON-looking text's syntax error in JSON's own words and place
+/// (`not JSON: key must be a string`), not YAML's.
+///
+/// # Errors
+/// The first problem, at its line and column.
+pub fn parse_document<T: serde::de::DeserializeOwned>(
+    name: &str,
+    text: &str,
+) -> Result<T, LoadError> {
+    parse_yaml(name, text).map_err(|e| crate::flowfile::json_error(name, text).unwrap_or(e))
+}
+
 /// A serde path as the file's keys: without the root's `.`, and without the `value` of the
 /// position-keeping wrapper around list items (`steps[0].value.sleep` is `steps[0].sleep`).
 fn key_path(path: &str) -> String {
