@@ -23,7 +23,7 @@
 //! | `advance` | `{"duration_ms"}` | the timers fired |
 //! | `runs` | `{}` | every run, whole (timelines included): fails once they outgrow one message; page with `run_page` |
 //! | `run_page` | `{"after"?, "limit"?}` | [`RunPage`]: the runs' summaries in start order after the place `after` (from the last page's `next`), at most `limit` ([`RUN_PAGE`]) |
-//! | `run` | `{"run_id"}` | the run |
+//! | `run` | `{"run_id", "timeline_from"?, "timeline_limit"?}` | the run; with either key, only the timeline entries from `timeline_from` that fit (at most `timeline_limit`), and `timeline_from`, `timeline_total` |
 //! | `flow` | `{"flow_id"}` | the deployed flow (as released, its latest version) |
 //! | `flow_list` | `{}` | [`FlowSummary`] of every deployed flow |
 //! | `records` | `{"since": seq, "limit": n}` | records after `since` |
@@ -417,6 +417,58 @@ struct FlowIdRequest {
 #[derive(Deserialize)]
 struct RunRequest {
     run_id: String,
+    /// With either of these, a page of the timeline: from entry `timeline_from` (default 0),
+    /// at most `timeline_limit` entries (default: all), fewer when they would not fit.
+    #[serde(default)]
+    timeline_from: Option<usize>,
+    #[serde(default)]
+    timeline_limit: Option<usize>,
+}
+
+/// A run with one page of its timeline (the `run` op with `timeline_from`): the entries from
+/// `timeline_from`, of `timeline_total` in all.
+#[derive(Deserialize)]
+struct RunTimelinePage {
+    #[serde(flatten)]
+    run: Run,
+    /// Absent from an emulator older than paging: the run came whole.
+    #[serde(default)]
+    timeline_from: Option<usize>,
+    #[serde(default)]
+    timeline_total: Option<usize>,
+}
+
+/// The run, whole, or a page of its timeline that fits in `max` bytes.
+fn run_reply(run: Run, req: &RunRequest, max: usize) -> Result<Vec<u8>, Value> {
+    if req.timeline_from.is_none() && req.timeline_limit.is_none() {
+        return to_json(
+            &run,
+            max,
+            "read its timeline a page at a time with `timeline_from` (ControlClient::run does)",
+        );
+    }
+    let mut run = run;
+    let timeline = std::mem::take(&mut run.timeline);
+    let total = timeline.len();
+    let from = req.timeline_from.unwrap_or(0).min(total);
+    let mut limit = req.timeline_limit.unwrap_or(total).clamp(1, total.max(1));
+    let mut page = serde_json::to_value(&run).map_err(|e| Value::from(e.to_string()))?;
+    page["timeline_from"] = json!(from);
+    page["timeline_total"] = json!(total);
+    // As many entries as fit: half as many each time they do not (one at least).
+    loop {
+        let end = (from + limit).min(total);
+        page["timeline"] =
+            serde_json::to_value(&timeline[from..end]).map_err(|e| Value::from(e.to_string()))?;
+        match to_json(
+            &page,
+            max,
+            "even one timeline entry (with the run's other fields) is more than one message holds",
+        ) {
+            Err(_) if limit > 1 => limit /= 2,
+            other => return other,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -649,7 +701,7 @@ async fn handle(
         "run" => {
             let req: RunRequest = parse(payload).map_err(err)?;
             match emulator.run(&req.run_id) {
-                Some(run) => to_json(&run, max, "read the run's records with `records` instead"),
+                Some(run) => run_reply(run, &req, max),
                 None => Err(err(format!("no run {:?}", req.run_id))),
             }
         }
@@ -1203,12 +1255,40 @@ impl ControlClient {
         self.call("advance", json!({"duration_ms": ms})).await
     }
 
-    /// A run.
+    /// A run, whole: its timeline read a page at a time, as much as fits in one message each,
+    /// so a run of any size is read (entries added meanwhile are included; the run's other
+    /// fields are as of the last page).
     ///
     /// # Errors
-    /// When the call fails or there is no such run.
+    /// When a call fails or there is no such run.
     pub async fn run(&self, run_id: &str) -> Result<Run, ControlError> {
-        self.call("run", json!({"run_id": run_id})).await
+        let mut timeline = Vec::new();
+        loop {
+            let page: RunTimelinePage = self
+                .call(
+                    "run",
+                    json!({"run_id": run_id, "timeline_from": timeline.len()}),
+                )
+                .await?;
+            let (Some(from), Some(total)) = (page.timeline_from, page.timeline_total) else {
+                // An emulator that does not page sent the run whole.
+                return Ok(page.run);
+            };
+            if from != timeline.len() {
+                return Err(ControlError::BadReply(format!(
+                    "asked for run {run_id}'s timeline from entry {}, got it from {from}",
+                    timeline.len()
+                )));
+            }
+            let got = page.run.timeline.len();
+            let mut run = page.run;
+            timeline.append(&mut run.timeline);
+            // Every page holds one entry at least while any is left, so this ends.
+            if got == 0 || timeline.len() >= total {
+                run.timeline = timeline;
+                return Ok(run);
+            }
+        }
     }
 
     /// Records after `since`.

@@ -440,6 +440,82 @@ async fn any_number_of_runs_flows_and_actions_is_read_through_the_control_api() 
     assert_eq!(after_first.runs[0].id, all[1]);
 }
 
+/// Found by an audit: a run whose timeline outgrew max_payload could not be read through the
+/// control API at all (`runs show`, `trigger --wait`, a `load` on `up`). Its timeline is now read
+/// a page at a time. A 16 KB max_payload, forty retries of a kilobyte of error each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_larger_than_one_message_is_read_a_page_at_a_time() {
+    let server = small_server("100GB", "max_payload: 16KB").await;
+    let lab = lab_on(&server).await;
+    let client = connect(&lab).await;
+    register(&client, &manifest("shop", &["charge"], &[])).await;
+    lab.deploy(one_step_flow("order", "shop", "charge"))
+        .await
+        .unwrap();
+    let run = lab.trigger("order", &json!({})).await.unwrap();
+    let envelope = Envelope::from_headers(&next_delivery(&client, "shop").await.headers).unwrap();
+    let error = "e".repeat(1024);
+    for _ in 0..40 {
+        complete(
+            &client, &envelope, "shop", "step", "action", "retrying", &error,
+        )
+        .await;
+    }
+    succeed(&client, &envelope, "shop", "step").await;
+    let held = lab.wait_run_settled(&run.0).await.unwrap();
+    // The trigger, forty retries, the success.
+    assert_eq!(held.timeline.len(), 42);
+
+    // Whole, it does not fit, and the error says how to read it.
+    let reply = control(
+        &client,
+        "run",
+        json!({"run_id": run.0}).to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(reply["ok"], json!(false), "{reply}");
+    assert!(
+        reply["error"].as_str().unwrap().contains("`timeline_from`"),
+        "{reply}"
+    );
+    // A page says where it starts and how many there are.
+    let reply = control(
+        &client,
+        "run",
+        json!({"run_id": run.0, "timeline_from": 5})
+            .to_string()
+            .as_bytes(),
+    )
+    .await;
+    assert_eq!(reply["ok"], json!(true), "{reply}");
+    let page = &reply["result"];
+    assert_eq!(
+        (
+            page["timeline_from"].clone(),
+            page["timeline_total"].clone()
+        ),
+        (json!(5), json!(42))
+    );
+    let n = page["timeline"].as_array().unwrap().len();
+    assert!(
+        (1..37).contains(&n),
+        "{n} entries in a page of a 16 KB message"
+    );
+    assert_eq!(page["timeline"][0]["seq"], json!(held.timeline[5].seq));
+
+    // The client reads it whole.
+    let control = triggers_emulator::control::ControlClient::connect(lab.url())
+        .await
+        .unwrap();
+    let read = control.run(&run.0).await.unwrap();
+    assert_eq!(read.status, held.status);
+    let seqs = |r: &triggers_emulator::recorder::Run| -> Vec<u64> {
+        r.timeline.iter().map(|e| e.seq).collect()
+    };
+    assert_eq!(seqs(&read), seqs(&held));
+    assert_eq!(read.timeline[40].error, error);
+}
+
 /// A lab on `server`, with the emulator's defaults.
 async fn lab_on(server: &SmallServer) -> triggers_emulator::Harness {
     triggers_emulator::Harness::start_with(
