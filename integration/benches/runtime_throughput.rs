@@ -229,12 +229,23 @@ fn main() {
         // One side alone, for a profiler (`perf record`):
         // BENCH_ONLY=raw|raw+event|runtime|runtime+stream|emulator.
         if let Ok(side) = std::env::var("BENCH_ONLY") {
+            // The emulator side runs on a server of its own: its traffic is counted there.
+            let emulator_lab = if side == "emulator" {
+                Some(lab().await)
+            } else {
+                None
+            };
+            let monitor = emulator_lab
+                .as_ref()
+                .map_or(bare.monitor_url(), |l| l.nats().monitor_url())
+                .map(str::to_owned);
+            let before = monitor.as_deref().and_then(bench::traffic);
             let measured = match side.as_str() {
                 "raw" => raw(bare.url(), n, 0).await,
                 "raw+event" => raw_with(bare.url(), n, 0, true).await,
                 "runtime" => runtime_alone(bare.url(), n, 0, false).await,
                 "runtime+stream" => runtime_alone(bare.url(), n, 0, true).await,
-                "emulator" => with_emulator(&lab().await, n, 0).await,
+                "emulator" => with_emulator(emulator_lab.as_ref().expect("started above"), n, 0).await,
                 other => panic!(
                     "BENCH_ONLY={other}: expected raw, raw+event, runtime, runtime+stream or emulator"
                 ),
@@ -245,6 +256,18 @@ fn main() {
                 measured.cpu_micros.unwrap_or(f64::NAN),
                 measured.own_micros.unwrap_or(f64::NAN)
             );
+            if let (Some(before), Some(after)) =
+                (before, monitor.as_deref().and_then(bench::traffic))
+            {
+                let per = |i: usize| after[i].saturating_sub(before[i]) as f64 / n as f64;
+                println!(
+                    "the server, per message: {:.2} messages in, {:.2} out, {:.0} bytes in, {:.0} out",
+                    per(0),
+                    per(1),
+                    per(2),
+                    per(3)
+                );
+            }
             return;
         }
         // The emulator runs on a server of its own, started once; each round measures it beside

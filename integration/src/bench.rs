@@ -260,3 +260,27 @@ fn busy_ticks() -> Option<u64> {
             .sum(),
     )
 }
+
+/// The server's message and byte counters (`/varz`: `in_msgs`, `out_msgs`, `in_bytes`,
+/// `out_bytes`), read over plain HTTP from its monitoring URL; `None` when it cannot be read.
+#[must_use]
+pub fn traffic(monitor_url: &str) -> Option<[u64; 4]> {
+    use std::io::{Read, Write};
+    let host = monitor_url.strip_prefix("http://")?.trim_end_matches('/');
+    let mut stream = std::net::TcpStream::connect(host).ok()?;
+    write!(
+        stream,
+        "GET /varz HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let body: serde_json::Value = serde_json::from_str(text.split("\r\n\r\n").nth(1)?).ok()?;
+    let n = |k: &str| body.get(k).and_then(serde_json::Value::as_u64);
+    Some([
+        n("in_msgs")?,
+        n("out_msgs")?,
+        n("in_bytes")?,
+        n("out_bytes")?,
+    ])
+}
