@@ -96,6 +96,9 @@ pub(crate) struct UpArgs {
     /// Records kept (`runs show`, `watch`, `--record`); older ones drop off, counted.
     #[arg(long, value_name = "N", default_value_t = default_bound(|c| c.max_records))]
     max_records: NonZeroUsize,
+    /// Services registered at once; a registration under a new name beyond it is refused.
+    #[arg(long, value_name = "N", default_value_t = default_bound(|c| c.max_services))]
+    max_services: NonZeroUsize,
 }
 
 /// One of the emulator's default bounds, for a flag's default (so the help shows the emulator's
@@ -175,6 +178,7 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
             max_runs: args.max_runs.get(),
             max_open_runs: args.max_open_runs.get(),
             max_records: args.max_records.get(),
+            max_services: args.max_services.get(),
             ..Default::default()
         },
     )

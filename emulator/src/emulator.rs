@@ -67,6 +67,11 @@ pub struct EmulatorConfig {
     /// are never evicted, so without it a load on a flow whose service is down would grow the
     /// emulator's memory without end.
     pub max_open_runs: usize,
+    /// Services registered at once (default 10 000): a registration under a new name beyond it
+    /// is refused, with what to do. Each service costs an inbound stream on the server and a
+    /// subscription here, so a service that registers under a new name at every start (a
+    /// process id in its name) would otherwise grow both without end over a long `up`.
+    pub max_services: usize,
     /// Conformance violations kept; later ones are counted, not kept (default 10 000). At most
     /// 16 are kept per message. The payloads and headers they hold are bounded by
     /// `max_record_bytes` as well: past it, a violation keeps only an excerpt of its message
@@ -116,6 +121,7 @@ impl Default for EmulatorConfig {
             max_record_bytes: 256 << 20,
             max_runs: 10_000,
             max_open_runs: 100_000,
+            max_services: 10_000,
             max_violations: 10_000,
             stream_max_age: Duration::from_secs(24 * 3600),
             stream_max_bytes: 256 << 20,

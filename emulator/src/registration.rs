@@ -199,6 +199,20 @@ impl Shared {
                 hash,
             );
         }
+        // Registrations are handled one at a time, so the count cannot move under this check.
+        let held = self.lock().services.len();
+        if held >= self.config.max_services && !self.lock().services.contains_key(&service) {
+            return refuse(
+                format!(
+                    "the emulator holds {held} services, the most it takes \
+                     (EmulatorConfig::max_services, `up --max-services`): a service that registers \
+                     under a new name at every start (a process id or a random suffix in its name) \
+                     fills it; give the service a fixed name, or raise the bound"
+                ),
+                service,
+                hash,
+            );
+        }
         if !sources.is_empty()
             && let Err(e) = self.ensure_stream(&service, &sources).await
         {

@@ -245,6 +245,51 @@ async fn triggers_beyond_max_open_runs_are_refused_until_runs_settle() {
     assert!(lab.trigger("order", &json!({"n": 5})).await.is_err());
 }
 
+/// Found by an audit: every registration under a new service name made an inbound stream on the
+/// server and a subscription in the emulator, without bound: a service that took a new name at
+/// every start (a process id in it) grew both over a long `up`. Beyond `max_services` a new name
+/// is refused with what to do; the services held keep registering, and their streams are the only
+/// ones made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registrations_under_new_names_beyond_max_services_are_refused() {
+    let lab = lab_with(EmulatorConfig {
+        max_services: 2,
+        ..Default::default()
+    })
+    .await;
+    let client = connect(&lab).await;
+    for name in ["svc-1", "svc-2"] {
+        let reply = register(&client, &manifest(name, &["charge"], &[])).await;
+        assert!(reply.error.is_empty(), "{name}: {}", reply.error);
+    }
+    let reply = register(&client, &manifest("svc-3", &["charge"], &[])).await;
+    assert!(
+        reply.error.contains("holds 2 services") && reply.error.contains("max_services"),
+        "{}",
+        reply.error
+    );
+    // A service held registers again (a restart), and nothing was made for the refused one.
+    let reply = register(&client, &manifest("svc-1", &["charge", "refund"], &[])).await;
+    assert!(reply.error.is_empty(), "{}", reply.error);
+    assert_eq!(
+        lab.services().keys().cloned().collect::<Vec<_>>(),
+        ["svc-1", "svc-2"]
+    );
+    let js = async_nats::jetstream::new(client.clone());
+    assert!(
+        js.get_stream(subject::stream_name("svc-1", None).unwrap())
+            .await
+            .is_ok(),
+        "a registered service has its inbound stream"
+    );
+    assert!(
+        js.get_stream(subject::stream_name("svc-3", None).unwrap())
+            .await
+            .is_err(),
+        "the refused service got a stream"
+    );
+}
+
 /// Found by an audit: a service's inbound stream full (its `max_bytes`) let its oldest
 /// messages go, deliveries no one had handled yet, and their runs waited for nothing. Now a
 /// full inbound stream refuses the new message and its publisher is told: the trigger fails.
