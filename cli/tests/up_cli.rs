@@ -71,6 +71,15 @@ fn run(xdg: &Path, args: &[&str]) -> Output {
     bin_in(xdg).args(args).output().unwrap()
 }
 
+/// Runs `up` on a binary server on any port with `args`, to its end (for one that is refused).
+fn up_refused(xdg: &Path, args: &[&str]) -> Output {
+    bin_in(xdg)
+        .args(["up", "--backend", "binary", "--port", "0"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 fn interrupt(up: &mut Child) -> std::process::ExitStatus {
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(up.id() as i32).unwrap(),
@@ -192,18 +201,7 @@ fn up_answers_registrations_and_control_commands_then_stops_on_sigint() {
     let out = run(xdg, &["advance", "--instance", "two", "1m"]);
     assert!(out.status.success(), "{}", text(&out));
     // A third with a name in use is refused before it starts anything.
-    let out = run(
-        xdg,
-        &[
-            "up",
-            "--backend",
-            "binary",
-            "--port",
-            "0",
-            "--instance",
-            "two",
-        ],
-    );
+    let out = up_refused(xdg, &["--instance", "two"]);
     assert!(!out.status.success());
     assert!(text(&out).contains("already running"), "{}", text(&out));
     assert_eq!(interrupt(&mut two).code(), Some(130));
@@ -363,18 +361,7 @@ fn on_an_external_server_the_control_api_needs_the_token() {
 fn up_takes_the_emulators_bounds_as_flags() {
     let dir = tempfile::tempdir().unwrap();
     let xdg = dir.path();
-    let out = run(
-        xdg,
-        &[
-            "up",
-            "--backend",
-            "binary",
-            "--port",
-            "0",
-            "--max-runs",
-            "0",
-        ],
-    );
+    let out = up_refused(xdg, &["--max-runs", "0"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 
     let (mut up, url) = up(xdg, &["--max-open-runs", "2", "--max-runs", "5"]);

@@ -384,13 +384,7 @@ async fn a_control_reply_too_large_for_nats_is_an_error_not_silence() {
 /// read with `flow_list` and `flow`. A server with a 16 KB max_payload makes 300 runs too many.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_number_of_runs_flows_and_actions_is_read_through_the_control_api() {
-    let server = small_server("100GB", "max_payload: 16KB").await;
-    let lab = lab_on(&server).await;
-    let client = connect(&lab).await;
-    register(&client, &manifest("shop", &["charge"], &[])).await;
-    lab.deploy(one_step_flow("order", "shop", "charge"))
-        .await
-        .unwrap();
+    let (_server, lab, client) = shop_lab_with_small_messages().await;
     let total = 300;
     for n in 0..total {
         lab.trigger("order", &json!({"n": n})).await.unwrap();
@@ -490,13 +484,7 @@ async fn any_number_of_runs_flows_and_actions_is_read_through_the_control_api() 
 /// a page at a time. A 16 KB max_payload, forty retries of a kilobyte of error each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_larger_than_one_message_is_read_a_page_at_a_time() {
-    let server = small_server("100GB", "max_payload: 16KB").await;
-    let lab = lab_on(&server).await;
-    let client = connect(&lab).await;
-    register(&client, &manifest("shop", &["charge"], &[])).await;
-    lab.deploy(one_step_flow("order", "shop", "charge"))
-        .await
-        .unwrap();
+    let (_server, lab, client) = shop_lab_with_small_messages().await;
     let run = lab.trigger("order", &json!({})).await.unwrap();
     let envelope = Envelope::from_headers(&next_delivery(&client, "shop").await.headers).unwrap();
     let error = "e".repeat(1024);
@@ -559,6 +547,21 @@ async fn a_run_larger_than_one_message_is_read_a_page_at_a_time() {
     };
     assert_eq!(seqs(&read), seqs(&held));
     assert_eq!(read.timeline[40].error, error);
+}
+
+/// The shop lab ([`shop_lab`]) on a server of its own that carries at most 16 KB in a message,
+/// so that a few hundred runs, or one long run, outgrow a control reply. The server stops when
+/// the first of the three is dropped.
+async fn shop_lab_with_small_messages()
+-> (SmallServer, triggers_emulator::Harness, async_nats::Client) {
+    let server = small_server("100GB", "max_payload: 16KB").await;
+    let lab = lab_on(&server).await;
+    let client = connect(&lab).await;
+    register(&client, &manifest("shop", &["charge"], &[])).await;
+    lab.deploy(one_step_flow("order", "shop", "charge"))
+        .await
+        .unwrap();
+    (server, lab, client)
 }
 
 /// A lab on `server`, with the emulator's defaults.
