@@ -1202,12 +1202,23 @@ impl Shared {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
                 Err(e) => {
+                    let hint = match e.kind() {
+                        jetstream::context::PublishErrorKind::StreamNotFound => {
+                            " (is the service's inbound stream there? it is created when the \
+                             service registers)"
+                        }
+                        // JetStream says it only in words ("maximum bytes exceeded"; messages
+                        // likewise): the stream holds that much not yet handled.
+                        _ if e.to_string().contains("maximum ") => {
+                            " (the service's inbound stream is full of deliveries not handled yet: \
+                             is the service running and consuming it? A handled delivery leaves \
+                             the stream)"
+                        }
+                        _ => "",
+                    };
                     return Err(EmulatorError::Publish {
                         subject: subject.to_owned(),
-                        reason: format!(
-                            "{e} (is the service's inbound stream there? it is created when the \
-                             service registers)"
-                        ),
+                        reason: format!("{e}{hint}"),
                     });
                 }
             }

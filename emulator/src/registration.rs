@@ -330,8 +330,11 @@ impl Shared {
             duplicate_window: Duration::from_secs(120).min(self.config.stream_max_age),
             max_age: self.config.stream_max_age,
             max_bytes: self.config.stream_max_bytes,
-            // Full, it refuses a new message (its publisher is told) rather than let an
+            // A delivery leaves the stream once handled (acked), so the stream holds only what
+            // is waiting and max_bytes bounds that, not everything that passed through in
+            // max_age. Full, it refuses a new message (its publisher is told) rather than let an
             // unhandled one go unseen.
+            retention: jetstream::stream::RetentionPolicy::WorkQueue,
             discard: jetstream::stream::DiscardPolicy::New,
             num_replicas: self.config.stream_replicas.max(1),
             ..Default::default()

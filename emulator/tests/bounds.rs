@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use serde_json::json;
 use triggers_emulator::EmulatorConfig;
 use triggers_emulator::conformance::MAX_PER_MESSAGE;
@@ -294,7 +295,7 @@ async fn registrations_under_new_names_beyond_max_services_are_refused() {
 /// messages go, deliveries no one had handled yet, and their runs waited for nothing. Now a
 /// full inbound stream refuses the new message and its publisher is told: the trigger fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_inbound_stream_refuses_a_trigger_and_keeps_what_it_holds() {
+async fn a_full_inbound_stream_refuses_a_trigger_and_keeps_what_it_holds_until_handled() {
     let (lab, client) = shop_lab(EmulatorConfig {
         stream_max_bytes: 1 << 20,
         ..Default::default()
@@ -305,13 +306,47 @@ async fn a_full_inbound_stream_refuses_a_trigger_and_keeps_what_it_holds() {
     lab.trigger("order", &big).await.unwrap();
     let err = lab.trigger("order", &big).await.unwrap_err();
     assert!(err.to_string().contains("maximum bytes"), "{err}");
+    assert!(err.to_string().contains("not handled yet"), "{err}");
     assert_eq!(lab.runs().len(), 2, "the refused trigger left no run");
-    // The first delivery is still there to be handled.
-    let d = next_delivery(&client, "shop").await;
-    assert_eq!(
-        Envelope::from_headers(&d.headers).unwrap().flow_run_id,
-        first.0
-    );
+    // The first delivery is still there to be handled, then the second; each is acked and the
+    // server has taken the ack (a double ack) before the next trigger.
+    let js = async_nats::jetstream::new(client.clone());
+    let consumer: async_nats::jetstream::consumer::PullConsumer = js
+        .get_stream(subject::stream_name("shop", None).unwrap())
+        .await
+        .unwrap()
+        .get_or_create_consumer(
+            "shop",
+            async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some("shop".into()),
+                ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut deliveries = consumer.messages().await.unwrap();
+    let mut handle = async || {
+        let msg = tokio::time::timeout(Duration::from_secs(15), deliveries.next())
+            .await
+            .expect("a delivery within 15 s")
+            .unwrap()
+            .unwrap();
+        msg.double_ack().await.unwrap();
+        Envelope::from_headers(&triggers_sdk::transport::from_nats(msg.headers.as_ref())).unwrap()
+    };
+    assert_eq!(handle().await.flow_run_id, first.0);
+    handle().await;
+    // Found by an audit: a handled delivery stayed in the stream until its max_age (a day), so
+    // once max_bytes of messages had passed through, every later trigger and hand-off was
+    // refused though nothing was waiting (a load of 2 668 runs of 100 KB filled `up`'s 256 MiB).
+    // A handled delivery leaves the stream: ten times its size goes through, one at a time.
+    for n in 0..25 {
+        lab.trigger("order", &json!({"n": n, "pad": "x".repeat(400 * 1024)}))
+            .await
+            .unwrap_or_else(|e| panic!("trigger {n} after {} KB handled: {e}", (n + 2) * 400));
+        handle().await;
+    }
 }
 
 /// Found by the protocol fuzzer: a control reply above the server's max_payload (here the

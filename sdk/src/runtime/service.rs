@@ -510,8 +510,10 @@ async fn inbound_stream(
         duplicate_window: Duration::from_secs(120),
         max_age: INBOUND_MAX_AGE,
         max_bytes: INBOUND_MAX_BYTES,
-        // Full, it refuses a new message (its publisher is told) rather than let an unhandled
-        // one go unseen.
+        // A delivery leaves the stream once handled (acked): the stream holds what is waiting,
+        // not a week of everything. Full, it refuses a new message (its publisher is told)
+        // rather than let an unhandled one go unseen.
+        retention: async_nats::jetstream::stream::RetentionPolicy::WorkQueue,
         discard: async_nats::jetstream::stream::DiscardPolicy::New,
         ..Default::default()
     };
