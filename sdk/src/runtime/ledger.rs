@@ -92,6 +92,20 @@ fn key(service: &str, identity: &str) -> String {
     hex::encode(h.finalize())
 }
 
+/// Whether the bucket refused a write for being full. JetStream says it only in words
+/// ("maximum bytes exceeded", "maximum messages exceeded"), somewhere in the error's chain.
+fn is_full(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(err) = cause {
+        let text = err.to_string();
+        if text.contains("maximum bytes exceeded") || text.contains("maximum messages exceeded") {
+            return true;
+        }
+        cause = err.source();
+    }
+    false
+}
+
 async fn open(js: &jetstream::Context) -> Result<kv::Store, String> {
     if let Ok(store) = js.get_key_value(BUCKET).await {
         return Ok(store);
@@ -191,6 +205,9 @@ impl Runtime {
             Err(e) if e.kind() == kv::CreateErrorKind::InvalidKey => {
                 Err((format!("key {key}: {e}"), false))
             }
+            // Full (MAX_BYTES of failures within MAX_AGE): it stays full for minutes, and
+            // waiting PATIENCE at every dead-lettering would stall each one 10 s.
+            Err(e) if is_full(&e) => Err((format!("recording {key}: {e}"), false)),
             Err(e) => Err((format!("recording {key}: {e}"), true)),
         }
     }
@@ -213,5 +230,42 @@ mod tests {
         ] {
             assert_ne!(a, other);
         }
+    }
+
+    /// A full bucket is told from a passing failure, on a real server: a key-value bucket of a
+    /// kilobyte takes writes until it refuses one, and that refusal reads as full; a key already
+    /// there does not.
+    #[tokio::test]
+    async fn a_full_bucket_is_no_reason_to_wait() {
+        let server = natsbox::NatsServer::start(natsbox::NatsConfig {
+            backend: natsbox::Backend::Binary,
+            ..Default::default()
+        })
+        .await
+        .expect("a nats-server binary");
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = jetstream::new(client);
+        let store = js
+            .create_key_value(kv::Config {
+                bucket: "tiny".into(),
+                history: 1,
+                max_bytes: 1024,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut refused = None;
+        for i in 1..100 {
+            if let Err(e) = store.create(&format!("k{i}"), vec![b'x'; 100].into()).await {
+                refused = Some(e);
+                break;
+            }
+        }
+        let refused =
+            refused.expect("a kilobyte bucket refuses a write before a hundred of 100 bytes");
+        assert!(is_full(&refused), "{refused}");
+        let again = store.create("k1", "y".into()).await.unwrap_err();
+        assert_eq!(again.kind(), kv::CreateErrorKind::AlreadyExists, "{again}");
+        assert!(!is_full(&again), "{again}");
     }
 }
