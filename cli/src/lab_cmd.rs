@@ -93,7 +93,9 @@ pub(crate) struct UpArgs {
     /// beyond it is refused.
     #[arg(long, value_name = "N", default_value_t = default_bound(|c| c.max_open_runs))]
     max_open_runs: NonZeroUsize,
-    /// Records kept (`runs show`, `watch`, `--record`); older ones drop off, counted.
+    /// Records kept in memory (the traffic `watch` shows, the control API's `records`); older
+    /// ones drop off, counted. The log and `--record` write each as it comes, reading back from
+    /// these any they fell behind on.
     #[arg(long, value_name = "N", default_value_t = default_bound(|c| c.max_records))]
     max_records: NonZeroUsize,
     /// Services registered at once; a registration under a new name beyond it is refused.
@@ -394,7 +396,7 @@ impl RecordLog {
         if record.seq > self.written + 1 {
             eprintln!(
                 "LOST         records {} to {} were evicted from the emulator's store before they \
-                 could be written{}: raise EmulatorConfig::max_records",
+                 could be written{}: raise --max-records",
                 self.written + 1,
                 record.seq - 1,
                 if self.file.is_some() {
