@@ -30,9 +30,17 @@ pub(crate) fn detach(instance: Option<&str>) -> Result<()> {
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let log = options
+    drop(
+        options
+            .open(&log_path)
+            .with_context(|| format!("cannot create {}", log_path.display()))?,
+    );
+    // Appending: when the log is cut back to its start (`lab_cmd::keep_log_bounded`), the next
+    // line lands there rather than at the old offset, past a hole.
+    let log = std::fs::OpenOptions::new()
+        .append(true)
         .open(&log_path)
-        .with_context(|| format!("cannot create {}", log_path.display()))?;
+        .with_context(|| format!("cannot open {}", log_path.display()))?;
     let mut args: Vec<std::ffi::OsString> = std::env::args_os()
         .skip(1)
         .filter(|a| a != "--detach")
@@ -44,6 +52,7 @@ pub(crate) fn detach(instance: Option<&str>) -> Result<()> {
     let mut command = Command::new(exe);
     command
         .args(&args)
+        .env(crate::lab_cmd::LOG_ENV, &log_path)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);

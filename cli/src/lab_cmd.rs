@@ -281,6 +281,9 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     // What happened before this loop began (the services of --services registering) is in the
     // emulator's store already.
     log.catch_up(&emulator)?;
+    if let Some(path) = std::env::var_os(LOG_ENV) {
+        tokio::spawn(keep_log_bounded(PathBuf::from(path), log_cap()));
+    }
     let mut drop_check = tokio::time::interval(Duration::from_secs(1));
     let mut drops_told = 0;
     let mut losses_told = 0;
@@ -376,6 +379,61 @@ pub(crate) async fn start_scripted(
         all.push(started);
     }
     Ok(all)
+}
+
+/// The environment variable a detached `up` finds its log file's path in ([`crate::detach`]).
+pub(crate) const LOG_ENV: &str = "TRIGGERS_LAB_UP_LOG";
+
+/// How large a detached `up`'s log grows before its earlier part is moved aside: a line per
+/// record under load is hundreds of megabytes an hour, and the log lives in the runtime
+/// directory, often a small tmpfs. `TRIGGERS_LAB_UP_LOG_CAP` (bytes) changes it, for tests.
+const LOG_CAP: u64 = 32 << 20;
+
+fn log_cap() -> u64 {
+    std::env::var("TRIGGERS_LAB_UP_LOG_CAP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&cap| cap > 0)
+        .unwrap_or(LOG_CAP)
+}
+
+/// Keeps a detached `up`'s log within about twice `cap`: once it passes `cap`, its content is
+/// copied to `<log>.1` (replacing the one before) and the log is cut back to nothing; the process
+/// writes it in append mode, so the next line starts it again. A line written between the copy
+/// and the cut is lost; the log says where the rest went.
+async fn keep_log_bounded(path: PathBuf, cap: u64) {
+    let mut aside = path.clone().into_os_string();
+    aside.push(".1");
+    let aside = PathBuf::from(aside);
+    let mut check = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        check.tick().await;
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.len() <= cap {
+            continue;
+        }
+        let moved = std::fs::copy(&path, &aside).and_then(|_| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)?
+                .set_len(0)
+        });
+        match moved {
+            Ok(()) => eprintln!(
+                "(this log passed {cap} bytes: its earlier part is in {})",
+                aside.display()
+            ),
+            Err(e) => {
+                eprintln!(
+                    "cannot keep this log within {cap} bytes ({e}); it grows on: stop this `up` \
+                     (`triggers-lab down`) before its folder fills"
+                );
+                return;
+            }
+        }
+    }
 }
 
 /// `up`'s log and `--record` file: every record once, in order, from the first. A record the
