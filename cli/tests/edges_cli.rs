@@ -52,6 +52,35 @@ steps:
   - expect_calls: {service: shop, action: charge, run: r1, count: 2, timeout: 30s}
 "#;
 
+/// The flow of ONE_CALL as a flow file, for `deploy`.
+const ORDER_FLOW: &str = "id: order\nnodes:\n  - {id: in, type: service-in, service: shop}\n  - {id: charge, type: action, service: shop, action: charge}\nedges:\n  - {id: e1, from: in, to: charge}\n";
+
+/// Stops every `up` of a test's runtime directory when dropped, whatever its assertions did.
+struct DownAll<'a>(&'a dyn Fn(&[&str]) -> Output);
+
+impl Drop for DownAll<'_> {
+    fn drop(&mut self) {
+        (self.0)(&["down", "--all"]);
+    }
+}
+
+/// `up --detach` on a binary server on `port`, with ONE_CALL's scripted services (written into
+/// `dir`), through `lab`; its output.
+fn up_detached_with_one_call(lab: &dyn Fn(&[&str]) -> Output, dir: &Path, port: &str) -> Output {
+    let scenario = dir.join("shop.scenario.yaml");
+    std::fs::write(&scenario, ONE_CALL).unwrap();
+    lab(&[
+        "up",
+        "--detach",
+        "--backend",
+        "binary",
+        "--port",
+        port,
+        "--services",
+        scenario.to_str().unwrap(),
+    ])
+}
+
 #[test]
 fn run_does_not_use_an_exported_nats_url_and_says_so() {
     // What `up` tells people to export; here nothing listens there at all.
@@ -435,18 +464,7 @@ fn up_detaches_on_a_fixed_port_and_status_runs_flows_down_find_it() {
         .port()
         .to_string();
     // With a scenario's scripted services beside it.
-    let scenario = xdg.path().join("shop.scenario.yaml");
-    std::fs::write(&scenario, ONE_CALL).unwrap();
-    let out = lab(&[
-        "up",
-        "--detach",
-        "--backend",
-        "binary",
-        "--port",
-        &port,
-        "--services",
-        scenario.to_str().unwrap(),
-    ]);
+    let out = up_detached_with_one_call(&lab, xdg.path(), &port);
     let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(
@@ -455,13 +473,7 @@ fn up_detaches_on_a_fixed_port_and_status_runs_flows_down_find_it() {
     );
     assert!(stdout.contains("instance: default"), "{stdout}");
     // Stopped whatever happens below.
-    struct Down<'a>(&'a dyn Fn(&[&str]) -> Output);
-    impl Drop for Down<'_> {
-        fn drop(&mut self) {
-            (self.0)(&["down", "--all"]);
-        }
-    }
-    let _down = Down(&lab);
+    let _down = DownAll(&lab);
 
     // The port is taken now: a second `up` on it says by whom, exit 3.
     let out = lab(&[
@@ -514,11 +526,7 @@ fn up_detaches_on_a_fixed_port_and_status_runs_flows_down_find_it() {
         assert_eq!(v, serde_json::json!([]), "{args:?}");
     }
     // A flow on the scripted service: deployed, triggered, settled, listed.
-    std::fs::write(
-        &flow,
-        "id: order\nnodes:\n  - {id: in, type: service-in, service: shop}\n  - {id: charge, type: action, service: shop, action: charge}\nedges:\n  - {id: e1, from: in, to: charge}\n",
-    )
-    .unwrap();
+    std::fs::write(&flow, ORDER_FLOW).unwrap();
     let out = lab(&["deploy", flow.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", streams(&out).1);
     let out = lab(&["trigger", "order", "{\"n\": 1}", "--wait"]);
@@ -562,32 +570,11 @@ fn a_detached_ups_log_is_kept_within_its_cap() {
             .output()
             .unwrap()
     };
-    let scenario = xdg.path().join("shop.scenario.yaml");
-    std::fs::write(&scenario, ONE_CALL).unwrap();
-    let out = lab(&[
-        "up",
-        "--detach",
-        "--backend",
-        "binary",
-        "--port",
-        "0",
-        "--services",
-        scenario.to_str().unwrap(),
-    ]);
+    let out = up_detached_with_one_call(&lab, xdg.path(), "0");
     assert_eq!(out.status.code(), Some(0), "{}", streams(&out).1);
-    struct Down<'a>(&'a dyn Fn(&[&str]) -> Output);
-    impl Drop for Down<'_> {
-        fn drop(&mut self) {
-            (self.0)(&["down", "--all"]);
-        }
-    }
-    let _down = Down(&lab);
+    let _down = DownAll(&lab);
     let flow = xdg.path().join("flow.yaml");
-    std::fs::write(
-        &flow,
-        "id: order\nnodes:\n  - {id: in, type: service-in, service: shop}\n  - {id: charge, type: action, service: shop, action: charge}\nedges:\n  - {id: e1, from: in, to: charge}\n",
-    )
-    .unwrap();
+    std::fs::write(&flow, ORDER_FLOW).unwrap();
     assert_eq!(
         lab(&["deploy", flow.to_str().unwrap()]).status.code(),
         Some(0)

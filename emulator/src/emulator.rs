@@ -1207,9 +1207,8 @@ impl Shared {
                             " (is the service's inbound stream there? it is created when the \
                              service registers)"
                         }
-                        // JetStream says it only in words ("maximum bytes exceeded"; messages
-                        // likewise): the stream holds that much not yet handled.
-                        _ if e.to_string().contains("maximum ") => {
+                        // The stream holds that much not yet handled.
+                        _ if transport::refused_as_full(&e) => {
                             " (the service's inbound stream is full of deliveries not handled yet: \
                              is the service running and consuming it? A handled delivery leaves \
                              the stream)"

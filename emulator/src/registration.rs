@@ -200,8 +200,11 @@ impl Shared {
             );
         }
         // Registrations are handled one at a time, so the count cannot move under this check.
-        let held = self.lock().services.len();
-        if held >= self.config.max_services && !self.lock().services.contains_key(&service) {
+        let (held, known) = {
+            let state = self.lock();
+            (state.services.len(), state.services.contains_key(&service))
+        };
+        if held >= self.config.max_services && !known {
             return refuse(
                 format!(
                     "the emulator holds {held} services, the most it takes \

@@ -309,6 +309,22 @@ impl StorageRefusal for async_nats::jetstream::context::CreateStreamError {
     }
 }
 
+/// Whether an error (anywhere in its chain) is a stream's or bucket's refusal of a message for
+/// being full (`discard: new` at `max_bytes` or `max_msgs`). JetStream says it only in words:
+/// "maximum bytes exceeded", "maximum messages exceeded".
+#[must_use]
+pub fn refused_as_full(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(err) = cause {
+        let text = err.to_string();
+        if text.contains("maximum bytes exceeded") || text.contains("maximum messages exceeded") {
+            return true;
+        }
+        cause = err.source();
+    }
+    false
+}
+
 /// The smallest `max_bytes` [`reserving`] goes down to.
 pub const MIN_STREAM_BYTES: i64 = 1 << 20;
 

@@ -92,20 +92,6 @@ fn key(service: &str, identity: &str) -> String {
     hex::encode(h.finalize())
 }
 
-/// Whether the bucket refused a write for being full. JetStream says it only in words
-/// ("maximum bytes exceeded", "maximum messages exceeded"), somewhere in the error's chain.
-fn is_full(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(e);
-    while let Some(err) = cause {
-        let text = err.to_string();
-        if text.contains("maximum bytes exceeded") || text.contains("maximum messages exceeded") {
-            return true;
-        }
-        cause = err.source();
-    }
-    false
-}
-
 async fn open(js: &jetstream::Context) -> Result<kv::Store, String> {
     if let Ok(store) = js.get_key_value(BUCKET).await {
         return Ok(store);
@@ -207,7 +193,9 @@ impl Runtime {
             }
             // Full (MAX_BYTES of failures within MAX_AGE): it stays full for minutes, and
             // waiting PATIENCE at every dead-lettering would stall each one 10 s.
-            Err(e) if is_full(&e) => Err((format!("recording {key}: {e}"), false)),
+            Err(e) if crate::transport::refused_as_full(&e) => {
+                Err((format!("recording {key}: {e}"), false))
+            }
             Err(e) => Err((format!("recording {key}: {e}"), true)),
         }
     }
@@ -263,9 +251,9 @@ mod tests {
         }
         let refused =
             refused.expect("a kilobyte bucket refuses a write before a hundred of 100 bytes");
-        assert!(is_full(&refused), "{refused}");
+        assert!(crate::transport::refused_as_full(&refused), "{refused}");
         let again = store.create("k1", "y".into()).await.unwrap_err();
         assert_eq!(again.kind(), kv::CreateErrorKind::AlreadyExists, "{again}");
-        assert!(!is_full(&again), "{again}");
+        assert!(!crate::transport::refused_as_full(&again), "{again}");
     }
 }
