@@ -15,13 +15,15 @@ use triggers_sdk::transport;
 use triggers_sdk::wire::durable_timer::{self, RootContext, TimerContext};
 use triggers_sdk::wire::header::{Traceparent, names};
 use triggers_sdk::wire::subject::{self};
-use triggers_sdk::wire::{CompletionEvent, Envelope, GoTime, Headers, idempotency, json};
+use triggers_sdk::wire::{
+    CompletionEvent, Envelope, FlowEnvelope, GoTime, Headers, idempotency, json,
+};
 
 use crate::clock::{Clock, ClockMode};
 use crate::conformance::{Severity, Violation};
 use crate::error::EmulatorError;
 use crate::recorder::{Body, Record, RecordKind, Run, ServiceState, share_headers};
-use crate::release::{self, ReleaseProblem};
+use crate::release::{self, ReleaseCode, ReleaseProblem};
 
 /// What to do when a registration's `manifest_hash` is not the hash of its contents.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -701,7 +703,7 @@ impl Emulator {
                 return Err(EmulatorError::Release(problems));
             }
         };
-        let (subject, envelope) = {
+        let (subject, envelope, bytes) = {
             let mut state = self.lock();
             if let Some(previous) = state.flows.get(&resolved.id) {
                 let next = previous.version.checked_add(1);
@@ -714,13 +716,37 @@ impl Emulator {
                     .unwrap_or_else(|_| subject::FLOW_BROADCAST_ALL.to_owned()),
                 _ => subject::FLOW_BROADCAST_ALL.to_owned(),
             };
+            let envelope = resolved.to_envelope();
+            let bytes = envelope.to_json().map_err(EmulatorError::Encode)?;
+            // A flow no message can carry would be held but reach no service: refused whole.
+            let max = self.shared.client.server_info().max_payload;
+            if bytes.len() > max {
+                drop(state);
+                let problems = vec![ReleaseProblem {
+                    code: ReleaseCode::FlowTooLarge,
+                    node: None,
+                    service: None,
+                    message: format!(
+                        "its broadcast is {} bytes, more than the NATS server carries in one message ({max} bytes, its max_payload): no service could receive it; split the flow, or start the server with a larger max_payload",
+                        bytes.len()
+                    ),
+                }];
+                self.shared.push(
+                    "",
+                    &Headers::new(),
+                    Body::default(),
+                    RecordKind::DeployRefused {
+                        flow_id: resolved.id.clone(),
+                        problems: problems.iter().map(ToString::to_string).collect(),
+                    },
+                );
+                return Err(EmulatorError::Release(problems));
+            }
             state
                 .flows
                 .insert(resolved.id.clone(), Arc::new(resolved.clone()));
-            (subject, resolved.to_envelope())
+            (subject, envelope, bytes)
         };
-        let bytes = envelope.to_json().map_err(EmulatorError::Encode)?;
-        self.lock().own_broadcasts.insert(bytes.clone());
         self.shared.push(
             "",
             &Headers::new(),
@@ -732,24 +758,8 @@ impl Emulator {
             },
         );
         self.shared
-            .client
-            .publish(subject.clone(), bytes.clone().into())
-            .await
-            .map_err(|e| EmulatorError::nats("broadcast the flow", e))?;
-        self.shared
-            .client
-            .flush()
-            .await
-            .map_err(|e| EmulatorError::nats("broadcast the flow", e))?;
-        self.shared.push(
-            &subject,
-            &Headers::new(),
-            Body::from(bytes),
-            RecordKind::Broadcast {
-                flow_id: resolved.id.clone(),
-                version: resolved.version,
-            },
-        );
+            .broadcast(subject.clone(), &envelope, bytes)
+            .await?;
         self.shared.notify();
         Ok(Deployment {
             flow: resolved,
@@ -1066,6 +1076,35 @@ pub(crate) fn new_envelope(
 }
 
 impl Shared {
+    /// Publishes a flow on a broadcast subject, known as the emulator's own (so that observing
+    /// it is not taken for a forged broadcast), flushed, and recorded.
+    pub(crate) async fn broadcast(
+        &self,
+        subject: String,
+        envelope: &FlowEnvelope,
+        bytes: Vec<u8>,
+    ) -> Result<(), EmulatorError> {
+        self.lock().own_broadcasts.insert(bytes.clone());
+        self.client
+            .publish(subject.clone(), bytes.clone().into())
+            .await
+            .map_err(|e| EmulatorError::nats("broadcast the flow", e))?;
+        self.client
+            .flush()
+            .await
+            .map_err(|e| EmulatorError::nats("broadcast the flow", e))?;
+        self.push(
+            &subject,
+            &Headers::new(),
+            Body::from(bytes),
+            RecordKind::Broadcast {
+                flow_id: envelope.id.clone(),
+                version: envelope.version,
+            },
+        );
+        Ok(())
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock (a bug) must not take every later test call down with it.
         self.state.lock().unwrap_or_else(|e| e.into_inner())

@@ -11,7 +11,7 @@ use serde_json::Value;
 use triggers_sdk::transport;
 use triggers_sdk::wire::manifest::DURABLE_TIMER_V1;
 use triggers_sdk::wire::subject;
-use triggers_sdk::wire::{GoTime, Manifest, RegisterReply, json};
+use triggers_sdk::wire::{FlowEnvelope, GoTime, Manifest, RegisterReply, json};
 
 use crate::emulator::{Emulator, HashMismatchPolicy, Registry, Shared};
 use crate::recorder::{Body, RecordKind, ServiceState};
@@ -37,14 +37,52 @@ fn subjects_overlap(a: &str, b: &str) -> bool {
     }
 }
 
+/// A flow to broadcast after a register reply: its subject, envelope and bytes.
+type Later = (String, FlowEnvelope, Vec<u8>);
+
+/// Splits the flows of a register reply into those its JSON holds within `max` bytes (the
+/// server's `max_payload`: a larger reply is never delivered, and the service would take the
+/// orchestrator for absent) and the rest, each with its bytes for a broadcast of its own.
+/// A release never holds a flow whose broadcast exceeds `max`, so each of the rest fits alone.
+fn fit_reply(
+    flows: Vec<FlowEnvelope>,
+    max: usize,
+) -> (Vec<FlowEnvelope>, Vec<(FlowEnvelope, Vec<u8>)>) {
+    // `{"flows":[` and `]}`; the error is empty and left out.
+    let mut size = br#"{"flows":[]}"#.len();
+    let mut fitted = Vec::new();
+    let mut rest = Vec::new();
+    for flow in flows {
+        let bytes = flow.to_json().unwrap_or_default();
+        let needs = bytes.len() + usize::from(!fitted.is_empty());
+        if size + needs <= max {
+            size += needs;
+            fitted.push(flow);
+        } else {
+            rest.push((flow, bytes));
+        }
+    }
+    (fitted, rest)
+}
+
 impl Emulator {
     pub(crate) async fn serve_register(shared: Arc<Shared>, mut sub: async_nats::Subscriber) {
         while let Some(msg) = sub.next().await {
-            let reply = shared.register(&msg).await;
+            let (reply, later) = shared.register(&msg).await;
             if let Some(reply_to) = msg.reply {
                 let bytes = reply.to_json().unwrap_or_default();
                 if let Err(e) = shared.client.publish(reply_to, bytes.into()).await {
                     tracing::warn!("cannot reply to a registration: {e}");
+                }
+            }
+            // The flows the reply had no room for, each as a broadcast to the service (the
+            // SDK listens there before it registers): after the reply, so they update it.
+            for (subject, envelope, bytes) in later {
+                if let Err(e) = shared.broadcast(subject, &envelope, bytes).await {
+                    tracing::warn!(
+                        flow = envelope.id,
+                        "cannot broadcast a flow after a registration: {e}"
+                    );
                 }
             }
         }
@@ -92,8 +130,9 @@ impl Emulator {
 }
 
 impl Shared {
-    /// Handles one registration request; returns the reply.
-    async fn register(self: &Arc<Self>, msg: &async_nats::Message) -> RegisterReply {
+    /// Handles one registration request; returns the reply, and the flows to broadcast to the
+    /// service after it (those the reply had no room for within the server's `max_payload`).
+    async fn register(self: &Arc<Self>, msg: &async_nats::Message) -> (RegisterReply, Vec<Later>) {
         let headers = transport::from_nats(msg.headers.as_ref());
         let refuse = |error: String, service: String, hash: String| {
             self.push(
@@ -108,10 +147,11 @@ impl Shared {
                 },
             );
             self.notify();
-            RegisterReply {
+            let reply = RegisterReply {
                 error,
                 flows: vec![],
-            }
+            };
+            (reply, Vec::new())
         };
         let manifest = match Manifest::from_json(&msg.payload) {
             Ok(m) => m,
@@ -286,6 +326,10 @@ impl Shared {
                 .partition(|(_, withhold)| !withhold)
         };
         let withheld: Vec<String> = withheld.into_iter().map(|(f, _)| f.id).collect();
+        let (flows, later) = fit_reply(
+            flows.into_iter().map(|(f, _)| f).collect(),
+            self.client.server_info().max_payload,
+        );
         self.push(
             &msg.subject,
             &headers,
@@ -307,7 +351,7 @@ impl Shared {
                 &headers,
                 Body::default(),
                 RecordKind::FlowsWithheld {
-                    service,
+                    service: service.clone(),
                     flows: withheld,
                     reason: format!(
                         "Durable Timer flows, and the service does not declare {DURABLE_TIMER_V1}"
@@ -315,11 +359,40 @@ impl Shared {
                 },
             );
         }
+        let later = if later.is_empty() {
+            Vec::new()
+        } else {
+            let ids: Vec<String> = later.iter().map(|(f, _)| f.id.clone()).collect();
+            tracing::warn!(
+                service,
+                "flows {ids:?} left out of the register reply (it would be larger than the server's max_payload); broadcast to the service after it"
+            );
+            self.push(
+                &msg.subject,
+                &headers,
+                Body::default(),
+                RecordKind::FlowsWithheld {
+                    service: service.clone(),
+                    flows: ids,
+                    reason: format!(
+                        "the register reply would be larger than the server's max_payload ({} bytes); each is broadcast to the service after the reply",
+                        self.client.server_info().max_payload
+                    ),
+                },
+            );
+            let subject = subject::flow_broadcast(&service)
+                .unwrap_or_else(|_| subject::FLOW_BROADCAST_ALL.to_owned());
+            later
+                .into_iter()
+                .map(|(envelope, bytes)| (subject.clone(), envelope, bytes))
+                .collect()
+        };
         self.notify();
-        RegisterReply {
+        let reply = RegisterReply {
             error: String::new(),
-            flows: flows.into_iter().map(|(f, _)| f).collect(),
-        }
+            flows,
+        };
+        (reply, later)
     }
 
     /// Creates the service's inbound stream, or updates its subjects. A stream that already

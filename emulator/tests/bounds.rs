@@ -10,6 +10,7 @@ use futures::StreamExt;
 use serde_json::json;
 use triggers_emulator::EmulatorConfig;
 use triggers_emulator::conformance::MAX_PER_MESSAGE;
+use triggers_emulator::recorder::RecordKind;
 use triggers_sdk::wire::{Envelope, subject};
 
 use common::*;
@@ -582,6 +583,96 @@ async fn a_run_larger_than_one_message_is_read_a_page_at_a_time() {
     };
     assert_eq!(seqs(&read), seqs(&held));
     assert_eq!(read.timeline[40].error, error);
+}
+
+/// A flow `id` of `steps` chained `charge` actions on `shop`: about 140 bytes a step.
+fn chain_flow(id: &str, steps: usize) -> triggers_sdk::flow::Flow {
+    let mut nodes = vec![json!({"id": "in", "type": "service-in", "service": "shop"})];
+    let mut edges = Vec::new();
+    for i in 0..steps {
+        nodes.push(
+            json!({"id": format!("s{i}"), "type": "action", "service": "shop", "action": "charge"}),
+        );
+        let from = if i == 0 {
+            "in".to_owned()
+        } else {
+            format!("s{}", i - 1)
+        };
+        edges.push(json!({"id": format!("e{i}"), "from": from, "to": format!("s{i}")}));
+    }
+    flow(json!({"id": id, "nodes": nodes, "edges": edges}))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flows_a_register_reply_cannot_carry_are_broadcast_after_it_and_none_is_held_unsendable() {
+    // A server carrying at most 16 KB in a message, and five flows of about 5 KB: together
+    // more than one reply can carry.
+    let server = small_server("100GB", "max_payload: 16KB").await;
+    let lab = lab_on(&server).await;
+    let client = connect(&lab).await;
+    register(&client, &manifest("shop", &["charge"], &[])).await;
+    let ids: Vec<String> = (0..5).map(|i| format!("chain{i}")).collect();
+    for id in &ids {
+        lab.deploy(chain_flow(id, 35)).await.unwrap();
+    }
+    // A flow no message can carry is refused whole, and not held.
+    let Err(triggers_emulator::EmulatorError::Release(problems)) =
+        lab.deploy(chain_flow("huge", 200)).await
+    else {
+        panic!("a flow larger than max_payload was deployed");
+    };
+    assert_eq!(problems[0].code.as_str(), "flow_too_large", "{problems:?}");
+    assert!(problems[0].message.contains("max_payload"), "{problems:?}");
+    assert!(!lab.flows().contains_key("huge"));
+    assert!(lab.records().0.iter().any(|r| matches!(
+        &r.kind,
+        RecordKind::DeployRefused { flow_id, .. } if flow_id == "huge"
+    )));
+    // The service registers again: a reply it gets, within max_payload, and every flow the reply
+    // had no room for as a broadcast after it.
+    let mut broadcasts = client
+        .subscribe(subject::flow_broadcast("shop").unwrap())
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+    let raw = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.request(
+            subject::MANIFEST_REGISTER,
+            manifest("shop", &["charge"], &[]).to_json().unwrap().into(),
+        ),
+    )
+    .await
+    .expect("a register reply within 10 s, however many flows are deployed")
+    .unwrap();
+    assert!(raw.payload.len() <= 16 * 1024);
+    let reply = triggers_sdk::wire::RegisterReply::from_json(&raw.payload).unwrap();
+    assert!(reply.error.is_empty(), "{}", reply.error);
+    assert!(!reply.flows.is_empty() && reply.flows.len() < ids.len());
+    let mut got: Vec<String> = reply.flows.iter().map(|f| f.id.clone()).collect();
+    while got.len() < ids.len() {
+        let msg = tokio::time::timeout(Duration::from_secs(10), broadcasts.next())
+            .await
+            .expect("the flows left out of the reply are broadcast")
+            .unwrap();
+        let envelope = triggers_sdk::wire::FlowEnvelope::from_json(&msg.payload).unwrap();
+        got.push(envelope.id);
+    }
+    got.sort();
+    assert_eq!(got, ids);
+    let withheld = lab
+        .records()
+        .0
+        .into_iter()
+        .find_map(|r| match r.kind {
+            RecordKind::FlowsWithheld { flows, reason, .. } => Some((flows, reason)),
+            _ => None,
+        })
+        .expect("the flows left out are recorded");
+    assert_eq!(withheld.0.len(), ids.len() - reply.flows.len());
+    assert!(withheld.1.contains("max_payload"), "{}", withheld.1);
+    // Broadcasts the emulator sent are its own, not forged ones.
+    assert!(lab.violations().is_empty(), "{:?}", lab.violations());
 }
 
 /// The shop lab ([`shop_lab`]) on a server of its own that carries at most 16 KB in a message,
