@@ -92,6 +92,7 @@ pub(crate) async fn status(json: JsonArg) -> Result<()> {
                     "connection_losses": s.map(|s| s.connection_losses),
                     "dropped_records": s.map(|s| s.dropped_records),
                     "evicted_runs": s.map(|s| s.evicted_runs),
+                    "unfollowed_runs": s.map(|s| s.unfollowed_runs),
                 })
             })
             .collect();
@@ -151,6 +152,12 @@ fn losses(s: &StateSummary) -> Vec<String> {
         lines.push(format!(
             "{} settled run(s) evicted beyond max_runs (`up --max-runs` raises it)",
             s.evicted_runs
+        ));
+    }
+    if s.unfollowed_runs > 0 {
+        lines.push(format!(
+            "NOT FOLLOWED: {} completion event(s) of runs the emulator did not start, while max_open_runs runs were open (`up --max-open-runs` raises it)",
+            s.unfollowed_runs
         ));
     }
     lines

@@ -397,6 +397,11 @@ pub const RULES: &[(&str, Severity, &str)] = &[
         "a completion event whose node_type is not the type of its node in the flow",
     ),
     (
+        "completion_status_invalid",
+        Severity::Error,
+        "a completion event with a status its node cannot report: `skipped` for a node other than a condition (only a condition stops a path); the run counts the node as failed",
+    ),
+    (
         "completion_service_mismatch",
         Severity::Error,
         "a completion event whose service is not the owner of its node (or for a timer, the engine's)",

@@ -207,6 +207,10 @@ pub struct StateSummary {
     /// Settled runs evicted beyond `max_runs` (no longer in `runs`).
     #[serde(default)]
     pub evicted_runs: u64,
+    /// Completion events of runs the emulator did not start whose runs it did not follow:
+    /// `max_open_runs` runs were open.
+    #[serde(default)]
+    pub unfollowed_runs: u64,
     /// Conformance violations counted but not kept (beyond `max_violations`, or 16 per message).
     #[serde(default)]
     pub dropped_violations: u64,
@@ -302,6 +306,7 @@ impl Emulator {
             last_seq: state.seq,
             dropped_records: state.records.dropped,
             evicted_runs: state.evicted_runs,
+            unfollowed_runs: state.unfollowed_runs,
             dropped_violations: state.dropped_violations,
             trimmed_violations: state.trimmed_violations,
             dropped_messages: self.dropped_messages(),

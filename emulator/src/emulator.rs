@@ -245,6 +245,9 @@ pub(crate) struct State {
     settled: VecDeque<String>,
     /// Settled runs evicted beyond `max_runs`.
     pub(crate) evicted_runs: u64,
+    /// Completion events of runs the emulator did not start that it did not follow, because
+    /// `max_open_runs` runs were open.
+    pub(crate) unfollowed_runs: u64,
     pub(crate) records: Records,
     pub(crate) violations: VecDeque<crate::conformance::Violation>,
     /// Violations beyond `max_violations` (and beyond 16 per message), counted, not kept.
@@ -531,6 +534,7 @@ impl Emulator {
                 run_order: RunOrder::default(),
                 settled: VecDeque::new(),
                 evicted_runs: 0,
+                unfollowed_runs: 0,
                 records: Records::new(config.max_records, config.max_record_bytes),
                 violations: VecDeque::new(),
                 dropped_violations: 0,
@@ -808,7 +812,12 @@ impl Emulator {
             }
             let open = state.open_runs();
             if open >= self.config().max_open_runs {
-                return Err(EmulatorError::TooManyOpenRuns { open });
+                let followed = state
+                    .runs
+                    .values()
+                    .filter(|r| r.followed && !r.status.is_settled())
+                    .count();
+                return Err(EmulatorError::TooManyOpenRuns { open, followed });
             }
             let flow = state
                 .flows

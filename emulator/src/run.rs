@@ -388,6 +388,13 @@ impl Run {
         *self.pending.entry(node.to_owned()).or_insert(0) += 1;
     }
 
+    /// Whether `node` may report `skipped`: a condition, or a node of a flow not known.
+    fn may_skip(&self, node: &str) -> bool {
+        self.flow()
+            .and_then(|f| f.node(node))
+            .is_none_or(|n| n.node_type == NodeType::Condition)
+    }
+
     /// Takes back an arrival at `node` (its delivery could not be published after all).
     pub(crate) fn unreach(&mut self, node: &str) {
         self.settle_arrival(node);
@@ -452,6 +459,11 @@ impl Run {
             status::SUCCEEDED | status::SKIPPED | status::FAILED
         );
         if !finishing {
+            // A run followed from its events owes no arrival: a node that said it is retrying
+            // (or something unknown) keeps the run open until it finishes.
+            if self.followed && !self.pending.contains_key(&event.node_id) {
+                self.pending.insert(event.node_id.clone(), 1);
+            }
             return Vec::new();
         }
         let owed = self.settle_arrival(&event.node_id);
@@ -478,7 +490,9 @@ impl Run {
                     }
                 }
             }
-            status::SKIPPED => {
+            // Only a condition stops a path; another node that says so did not do its work
+            // (`completion_status_invalid`), and what follows it will never run.
+            status::SKIPPED if self.may_skip(&event.node_id) => {
                 self.completed.insert(event.node_id.clone());
             }
             _ => {

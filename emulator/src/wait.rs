@@ -429,7 +429,15 @@ fn describe_run(state: &State, run_id: &str) -> String {
         } else {
             String::new()
         };
-        return format!("no run {run_id} is known (latest runs: {known:?}){evicted}");
+        let unfollowed = if state.unfollowed_runs > 0 {
+            format!(
+                "; the events of {} run(s) it did not start were not followed (max_open_runs runs were open), it may be one",
+                state.unfollowed_runs
+            )
+        } else {
+            String::new()
+        };
+        return format!("no run {run_id} is known (latest runs: {known:?}){evicted}{unfollowed}");
     };
     let mut out = format!(
         "run {} of flow {} v{} is {:?}\n  timeline:",

@@ -230,7 +230,7 @@ async fn triggers_beyond_max_open_runs_are_refused_until_runs_settle() {
     assert!(
         matches!(
             err,
-            triggers_emulator::EmulatorError::TooManyOpenRuns { open: 3 }
+            triggers_emulator::EmulatorError::TooManyOpenRuns { open: 3, .. }
         ),
         "{err}"
     );
@@ -245,6 +245,50 @@ async fn triggers_beyond_max_open_runs_are_refused_until_runs_settle() {
         .unwrap();
     lab.trigger("order", &json!({"n": 4})).await.unwrap();
     assert!(lab.trigger("order", &json!({"n": 5})).await.is_err());
+}
+
+/// Found by an audit: completion events for ever new run ids (another orchestrator's, or forged)
+/// each made a followed run, open while its node was retrying, without bound: 210 000 events held
+/// 221 006 runs and a gigabyte. They are held within `max_open_runs` too; beyond it the event is
+/// recorded, its run not followed, and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_followed_from_events_are_held_within_max_open_runs_and_the_rest_counted() {
+    let (lab, client) = shop_lab(EmulatorConfig {
+        max_open_runs: 3,
+        ..Default::default()
+    })
+    .await;
+    for n in 0..8 {
+        let envelope = Envelope {
+            flow_run_id: format!("foreign-{n}"),
+            flow_id: "order".into(),
+            flow_version: 1,
+            ..Envelope::default()
+        };
+        complete(
+            &client,
+            &envelope,
+            "shop",
+            "step",
+            "action",
+            triggers_sdk::wire::shapes::status::RETRYING,
+            "busy",
+        )
+        .await;
+    }
+    let state = eventually(&lab, "8 completion events judged", |lab| {
+        (lab.completions().len() == 8).then(|| lab.summary())
+    })
+    .await;
+    assert_eq!(lab.runs().len(), 3, "followed runs beyond max_open_runs");
+    assert_eq!(state.unfollowed_runs, 5);
+    // A trigger is then refused, and the reason says where the open runs come from.
+    let err = lab.trigger("order", &json!({})).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("3 of them the emulator did not start"),
+        "{err}"
+    );
 }
 
 /// Found by an audit: every registration under a new service name made an inbound stream on the

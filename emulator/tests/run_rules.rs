@@ -7,6 +7,7 @@ mod common;
 use async_nats::jetstream;
 use serde_json::json;
 use triggers_emulator::Harness;
+use triggers_emulator::recorder::RunStatus;
 use triggers_sdk::wire::header::names;
 use triggers_sdk::wire::shapes::status;
 use triggers_sdk::wire::{Envelope, GoTime, Heartbeat, subject};
@@ -220,4 +221,44 @@ async fn hops_and_heartbeats_are_judged_against_what_is_deployed_and_registered(
         .await
         .unwrap();
     assert!(v.message.contains("9.9.9"), "{}", v.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_action_that_says_skipped_fails_its_run_rather_than_ending_it() {
+    // Only a condition stops a path: an action reporting `skipped` did not do its work, and the
+    // hop after it will never come. The run must not read as succeeded.
+    let (lab, client) = world().await;
+    let run = lab.trigger("order", &json!({"n": 1})).await.unwrap();
+    let env = Envelope::from_headers(&next_delivery(&client, "shop").await.headers).unwrap();
+    event(&client, &env, |e| e.status = status::SKIPPED.into()).await;
+    let v = lab
+        .wait_for_violation("completion_status_invalid")
+        .await
+        .unwrap();
+    assert!(v.message.contains("only a condition"), "{}", v.message);
+    let settled = lab.wait_run_settled(&run).await.unwrap();
+    assert_eq!(settled.status, RunStatus::Failed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_followed_from_a_retrying_or_unknown_event_stays_open_until_its_node_finishes() {
+    let (lab, client) = world().await;
+    for (id, first) in [("foreign-1", status::RETRYING), ("foreign-2", "bogus")] {
+        let env = Envelope {
+            flow_run_id: id.into(),
+            flow_id: "order".into(),
+            flow_version: 1,
+            ..Envelope::default()
+        };
+        event(&client, &env, |e| e.status = first.into()).await;
+        let run = eventually(&lab, "the followed run", |lab| {
+            lab.runs().into_iter().find(|r| r.id == id)
+        })
+        .await;
+        assert_eq!(run.status, RunStatus::Running, "{id} after {first:?}");
+        // The node finishes: what follows it (the hop to mail) is then awaited.
+        event(&client, &env, |e| e.status = status::FAILED.into()).await;
+        let run = lab.wait_run_settled(id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Failed, "{id}");
+    }
 }

@@ -462,6 +462,7 @@ pub fn summary() -> StateSummary {
         };
     StateSummary {
         evicted_runs: 0,
+        unfollowed_runs: 0,
         dropped_violations: 0,
         trimmed_violations: 0,
         clock: at_ms(62_000),

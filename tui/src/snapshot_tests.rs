@@ -270,6 +270,14 @@ fn evicted_runs_are_named_over_the_runs_list() {
         screen.contains("Runs (12 settled runs evicted by the emulator beyond its max_runs)"),
         "{screen}"
     );
+    let mut summary = fixtures::summary();
+    summary.unfollowed_runs = 5;
+    update(&mut model, Msg::Summary(summary));
+    let screen = render(&model, 160, 24);
+    assert!(
+        screen.contains("events of 5 runs it did not start not followed"),
+        "{screen}"
+    );
 }
 
 #[test]

@@ -57,6 +57,15 @@ pub(crate) fn completion(run: &Run, event: &CompletionEvent) -> Vec<Finding> {
             ),
         ));
     }
+    if event.status == status::SKIPPED && node.node_type != NodeType::Condition {
+        found.push((
+            "completion_status_invalid",
+            format!(
+                "node {:?} is a {} node and reported `skipped`: only a condition stops a path; the run counts the node as failed",
+                node.id, node.node_type
+            ),
+        ));
+    }
     if node.node_type == NodeType::Timer {
         found.push((
             "completion_service_mismatch",

@@ -374,6 +374,7 @@ impl Model {
         self.emulator_lost = summary.dropped_messages;
         self.emulator_disconnects = summary.connection_losses;
         self.evicted_runs = summary.evicted_runs;
+        self.unfollowed_runs = summary.unfollowed_runs;
         let names: BTreeSet<&str> = summary.services.iter().map(|s| s.name.as_str()).collect();
         self.services
             .retain(|name, _| names.contains(name.as_str()));

@@ -409,6 +409,9 @@ pub struct Model {
     pub(crate) emulator_disconnects: u64,
     /// Settled runs the emulator evicted beyond its `max_runs` (from its state summary).
     pub(crate) evicted_runs: u64,
+    /// Completion events of runs the emulator did not start that it did not follow, beyond its
+    /// `max_open_runs` (from its state summary).
+    pub(crate) unfollowed_runs: u64,
     /// Messages NATS dropped for this UI's own slow subscription.
     pub(crate) own_dropped: u64,
     /// The last record sequence number applied (records at or below it are repeats).
@@ -459,6 +462,7 @@ impl Model {
             emulator_lost: 0,
             emulator_disconnects: 0,
             evicted_runs: 0,
+            unfollowed_runs: 0,
             own_dropped: 0,
             last_seq: 0,
             tab: Tab::Services,

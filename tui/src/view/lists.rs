@@ -231,14 +231,7 @@ fn runs(model: &Model, frame: &mut Frame, area: Rect) {
     ];
     ListTable {
         list: ListId::Runs,
-        title: if model.evicted_runs > 0 {
-            format!(
-                "Runs ({} settled runs evicted by the emulator beyond its max_runs)",
-                model.evicted_runs
-            )
-        } else {
-            "Runs".into()
-        },
+        title: runs_title(model),
         header: &[
             "Run", "Flow", "Status", "Started", "Duration", "Steps", "Failed",
         ],
@@ -393,4 +386,27 @@ fn traffic(model: &Model, frame: &mut Frame, area: Rect) {
             Cell::from(one_line(&e.summary(), 300)),
         ]))
     });
+}
+
+/// The runs list's title, naming the runs the emulator holds no more (evicted) or never held
+/// (events of runs it did not start, not followed beyond its bound).
+fn runs_title(model: &Model) -> String {
+    let mut notes = Vec::new();
+    if model.evicted_runs > 0 {
+        notes.push(format!(
+            "{} settled runs evicted by the emulator beyond its max_runs",
+            model.evicted_runs
+        ));
+    }
+    if model.unfollowed_runs > 0 {
+        notes.push(format!(
+            "events of {} runs it did not start not followed beyond its max_open_runs",
+            model.unfollowed_runs
+        ));
+    }
+    if notes.is_empty() {
+        "Runs".into()
+    } else {
+        format!("Runs ({})", notes.join("; "))
+    }
 }

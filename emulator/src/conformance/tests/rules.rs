@@ -405,6 +405,7 @@ pub(super) const STATEFUL: &[&str] = &[
     "delivery_deduplicated",
     "completion_node_unknown",
     "completion_node_type_mismatch",
+    "completion_status_invalid",
     "completion_service_mismatch",
     "completion_version_mismatch",
     "completion_trace_mismatch",
