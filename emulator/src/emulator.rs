@@ -329,6 +329,8 @@ pub(crate) struct Records {
     max_count: usize,
     max_bytes: usize,
     pub(crate) dropped: u64,
+    /// Of them, DLQ records: a count of DLQ entries made since is short of them.
+    pub(crate) dropped_dlq: u64,
     /// Seqs of the DLQ records in the ring, oldest first.
     dlq: VecDeque<u64>,
 }
@@ -341,6 +343,7 @@ impl Records {
             max_count: max_count.max(1),
             max_bytes: max_bytes.max(1),
             dropped: 0,
+            dropped_dlq: 0,
             dlq: VecDeque::new(),
         }
     }
@@ -361,6 +364,7 @@ impl Records {
             self.dropped += 1;
             if self.dlq.front() == Some(&old.seq) {
                 self.dlq.pop_front();
+                self.dropped_dlq += 1;
             }
         }
     }
@@ -992,6 +996,13 @@ impl Emulator {
     #[must_use]
     pub fn dlq(&self) -> Vec<Record> {
         self.lock().records.dlq().cloned().collect()
+    }
+
+    /// DLQ records dropped off the record ring (beyond `max_records` or `max_record_bytes`):
+    /// [`Emulator::dlq`] is short of them, so no count of DLQ entries is a verdict once any is.
+    #[must_use]
+    pub fn dropped_dlq_records(&self) -> u64 {
+        self.lock().records.dropped_dlq
     }
 
     /// Completion events recorded, oldest first.

@@ -102,7 +102,13 @@ pub(crate) async fn expect_violation(
     lab: &mut Lab<'_>,
     v: &crate::model::ExpectViolationStep,
 ) -> StepResult {
-    lab.expected_rules.insert(v.rule.clone());
+    // What the step expects is excused from the final conformance check, as narrowly as the
+    // step matches it (the rule, on its subject if it names one); a step that expects none of
+    // it (`count: 0`) excuses nothing.
+    if v.count != Some(0) {
+        lab.expected_rules
+            .insert((v.rule.clone(), v.subject.clone()));
+    }
     let matching = || {
         lab.em()
             .violations()
@@ -147,7 +153,33 @@ async fn counted<T>(
     matching: impl Fn() -> Vec<T>,
     saw: impl Fn() -> String,
 ) -> Result<usize, String> {
-    counted_until(lab, timeout, count, settle, what, matching, saw, &|| false).await
+    let runs = RunsConcerned {
+        settled: &|| false,
+        quiet: None,
+    };
+    counted_until(lab, timeout, count, settle, what, matching, saw, runs).await
+}
+
+/// What a count knows of the runs it concerns.
+struct RunsConcerned<'a> {
+    /// They have settled: nothing more can come.
+    settled: &'a dyn Fn() -> bool,
+    /// Where the count is of one run: whether that run is quiet (nothing in flight: settled, or
+    /// waiting only for a timer). An exact count is judged only then, since while the run is
+    /// running more may come after the count is first reached.
+    quiet: Option<(&'a str, &'a dyn Fn() -> bool)>,
+}
+
+/// The [`RunsConcerned`] of a count of run `id` (labelled `label`), or of no run in particular.
+fn run_concerned<'a>(
+    lab: &'a Lab<'_>,
+    id: Option<&'a str>,
+) -> (impl Fn() -> bool + 'a, impl Fn() -> bool + 'a) {
+    let status = move || id.and_then(|id| lab.em().run(id)).map(|r| r.status);
+    (
+        move || status().is_some_and(|s| s.is_settled()),
+        move || status().is_none_or(|s| s != triggers_emulator::recorder::RunStatus::Running),
+    )
 }
 
 /// [`counted`], ending early when `finished` says nothing more can come (the runs it concerns
@@ -162,15 +194,15 @@ async fn counted_until<T>(
     what: &str,
     matching: impl Fn() -> Vec<T>,
     saw: impl Fn() -> String,
-    finished: &dyn Fn() -> bool,
+    runs: RunsConcerned<'_>,
 ) -> Result<usize, String> {
     let settle = settle.map_or(DEFAULT_SETTLE, |d| d.0);
     let want = count.unwrap_or(1);
+    let mut w = lab.waiter(timeout);
     if want > 0 {
-        let mut w = lab.waiter(timeout);
         let mut finished_at: Option<tokio::time::Instant> = None;
         while matching().len() < want {
-            if count.is_some() && finished() {
+            if count.is_some() && (runs.settled)() {
                 let at = *finished_at.get_or_insert_with(tokio::time::Instant::now);
                 if at.elapsed() >= settle {
                     let n = matching().len();
@@ -192,6 +224,21 @@ async fn counted_until<T>(
     let Some(exact) = count else {
         return Ok(matching().len());
     };
+    // A count of a run still running is not a verdict yet: its next retry, DLQ entry or call
+    // may be on the way.
+    if let Some((label, quiet)) = runs.quiet {
+        while !quiet() {
+            if !w.next().await {
+                return Err(format!(
+                    "expected {what}, found {} so far, but run {label} is still running: more may \
+                     come, so the count is not a verdict yet; wait for the run first \
+                     (`wait_settled: {label}`), or give the step a longer `timeout`; {}",
+                    matching().len(),
+                    saw()
+                ));
+            }
+        }
+    }
     tokio::time::sleep(settle).await;
     let n = matching().len();
     if n == exact {
@@ -488,7 +535,16 @@ pub(crate) async fn expect_dlq(lab: &Lab<'_>, d: &ExpectDlqStep) -> StepResult {
         body: d.body.as_ref().map(|b| lab.subst(b)).transpose()?,
     };
     let what = want.describe(d.count);
-    let n = counted(
+    let (settled, quiet) = run_concerned(lab, want.run.as_deref());
+    let label = d.run.as_deref().unwrap_or_default();
+    let runs = RunsConcerned {
+        settled: &settled,
+        quiet: want
+            .run
+            .is_some()
+            .then_some((label, &quiet as &dyn Fn() -> bool)),
+    };
+    let n = counted_until(
         lab,
         d.timeout,
         d.count,
@@ -502,8 +558,23 @@ pub(crate) async fn expect_dlq(lab: &Lab<'_>, d: &ExpectDlqStep) -> StepResult {
                 .collect::<Vec<_>>()
         },
         || want.account(lab),
+        runs,
     )
-    .await?;
+    .await;
+    // Entries that fell off the emulator's record ring are missing from any count.
+    let dropped = lab.em().dropped_dlq_records();
+    if dropped > 0 {
+        return Err(format!(
+            "{dropped} DLQ entr{} dropped off the emulator's record ring (emulator.max_records, \
+             max_record_bytes), so a count of {what} is not a verdict; raise the scenario's \
+             emulator.max_records{}",
+            if dropped == 1 { "y was" } else { "ies were" },
+            n.err()
+                .map(|e| format!(" (the count itself: {e})"))
+                .unwrap_or_default()
+        ));
+    }
+    let n = n?;
     Ok(format!("{n} DLQ entr{}", if n == 1 { "y" } else { "ies" }))
 }
 
@@ -715,8 +786,16 @@ pub(crate) async fn expect_calls(lab: &Lab<'_>, c: &ExpectCallsStep) -> StepResu
             !runs.is_empty() && runs.iter().all(|r| r.status.is_settled())
         }
     };
+    let (_, quiet) = run_concerned(lab, run.as_deref());
+    let label = c.run.as_deref().unwrap_or_default();
+    let runs = RunsConcerned {
+        settled: &settled,
+        quiet: run
+            .is_some()
+            .then_some((label, &quiet as &dyn Fn() -> bool)),
+    };
     let n = counted_until(
-        lab, c.timeout, c.count, c.settle, &what, matching, saw, &settled,
+        lab, c.timeout, c.count, c.settle, &what, matching, saw, runs,
     )
     .await?;
     Ok(format!("{n} call(s)"))

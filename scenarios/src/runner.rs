@@ -188,8 +188,9 @@ pub(crate) struct Lab<'a> {
     /// Run name -> run id.
     pub(crate) runs: BTreeMap<String, String>,
     pub(crate) deployed: BTreeMap<String, Deployment>,
-    /// Rules an `expect_violation` step expected: the conformance check leaves them out.
-    pub(crate) expected_rules: BTreeSet<String>,
+    /// Rules an `expect_violation` step expected, each on its subject where the step named one:
+    /// the conformance check leaves them out.
+    pub(crate) expected_rules: BTreeSet<(String, Option<String>)>,
     pub(crate) deadline: Instant,
     /// The scenario's time limit in force: `RunOptions::timeout`, else the file's.
     pub(crate) timeout: Duration,
@@ -792,7 +793,11 @@ fn conformance(lab: &Lab<'_>) -> Option<String> {
         .em()
         .violations()
         .into_iter()
-        .filter(|v| !lab.expected_rules.contains(v.rule))
+        .filter(|v| {
+            !lab.expected_rules.iter().any(|(rule, subject)| {
+                rule == v.rule && subject.as_ref().is_none_or(|s| *s == v.subject)
+            })
+        })
         .filter(|v| match policy {
             Conformance::Strict => true,
             Conformance::Errors => v.severity == Severity::Error,
