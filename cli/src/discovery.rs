@@ -62,6 +62,13 @@ pub(crate) fn dir() -> Result<PathBuf> {
     })
 }
 
+/// `--instance NAME` as the command line reads it: a bad name is a usage error (exit 2).
+pub(crate) fn instance_name(name: &str) -> Result<String, String> {
+    check_name(name)
+        .map(|()| name.to_owned())
+        .map_err(|e| e.to_string())
+}
+
 /// An instance name is a file name: letters, digits, `-` and `_`.
 pub(crate) fn check_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()

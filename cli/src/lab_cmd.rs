@@ -83,7 +83,7 @@ pub(crate) struct UpArgs {
     tui: bool,
     /// Name this instance (default: its pid; `default` with --detach), for `--instance` of the
     /// other commands when several `up`s run.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = crate::discovery::instance_name)]
     pub(crate) instance: Option<String>,
     /// Settled runs the emulator keeps; the oldest beyond are evicted (counted: `status`). Raise
     /// it above a `load`'s runs for the load to read every failed run's DLQ entries at its end.
@@ -622,7 +622,7 @@ pub(crate) struct ControlArgs {
     #[arg(long, value_name = "URL", global = true)]
     nats: Option<String>,
     /// Which running `up`, by name (`up --instance NAME`, else its pid), when several run.
-    #[arg(long, value_name = "NAME", global = true)]
+    #[arg(long, value_name = "NAME", global = true, value_parser = crate::discovery::instance_name)]
     instance: Option<String>,
 }
 

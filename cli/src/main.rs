@@ -152,7 +152,7 @@ enum Command {
     #[command(after_help = exit::HELP)]
     Down {
         /// Which one, by name (`up --instance NAME`; `default` for `up --detach`).
-        #[arg(long, value_name = "NAME")]
+        #[arg(long, value_name = "NAME", value_parser = crate::discovery::instance_name)]
         instance: Option<String>,
         /// Every running `up`.
         #[arg(long)]

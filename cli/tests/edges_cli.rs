@@ -344,6 +344,22 @@ fn exit_codes_are_the_same_across_commands_and_in_every_help() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", streams(&out).1);
+    // A bad --instance name is a usage error wherever it is given, before anything is started.
+    for args in [
+        &["up", "--detach", "--instance", "../evil"][..],
+        &["up", "--instance", "a b"][..],
+        &["runs", "list", "--instance", ""][..],
+        &["down", "--instance", "x/y"][..],
+    ] {
+        let out = bin()
+            .env("XDG_RUNTIME_DIR", xdg.path())
+            .args(args)
+            .output()
+            .unwrap();
+        let (_, stderr) = streams(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("letters, digits"), "{args:?}: {stderr}");
+    }
     for command in [
         "run", "demo", "up", "deploy", "trigger", "advance", "watch", "manifest",
     ] {

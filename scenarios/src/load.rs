@@ -22,6 +22,10 @@ use crate::model::{
 };
 use crate::vars;
 
+/// The most replicas a scripted service may have: each is a runtime with its own connection,
+/// started one after another, in the runner's process.
+pub(crate) const MAX_REPLICAS: u32 = 64;
+
 /// The whole scenario's default time limit.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// A waiting step's default time limit.
@@ -477,6 +481,16 @@ impl<'a> Checker<'a> {
         }
         if spec.replicas == Some(0) {
             return Err(self.err(at, "`replicas` must be at least 1"));
+        }
+        if let Some(n) = spec.replicas
+            && n > MAX_REPLICAS
+        {
+            return Err(self.err(
+                at,
+                format!(
+                    "`replicas: {n}` is too many: at most {MAX_REPLICAS} (each replica is a service runtime with its own NATS connection in this process)"
+                ),
+            ));
         }
         if let Some(sources) = &spec.sources
             && sources.is_empty()
@@ -1163,6 +1177,9 @@ mod tests {
             (service("{name: a, retry: {max_attempts: 9223372036854775807}}"), "s.yaml:4:9:", "retry.max_attempts: is 9223372036854775807"),
             (service("{name: a, retry: {initial_backoff_ms: -1}}"), "s.yaml:4:9:", "retry.initial_backoff_ms: is -1"),
             (service("{name: a, retry: {max_backoff_ms: 9223372036854775807}}"), "s.yaml:4:9:", "retry.max_backoff_ms: is 9223372036854775807"),
+            // Replicas: each is a runtime with a connection; a billion would never finish starting.
+            ("services:\n  - {name: s, replicas: 1000000000}\nsteps:\n  - sleep: 1s\n".into(), "s.yaml:2:5:", "`replicas: 1000000000` is too many: at most 64"),
+            ("services:\n  - {name: s, replicas: 0}\nsteps:\n  - sleep: 1s\n".into(), "s.yaml:2:5:", "`replicas` must be at least 1"),
             // Headers async-nats would panic on.
             ("steps:\n  - publish: {subject: a, headers: {\"bad name\": v}}\n".into(), "s.yaml:2:5:", "headers: header \"bad name\" cannot be sent on NATS"),
             ("steps:\n  - publish: {subject: a, headers: {\"a:b\": v}}\n".into(), "s.yaml:2:5:", "header \"a:b\""),

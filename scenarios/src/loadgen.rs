@@ -13,9 +13,9 @@ use futures::stream::FuturesUnordered;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use serde_json::Value;
-use triggers_emulator::Emulator;
 use triggers_emulator::control::ControlClient;
 use triggers_emulator::recorder::{Run, RunStatus};
+use triggers_emulator::{Emulator, EmulatorError};
 
 /// How runs are started.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -115,6 +115,8 @@ pub struct LoadConfig {
 
 /// Something runs can be started on and waited for.
 pub trait LoadTarget {
+    /// `Err` saying why when `flow` is not deployed (checked once, before any run starts).
+    fn deployed(&self, flow: &str) -> impl Future<Output = Result<(), String>>;
     /// Starts a run of `flow`; its id.
     fn trigger(&self, flow: &str, payload: &Value) -> impl Future<Output = Result<String, String>>;
     /// The run once settled, or `Err` with the run as it stands after `timeout` (or why it
@@ -132,6 +134,14 @@ pub trait LoadTarget {
 }
 
 impl LoadTarget for Emulator {
+    async fn deployed(&self, flow: &str) -> Result<(), String> {
+        if self.flows().contains_key(flow) {
+            Ok(())
+        } else {
+            Err(EmulatorError::UnknownFlow(flow.to_owned()).to_string())
+        }
+    }
+
     async fn trigger(&self, flow: &str, payload: &Value) -> Result<String, String> {
         Emulator::trigger(self, flow, payload)
             .await
@@ -161,6 +171,10 @@ impl LoadTarget for Emulator {
 }
 
 impl LoadTarget for ControlClient {
+    async fn deployed(&self, flow: &str) -> Result<(), String> {
+        self.flow(flow).await.map(drop).map_err(|e| e.to_string())
+    }
+
     async fn trigger(&self, flow: &str, payload: &Value) -> Result<String, String> {
         ControlClient::trigger(self, flow, payload)
             .await
@@ -533,6 +547,8 @@ pub async fn run_load<T: LoadTarget>(
     progress: Progress<'_>,
 ) -> Result<LoadReport, String> {
     let pace_text = check(config.runs, config.pace)?;
+    // Not a million "not started" lines for a flow that is not there.
+    target.deployed(&config.flow).await?;
     let histogram = || Histogram::<u64>::new(3).expect("3 significant figures is valid");
     let mut run_hist = histogram();
     let mut node_hists: BTreeMap<String, (NodeLoad, Histogram<u64>)> = BTreeMap::new();

@@ -85,3 +85,20 @@ fn a_bound_of_zero_is_refused_where_it_is_written() {
     assert!(err.contains("zero.scenario.yaml:3:"), "{err}");
     assert!(err.contains("nonzero"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_of_a_flow_not_deployed_stops_before_any_run() {
+    // Found by an audit: every one of the runs was tried and reported "not started".
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = scenario(100)
+        .replace("  - deploy: pay\n", "")
+        .replace("runs: 12", "runs: 100000");
+    let undeployed =
+        load_str("undeployed.scenario.yaml", &text, here).unwrap_or_else(|e| panic!("{e}"));
+    let report = run_suite(vec![undeployed], 1, &options()).await;
+    let failed = &report.scenarios[0];
+    assert!(!failed.passed());
+    let text = failed.failure_text();
+    assert!(text.contains("no flow \"pay\" is deployed"), "{text}");
+    assert!(!text.contains("not started"), "{text}");
+}
