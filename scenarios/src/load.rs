@@ -84,16 +84,20 @@ pub struct StepAt {
     pub column: u64,
 }
 
+/// The most YAML nodes a file may hold: room for the largest flow release accepts (20 000
+/// nodes, 40 000 edges: about 700 000 YAML nodes); still a bound.
+const YAML_MAX_NODES: usize = 2_000_000;
+/// The most parser events a file may produce.
+const YAML_MAX_EVENTS: usize = 4_000_000;
+
 /// YAML options: YAML 1.2 booleans only (`yes` is a string), duplicate keys refused.
 fn yaml_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         strict_booleans: true,
         duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
-        // Room for the largest flow release accepts (20 000 nodes, 40 000 edges: about 700 000
-        // YAML nodes); still a bound.
         budget: serde_saphyr::budget! {
-            max_nodes: 2_000_000,
-            max_events: 4_000_000,
+            max_nodes: YAML_MAX_NODES,
+            max_events: YAML_MAX_EVENTS,
         },
     }
 }
@@ -113,15 +117,16 @@ pub(crate) fn parse_yaml<T: serde::de::DeserializeOwned>(
         })
     })
     .map_err(|e| {
-        let mut message =
-            crate::flowfile::suggest_in_message(&strip_position(&e.without_snippet().to_string()));
+        let mut message = crate::flowfile::suggest_in_message(&plain_words(&strip_position(
+            &e.without_snippet().to_string(),
+        )));
         if message.starts_with("non-finite float") {
             message.push_str(": write a finite number (or a duration such as 10s)");
         }
         let message = if path.is_empty() {
             message
         } else {
-            format!("{path}: {message}")
+            format!("{}: {message}", clip_path(&path))
         };
         match e.location() {
             Some(l) => LoadError::at(name, l.line(), l.column(), message),
@@ -151,6 +156,53 @@ fn key_path(path: &str) -> String {
         return String::new();
     }
     path.replace("].value", "]")
+}
+
+/// The YAML parser's messages that speak to a programmer using it (`set DuplicateKeyPolicy in
+/// Options`, `use Option<String>`, `Depth { depth: 65 }`), in the words of the file's writer.
+fn plain_words(message: &str) -> String {
+    if let Some(rest) = message.strip_prefix("duplicate mapping key: ") {
+        let key = rest
+            .split(", set DuplicateKeyPolicy")
+            .next()
+            .unwrap_or(rest);
+        return format!("duplicate key `{key}`: a key may be given once in a mapping");
+    }
+    if message.starts_with("multiple YAML documents detected") {
+        return "more than one YAML document (a `---` line after the first): a file holds one"
+            .into();
+    }
+    if let Some(rest) = message.strip_prefix("cannot deserialize null into ") {
+        let what = rest.split("; use Option<").next().unwrap_or(rest);
+        return format!("empty (null) where a {what} is needed: write a value");
+    }
+    if let Some(rest) = message.strip_prefix("budget breached: ") {
+        let number = |field: &str| {
+            rest.split_once(field)
+                .and_then(|(_, n)| n.trim_start_matches(": ").split(' ').next())
+                .and_then(|n| n.parse::<u64>().ok())
+        };
+        if let Some(depth) = number("depth") {
+            return format!(
+                "nested too deeply ({depth} levels): a file may nest at most {} levels",
+                depth.saturating_sub(1)
+            );
+        }
+        return format!(
+            "the file is too large to read (over {} YAML nodes or {} events): split it",
+            YAML_MAX_NODES, YAML_MAX_EVENTS
+        );
+    }
+    message.to_owned()
+}
+
+/// A key path cut to a readable length (a deeply nested value's path runs to hundreds of keys).
+fn clip_path(path: &str) -> String {
+    const KEEP: usize = 80;
+    match path.char_indices().nth(KEEP) {
+        Some((at, _)) => format!("{}…", &path[..at]),
+        None => path.to_owned(),
+    }
 }
 
 pub(crate) fn strip_position(message: &str) -> String {
@@ -1143,6 +1195,50 @@ mod tests {
         for (text, at, what) in cases {
             let e = error(&text);
             assert!(e.starts_with(at) && e.contains(what), "{text}\ngave {e}");
+        }
+    }
+
+    #[test]
+    fn the_parser_s_messages_are_put_in_the_file_writer_s_words() {
+        let deep = format!(
+            "steps:\n  - publish: {{subject: a, json: {}1{}}}\n",
+            "{a: ".repeat(70),
+            "}".repeat(70)
+        );
+        let cases: Vec<(String, &str, &str)> = vec![
+            (
+                "name: a\nname: b\nsteps:\n  - sleep: 1s\n".into(),
+                "s.yaml:2:1:",
+                "duplicate key `name`: a key may be given once",
+            ),
+            (
+                "steps:\n  - sleep: 1s\n---\nsteps: []\n".into(),
+                "s.yaml:4:1:",
+                "more than one YAML document",
+            ),
+            (
+                "~: 1\nsteps:\n  - sleep: 1s\n".into(),
+                "s.yaml:1:1:",
+                "empty (null) where a string is needed",
+            ),
+            (
+                deep,
+                "s.yaml:2:",
+                "nested too deeply (65 levels): a file may nest at most 64 levels",
+            ),
+        ];
+        for (text, at, what) in cases {
+            let e = error(&text);
+            assert!(e.starts_with(at) && e.contains(what), "{text}\ngave {e}");
+            for internal in [
+                "DuplicateKeyPolicy",
+                "from_str_multiple",
+                "Option<",
+                "budget breached",
+                "a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a",
+            ] {
+                assert!(!e.contains(internal), "{e}");
+            }
         }
     }
 
