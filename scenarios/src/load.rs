@@ -84,6 +84,48 @@ pub struct StepAt {
     pub column: u64,
 }
 
+/// What is wrong with an `expect_dlq` step's `kind` or `subject`, when it names a kind no SDK
+/// writes, or an action a scripted service of the scenario does not have.
+fn dlq_filter_problem(d: &crate::model::ExpectDlqStep, services: &[ServiceSpec]) -> Option<String> {
+    use triggers_sdk::wire::shapes::dlq_kind;
+    use triggers_sdk::wire::subject::FallbackKind;
+    let kinds: Vec<&str> = dlq_kind::ALL
+        .into_iter()
+        .chain(FallbackKind::ALL.map(FallbackKind::as_str))
+        .collect();
+    if let Some(kind) = &d.kind
+        && !kinds.contains(&kind.as_str())
+    {
+        let hint = crate::flowfile::did_you_mean(kind, &kinds)
+            .map(|k| format!(" (did you mean `{k}`?)"))
+            .unwrap_or_default();
+        return Some(format!(
+            "kind `{kind}` is no DLQ kind{hint}; the kinds are {}",
+            kinds.join(", ")
+        ));
+    }
+    let subject = d.subject.as_deref()?;
+    if subject.contains("${") {
+        return None;
+    }
+    let rest = subject.strip_prefix(subject::DLQ_PREFIX)?;
+    let (service, last) = rest.split_once('.')?;
+    let spec = services
+        .iter()
+        .find(|s| s.name == service && !s.is_external())?;
+    let mut names: Vec<&str> = spec.actions.iter().map(|a| a.value.name.as_str()).collect();
+    names.extend(FallbackKind::ALL.map(FallbackKind::as_str));
+    if names.contains(&last) {
+        return None;
+    }
+    let hint = crate::flowfile::did_you_mean(last, &names)
+        .map(|n| format!(" (did you mean `{}{service}.{n}`?)", subject::DLQ_PREFIX))
+        .unwrap_or_default();
+    Some(format!(
+        "subject `{subject}` names neither an action of {service} nor a fallback kind{hint}: no entry can arrive there"
+    ))
+}
+
 /// The most YAML nodes a file may hold: room for the largest flow release accepts (20 000
 /// nodes, 40 000 edges: about 700 000 YAML nodes); still a bound.
 const YAML_MAX_NODES: usize = 2_000_000;
@@ -862,6 +904,10 @@ impl<'a> Checker<'a> {
                 if let Some(r) = &d.run {
                     run(r, runs)?;
                 }
+                // A misspelt filter matches nothing: with `count: 0` the step could never fail.
+                if let Some(problem) = dlq_filter_problem(d, ctx.services) {
+                    return Err(self.err(at, format!("expect_dlq: {problem}")));
+                }
             }
             Step::ExpectRegistration(_) | Step::ExpectHeartbeat(_) | Step::ExpectService(_) => {}
             Step::Register(r) => {
@@ -1276,6 +1322,10 @@ mod tests {
             // Replicas: each is a runtime with a connection; a billion would never finish starting.
             ("services:\n  - {name: s, replicas: 1000000000}\nsteps:\n  - sleep: 1s\n".into(), "s.yaml:2:5:", "`replicas: 1000000000` is too many: at most 64"),
             ("services:\n  - {name: s, replicas: 0}\nsteps:\n  - sleep: 1s\n".into(), "s.yaml:2:5:", "`replicas` must be at least 1"),
+            // DLQ filters that can match nothing (a `count: 0` of them could never fail).
+            ("services:\n  - {name: shop, actions: [{name: fastfail}]}\nsteps:\n  - expect_dlq: {kind: action_faild, count: 0}\n".into(), "s.yaml:4:5:", "kind `action_faild` is no DLQ kind (did you mean `action_failed`?)"),
+            ("services:\n  - {name: shop, actions: [{name: fastfail}]}\nsteps:\n  - expect_dlq: {subject: triggers.v2.dlq.shop.fastfial, count: 0}\n".into(), "s.yaml:4:5:", "(did you mean `triggers.v2.dlq.shop.fastfail`?)"),
+            ("services:\n  - {name: shop, actions: [{name: fastfail}]}\nsteps:\n  - expect_dlq: {subject: triggers.v2.dlq.shop.invalid_json, kind: invalid_json, count: 0}\n".into(), "no error", ""),
             // Headers async-nats would panic on.
             ("steps:\n  - publish: {subject: a, headers: {\"bad name\": v}}\n".into(), "s.yaml:2:5:", "headers: header \"bad name\" cannot be sent on NATS"),
             ("steps:\n  - publish: {subject: a, headers: {\"a:b\": v}}\n".into(), "s.yaml:2:5:", "header \"a:b\""),

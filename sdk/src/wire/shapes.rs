@@ -131,6 +131,16 @@ pub mod dlq_kind {
     pub const DURABLE_TIMER_REJECTED: &str = "durable_timer_rejected";
     /// Routing the action's result onward failed (a hop or an output could not be delivered).
     pub const ROUTING_FAILED: &str = "routing_failed";
+
+    /// Every kind above (the fallback kinds are [`crate::wire::subject::FallbackKind`]'s).
+    pub const ALL: [&str; 6] = [
+        ACTION_FAILED,
+        ACTION_TIMEOUT,
+        ACTION_PANICKED,
+        INVALID_INPUT,
+        DURABLE_TIMER_REJECTED,
+        ROUTING_FAILED,
+    ];
 }
 
 /// The reply to `triggers.v2.manifest.register` (and to `fetch`'s error case).

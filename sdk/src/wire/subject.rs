@@ -30,7 +30,8 @@ pub const SOURCE_STREAM_ENV: &str = "TRIGGERS_NATS_SOURCE_STREAM";
 
 const FLOW_EVENTS_PREFIX: &str = "triggers.v2.flow.events.";
 const FLOW_BROADCAST_PREFIX: &str = "triggers.v2.flow.broadcast.";
-const DLQ_PREFIX: &str = "triggers.v2.dlq.";
+/// What every DLQ subject begins with: `triggers.v2.dlq.<service>.<action or kind>`.
+pub const DLQ_PREFIX: &str = "triggers.v2.dlq.";
 
 /// Service names that would collide with a locked subject: `all` (the cross-service broadcast) and
 /// `source` (the orchestrator's source DLQ).
