@@ -292,6 +292,14 @@ impl Run {
         (run, to_arm)
     }
 
+    /// Whether the emulator did not start this run but follows it from its completion events
+    /// (another orchestrator's, or published by hand). Known in the process that holds the
+    /// emulator: a run read through the control API says `false`.
+    #[must_use]
+    pub fn is_followed(&self) -> bool {
+        self.followed
+    }
+
     /// A run the emulator did not start, followed from its first event.
     pub(crate) fn follow(event: &CompletionEvent, flow: Option<Arc<Flow>>) -> Self {
         let mut run = Run::new(

@@ -655,6 +655,10 @@ async fn check_batch(
     let all_runs = lab.runs();
     let settled = all_runs.iter().filter(|r| r.status.is_settled()).count();
     let unsettled = all_runs.len() - settled;
+    let started_unsettled = all_runs
+        .iter()
+        .filter(|r| !r.status.is_settled() && !r.is_followed())
+        .count();
     let violations = lab.violations().len();
     let flows = running.flows().len();
     let slack = config.max_runs / 10 + 1;
@@ -664,7 +668,13 @@ async fn check_batch(
         ("settled runs", settled, config.max_runs + slack),
         // Never evicted by design: the canary's, and those the fuzzer's control requests
         // started (a timer on the fuzzer's clock may keep them waiting).
-        ("running or waiting runs", unsettled, batch.control_runs + 1),
+        (
+            "running or waiting runs it started",
+            started_unsettled,
+            batch.control_runs + 1,
+        ),
+        // With those followed from fuzzed events (open while their node said `retrying`).
+        ("running or waiting runs", unsettled, config.max_open_runs),
         ("violations", violations, config.max_violations),
         ("the service's flows", flows, MAX_FLOWS),
     ] {
