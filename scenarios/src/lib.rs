@@ -26,6 +26,7 @@
 pub mod conform;
 pub mod coverage;
 mod describe;
+mod discover;
 mod error;
 mod expect;
 mod external;
@@ -46,6 +47,7 @@ mod suite;
 mod vars;
 
 pub use describe::label;
+pub use discover::{SCENARIO_SUFFIXES, discover, is_scenario_file};
 pub use error::{
     LoadError, LoadErrors, MergeError, ReportError, ReportReadError, SHOWN_ERRORS, read_text_file,
     utf8_text, write_capped,
@@ -53,8 +55,8 @@ pub use error::{
 pub use flowfile::{did_you_mean, read_flow, suggest_in_message};
 pub use interrupt::Interrupt;
 pub use load::{
-    DEFAULT_STEP_TIMEOUT, DEFAULT_TIMEOUT, FlowDef, SCENARIO_SUFFIXES, Scenario, StepAt, discover,
-    is_scenario_file, load_file, load_str, parse_document,
+    DEFAULT_STEP_TIMEOUT, DEFAULT_TIMEOUT, FlowDef, Scenario, StepAt, load_file, load_str,
+    parse_document,
 };
 pub use report::{Outcome, ScenarioReport, ShardInfo, StepReport, SuiteReport, Totals};
 pub use runner::{Event, EventFn, RunOptions, WatchFn, run_scenario};

@@ -1,4 +1,4 @@
-//! Reading scenario files: finding them, parsing them (YAML 1.2 booleans, unknown and duplicate
+//! Reading scenario files: parsing them (YAML 1.2 booleans, unknown and duplicate
 //! keys refused) and checking what the parser cannot (names that must exist, one outcome per
 //! behavior...), every error with file, line and column.
 
@@ -255,65 +255,6 @@ pub(crate) fn strip_position(message: &str) -> String {
     }
 }
 
-/// What a scenario file's name ends with: folders are searched for these only, so flows, CI
-/// files and any other YAML beside the scenarios are never mistaken for them.
-pub const SCENARIO_SUFFIXES: [&str; 2] = [".scenario.yaml", ".scenario.yml"];
-
-/// Whether `path`'s file name ends with a scenario suffix.
-#[must_use]
-pub fn is_scenario_file(path: &Path) -> bool {
-    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
-        SCENARIO_SUFFIXES
-            .iter()
-            .any(|s| n.ends_with(s) && n.len() > s.len())
-    })
-}
-
-/// The scenario files under `paths`: files named on their own are taken whatever their name,
-/// folders are searched recursively for `*.scenario.yaml` (and `*.scenario.yml`), hidden files
-/// and folders (`.name`) skipped, each folder's files in name order.
-///
-/// # Errors
-/// A path that does not exist, or a folder that cannot be read.
-pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
-    let mut out = Vec::new();
-    for path in paths {
-        if path.is_dir() {
-            walk(path, &mut out)?;
-        } else if path.is_file() {
-            out.push(path.clone());
-        } else {
-            return Err(LoadError::file(
-                &path.display().to_string(),
-                "no such file or folder",
-            ));
-        }
-    }
-    Ok(out)
-}
-
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
-    let name = dir.display().to_string();
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| LoadError::file(&name, format!("cannot read the folder: {e}")))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            !p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with('.'))
-        })
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            walk(&path, out)?;
-        } else if is_scenario_file(&path) {
-            out.push(path);
-        }
-    }
-    Ok(())
-}
-
 /// Reads and checks one scenario file.
 ///
 /// # Errors
@@ -399,7 +340,7 @@ impl<'a> Checker<'a> {
                 .file_name()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_else(|| self.file.to_owned());
-            SCENARIO_SUFFIXES
+            crate::discover::SCENARIO_SUFFIXES
                 .iter()
                 .chain(&[".yaml", ".yml"])
                 .find_map(|s| file_name.strip_suffix(s).filter(|n| !n.is_empty()))

@@ -48,7 +48,7 @@ impl Filter {
 /// Every problem of every file that cannot be read or accepted, each with file, line and
 /// column.
 pub fn load_all(paths: &[PathBuf]) -> Result<Vec<Scenario>, Vec<LoadError>> {
-    let files = load::discover(paths).map_err(|e| vec![e])?;
+    let files = crate::discover::discover(paths).map_err(|e| vec![e])?;
     let mut scenarios = Vec::new();
     let mut errors = Vec::new();
     for f in files {

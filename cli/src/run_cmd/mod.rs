@@ -6,7 +6,7 @@ mod demo;
 mod progress;
 mod select;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -277,33 +277,48 @@ fn describe_paths(paths: &[PathBuf]) -> String {
         .join(", ")
 }
 
-/// Every file under `paths` with its modification time: what `--watch` compares.
+/// Every file under `paths` with its modification time: what `--watch` compares. Links are
+/// followed as `run` follows them: a folder reached again (by its canonical path) is not
+/// walked again, so a link to a parent costs one walk, not one a level.
 fn snapshot(paths: &[PathBuf]) -> BTreeMap<PathBuf, Option<SystemTime>> {
-    fn walk(p: &Path, out: &mut BTreeMap<PathBuf, Option<SystemTime>>, depth: usize) {
-        let Ok(meta) = std::fs::metadata(p) else {
-            return;
-        };
-        if meta.is_dir() && depth < 16 {
-            for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
-                walk(&e.path(), out, depth + 1);
+    struct Walk {
+        out: BTreeMap<PathBuf, Option<SystemTime>>,
+        seen_dirs: HashSet<PathBuf>,
+    }
+    impl Walk {
+        fn walk(&mut self, p: &Path, depth: usize) {
+            let Ok(meta) = std::fs::metadata(p) else {
+                return;
+            };
+            if meta.is_dir() && depth < 16 {
+                let canonical = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+                if !self.seen_dirs.insert(canonical) {
+                    return;
+                }
+                for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
+                    self.walk(&e.path(), depth + 1);
+                }
+            } else {
+                self.out.insert(p.to_path_buf(), meta.modified().ok());
             }
-        } else {
-            out.insert(p.to_path_buf(), meta.modified().ok());
         }
     }
-    let mut out = BTreeMap::new();
+    let mut walk = Walk {
+        out: BTreeMap::new(),
+        seen_dirs: HashSet::new(),
+    };
     for p in paths {
-        walk(p, &mut out, 0);
+        walk.walk(p, 0);
         // A scenario's flows may sit beside it: a lone file's folder is watched too.
         if p.is_file()
             && let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty())
         {
             for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-                walk(&e.path(), &mut out, 15);
+                walk.walk(&e.path(), 15);
             }
         }
     }
-    out
+    walk.out
 }
 
 /// `--list`: the scenarios, one a line, name then file.
@@ -789,4 +804,28 @@ pub(crate) fn summary(report: &SuiteReport, colour: bool) -> String {
         }
     ));
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn watch_walks_a_folder_reached_through_links_once() {
+        let root = tempfile::tempdir().unwrap();
+        let d = root.path().join("d");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("s.scenario.yaml"), "steps: []\n").unwrap();
+        // Two ways back up at every level: 2^8 walks of the parent within the depth limit.
+        std::os::unix::fs::symlink("..", d.join("a")).unwrap();
+        std::os::unix::fs::symlink("..", d.join("b")).unwrap();
+        let files = snapshot(std::slice::from_ref(&d));
+        let canonical: HashSet<PathBuf> = files
+            .keys()
+            .map(|p| std::fs::canonicalize(p).unwrap())
+            .collect();
+        assert_eq!(files.len(), canonical.len(), "{:?}", files.keys());
+        assert_eq!(files.len(), 1, "{:?}", files.keys());
+    }
 }
