@@ -1,9 +1,12 @@
 //! Reading the files users write: flows (and payloads) as JSON or YAML, with errors that say
-//! file, line and column.
+//! file, line and column. Every file is read by `triggers_scenarios::read_input` (standard input
+//! by `read_stdin`): regular files only, of at most `MAX_INPUT_BYTES`.
 
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
+use triggers_emulator::RecordingError;
+use triggers_emulator::recording::{Recording, parse_recording};
 
 /// A file that could not be read or parsed: the message already names the file and position.
 #[derive(Debug)]
@@ -32,8 +35,7 @@ pub(crate) fn read<T: DeserializeOwned>(path: &Path) -> Result<T, FileError> {
 /// A file's name (as errors should show it) and text (`-` is standard input).
 pub(crate) fn read_text(path: &Path) -> Result<(String, String), FileError> {
     Ok(if path.as_os_str() == "-" {
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
+        let bytes = triggers_scenarios::read_stdin()
             .map_err(|e| FileError(format!("<stdin>: cannot read: {e}")))?;
         let text = triggers_scenarios::utf8_text("<stdin>", bytes)
             .map_err(|e| FileError(e.to_string()))?;
@@ -43,6 +45,22 @@ pub(crate) fn read_text(path: &Path) -> Result<(String, String), FileError> {
             triggers_scenarios::read_text_file(path).map_err(|e| FileError(e.to_string()))?;
         (path.display().to_string(), text)
     })
+}
+
+/// A recording (`up --record FILE`), read as every input is.
+pub(crate) fn read_recording(path: &Path) -> Result<Recording, FileError> {
+    let name = path.display().to_string();
+    let bytes = triggers_scenarios::read_input(path).map_err(|source| {
+        FileError(
+            RecordingError::Io {
+                path: name.clone(),
+                source,
+            }
+            .to_string(),
+        )
+    })?;
+    let text = triggers_scenarios::utf8_text(&name, bytes).map_err(|e| FileError(e.to_string()))?;
+    parse_recording(&name, &text).map_err(|e| FileError(e.to_string()))
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 use triggers_emulator::recorder::{Record, RecordKind};
-use triggers_emulator::recording::{Recording, advanced_by, read_recording};
+use triggers_emulator::recording::{Recording, advanced_by};
 use triggers_sdk::wire::subject::LockedSubject;
 use triggers_sdk::wire::{CompletionEvent, Manifest};
 
@@ -75,7 +75,7 @@ pub(crate) fn run(cmd: ScenarioCommand) -> ExitCode {
 }
 
 fn from_record(args: &FromRecordArgs) -> Result<()> {
-    let recording = read_recording(&args.file).map_err(|e| FileError(e.to_string()))?;
+    let recording = crate::files::read_recording(&args.file)?;
     let services = match &args.services {
         Some(path) => Services::Copied {
             section: services_section(path)?,

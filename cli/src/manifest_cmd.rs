@@ -4,8 +4,8 @@
 //! included); `-` reads standard input. Exit codes: 0 success, 1 `check` found a problem, 2 the
 //! input could not be read or decoded (the message names file, line, column and JSON path).
 
-use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Subcommand;
@@ -83,15 +83,12 @@ pub(crate) fn run(cmd: ManifestCommand) -> ExitCode {
     }
 }
 
-fn read(file: &PathBuf) -> Result<Vec<u8>, String> {
+fn read(file: &Path) -> Result<Vec<u8>, String> {
     if file.as_os_str() == "-" {
-        let mut buf = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut buf)
-            .map_err(|e| format!("<stdin>: cannot read: {e}"))?;
-        return Ok(buf);
+        return triggers_scenarios::read_stdin().map_err(|e| format!("<stdin>: cannot read: {e}"));
     }
-    std::fs::read(file).map_err(|e| format!("{}: cannot read: {e}", file.display()))
+    triggers_scenarios::read_input(file)
+        .map_err(|e| format!("{}: cannot read: {e}", file.display()))
 }
 
 fn decode(name: &str, bytes: &[u8]) -> Result<Manifest, String> {

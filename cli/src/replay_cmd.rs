@@ -14,11 +14,10 @@ use anyhow::Result;
 use clap::Args;
 use triggers_emulator::control::ControlClient;
 use triggers_emulator::recorder::{Record, RecordKind, RunStatus};
-use triggers_emulator::recording::{advanced_by, read_recording};
+use triggers_emulator::recording::advanced_by;
 use triggers_sdk::flow::Flow;
 
 use crate::exit::{UsageError, VerdictFailed};
-use crate::files::FileError;
 use crate::lab_cmd::{ControlArgs, control, status_word};
 use crate::out::outln;
 
@@ -280,7 +279,7 @@ async fn wait_run(client: &ControlClient, run_id: &str, limit: Duration) -> Resu
 }
 
 pub(crate) async fn replay(args: ReplayArgs) -> Result<()> {
-    let recording = read_recording(&args.file).map_err(|e| FileError(e.to_string()))?;
+    let recording = crate::files::read_recording(&args.file)?;
     let name = args.file.display().to_string();
     if let Some(note) = recording.note(&name) {
         eprintln!("note: {note}");

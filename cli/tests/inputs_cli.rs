@@ -1,5 +1,7 @@
 //! Paths that are not what a command expects: folders linked back to their parents, a file
-//! named twice. A folder search ends, each scenario once. None needs a running `up`.
+//! named twice, FIFOs, devices, standard input that never ends. Every command that reads a file
+//! refuses what is not a regular file, or is too large, at once with exit code 2 and a message
+//! naming the path; a folder search ends, each scenario once. None needs a running `up`.
 #![cfg(unix)]
 
 mod common;
@@ -82,6 +84,11 @@ fn lab(xdg: &Path, args: &[&std::ffi::OsStr]) -> Command {
     c
 }
 
+fn mkfifo(path: &Path) {
+    let made = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
 /// `run --list PATHS`: its exit code and the files listed, one a line.
 fn listed(xdg: &Path, paths: &[&Path]) -> (Option<i32>, Vec<String>, String) {
     let mut args: Vec<&std::ffi::OsStr> = vec!["run".as_ref(), "--list".as_ref()];
@@ -141,4 +148,130 @@ fn run_lists_each_scenario_once_through_links_back_up_and_repeated_paths() {
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(files, [shown(f)], "{stderr}");
     assert!(stderr.contains("1 scenario(s)"), "{stderr}");
+}
+
+#[test]
+fn run_refuses_fifos_and_devices_as_what_they_are() {
+    let xdg = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let fdir = root.path().join("fdir");
+    std::fs::create_dir(&fdir).unwrap();
+    let fifo = fdir.join("a.scenario.yaml");
+    mkfifo(&fifo);
+    std::fs::write(fdir.join("b.scenario.yaml"), SCENARIO).unwrap();
+    let fifo_says = format!(
+        "{}: cannot read: is a FIFO, not a regular file",
+        fifo.display()
+    );
+    // In a folder (it hung), and named on its own (it was "no such file or folder").
+    for path in [&fdir, &fifo] {
+        let (code, _, stderr) = listed(xdg.path(), &[path]);
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(stderr.contains(&fifo_says), "{stderr}");
+    }
+    let (code, _, stderr) = listed(xdg.path(), &[Path::new("/dev/null")]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("/dev/null: cannot read: is a device, not a regular file"),
+        "{stderr}"
+    );
+    // A path that is not there is still said to be missing.
+    let (code, _, stderr) = listed(xdg.path(), &[&root.path().join("nope.yaml")]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("nope.yaml: no such file or folder"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn every_command_that_reads_a_file_refuses_fifos_and_devices_at_once() {
+    let xdg = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let fifo = root.path().join("in.fifo");
+    mkfifo(&fifo);
+    let scenario = root.path().join("s.scenario.yaml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    // A flow file that is a FIFO, named by a scenario: it hung.
+    let flows_fifo = root.path().join("flows.scenario.yaml");
+    std::fs::write(
+        &flows_fifo,
+        "flows:\n  - file: in.fifo\nsteps:\n  - sleep: 10ms\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = listed(xdg.path(), &[&flows_fifo]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot read the flow file {}: is a FIFO, not a regular file",
+            fifo.display()
+        )),
+        "{stderr}"
+    );
+
+    for (path, what) in [
+        (Path::new("/dev/zero"), "is a device"),
+        (fifo.as_path(), "is a FIFO"),
+    ] {
+        let at = format!("@{}", path.display());
+        let p = path.as_os_str();
+        let s = scenario.as_os_str();
+        let commands: Vec<Vec<&std::ffi::OsStr>> = vec![
+            vec!["manifest".as_ref(), "hash".as_ref(), p],
+            vec!["manifest".as_ref(), "check".as_ref(), p],
+            vec!["deploy".as_ref(), p],
+            vec!["trigger".as_ref(), "f".as_ref(), at.as_ref()],
+            vec!["load".as_ref(), "f".as_ref(), "--payloads".as_ref(), p],
+            vec![
+                "load".as_ref(),
+                "f".as_ref(),
+                "--payload".as_ref(),
+                at.as_ref(),
+            ],
+            vec!["scenario".as_ref(), "from-record".as_ref(), p],
+            vec!["replay".as_ref(), p],
+            vec!["report".as_ref(), "merge".as_ref(), p],
+            vec!["up".as_ref(), "--services".as_ref(), p],
+            vec![
+                "run".as_ref(),
+                "--list".as_ref(),
+                "--shard".as_ref(),
+                "1/2".as_ref(),
+                "--durations".as_ref(),
+                p,
+                s,
+            ],
+        ];
+        for args in commands {
+            let out = ended(lab(xdg.path(), &args), None);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {}", out.stderr);
+            // Each command puts the path in its own words (`--payloads: PATH: cannot read: `,
+            // `cannot read the recording PATH: `...).
+            assert!(
+                out.stderr.contains(&path.display().to_string())
+                    && out.stderr.contains(&format!("{what}, not a regular file")),
+                "{args:?}: {}",
+                out.stderr
+            );
+        }
+    }
+}
+
+#[test]
+fn standard_input_is_read_up_to_the_same_limit() {
+    let xdg = tempfile::tempdir().unwrap();
+    // Past 256 MiB: each read all of it (and /dev/zero through a pipe, until memory ran out).
+    let bytes = triggers_scenarios::MAX_INPUT_BYTES + 1;
+    for args in [&["manifest", "hash", "-"][..], &["deploy", "-"]] {
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+        let out = ended(lab(xdg.path(), &args), Some(bytes));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr
+                .contains("<stdin>: cannot read: holds more than the 256 MiB an input may hold"),
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(out.stdout.is_empty(), "{}", out.stdout);
+    }
 }

@@ -33,15 +33,19 @@ pub fn is_scenario_file(path: &Path) -> bool {
 pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, LoadError> {
     let mut found = Found::default();
     for path in paths {
-        if path.is_dir() {
+        let meta = std::fs::metadata(path).map_err(|e| {
+            let name = path.display().to_string();
+            if e.kind() == std::io::ErrorKind::NotFound {
+                LoadError::file(&name, "no such file or folder")
+            } else {
+                LoadError::file(&name, format!("cannot read: {e}"))
+            }
+        })?;
+        if meta.is_dir() {
             found.walk(path)?;
-        } else if path.is_file() {
-            found.file(path);
         } else {
-            return Err(LoadError::file(
-                &path.display().to_string(),
-                "no such file or folder",
-            ));
+            // Whatever it is: reading it says what is wrong with one that is no regular file.
+            found.file(path);
         }
     }
     Ok(found.files)

@@ -50,19 +50,6 @@ impl fmt::Display for LoadError {
     }
 }
 
-/// Reads a file users write (a scenario, a flow, payloads) as UTF-8 text. A file that cannot be
-/// read, or is not UTF-8, is an error naming the file and, for the latter, the line and column
-/// of the first byte that is not.
-///
-/// # Errors
-/// As said.
-pub fn read_text_file(path: &std::path::Path) -> Result<String, LoadError> {
-    let name = path.display().to_string();
-    let bytes =
-        std::fs::read(path).map_err(|e| LoadError::file(&name, format!("cannot read: {e}")))?;
-    utf8_text(&name, bytes)
-}
-
 /// `bytes` as text; else where the first byte that is not UTF-8 is, and what to do.
 ///
 /// # Errors

@@ -32,6 +32,7 @@ mod expect;
 mod external;
 mod flowfile;
 pub mod fuzz;
+mod input;
 mod interrupt;
 mod load;
 pub mod loadgen;
@@ -49,10 +50,11 @@ mod vars;
 pub use describe::label;
 pub use discover::{SCENARIO_SUFFIXES, discover, is_scenario_file};
 pub use error::{
-    LoadError, LoadErrors, MergeError, ReportError, ReportReadError, SHOWN_ERRORS, read_text_file,
-    utf8_text, write_capped,
+    LoadError, LoadErrors, MergeError, ReportError, ReportReadError, SHOWN_ERRORS, utf8_text,
+    write_capped,
 };
 pub use flowfile::{did_you_mean, read_flow, suggest_in_message};
+pub use input::{MAX_INPUT_BYTES, read_input, read_stdin, read_text_file};
 pub use interrupt::Interrupt;
 pub use load::{
     DEFAULT_STEP_TIMEOUT, DEFAULT_TIMEOUT, FlowDef, Scenario, StepAt, load_file, load_str,

@@ -261,7 +261,7 @@ pub(crate) fn strip_position(message: &str) -> String {
 /// Every problem found, each with file, line and column (see [`load_str`]).
 pub fn load_file(path: &Path) -> Result<Scenario, LoadErrors> {
     let name = path.display().to_string();
-    let text = crate::error::read_text_file(path)?;
+    let text = crate::input::read_text_file(path)?;
     // A bare file name's parent is the empty path: as a service's working folder that is no
     // folder at all ("cannot start service ... in ''"), so it is the current one, `.`.
     let base = path
@@ -623,7 +623,7 @@ impl<'a> Checker<'a> {
                 };
                 let path = self.base_dir.join(rel);
                 let shown = path.display().to_string();
-                let bytes = std::fs::read(&path).map_err(|e| {
+                let bytes = crate::input::read_input(&path).map_err(|e| {
                     vec![self.err(at, format!("cannot read the flow file {shown}: {e}"))]
                 })?;
                 let text = crate::error::utf8_text(&shown, bytes).map_err(|e| vec![e])?;
@@ -1310,6 +1310,45 @@ mod tests {
             e.contains("f.yaml: flow \"f\": version: is 0, must be 1 or more"),
             "{e}"
         );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_flow_file_that_is_no_regular_file_is_refused_without_reading_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("ff.fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // No writer ever opens the FIFO, and /dev/zero never ends: either read hangs the test.
+        for (file, what) in [("ff.fifo", "a FIFO"), ("/dev/zero", "a device")] {
+            let text = format!("flows:\n  - file: {file}\nsteps:\n  - sleep: 1s\n");
+            let base = dir.path().to_path_buf();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                tx.send(
+                    load_str("s.yaml", &text, &base)
+                        .map(|_| ())
+                        .unwrap_err()
+                        .to_string(),
+                )
+            });
+            let e = rx
+                .recv_timeout(Duration::from_secs(20))
+                .expect("the flow file was read");
+            assert!(
+                e.starts_with("s.yaml:2:5: cannot read the flow file "),
+                "{e}"
+            );
+            assert!(
+                e.ends_with(&format!(
+                    "{file}: is {what}, not a regular file; only regular files are read"
+                )),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -13,13 +13,17 @@ use crate::report::{REPORT_FORMAT, SuiteReport};
 /// [`REPORT_FORMAT`].
 ///
 /// # Errors
-/// The file cannot be read, is not a report (with line and column), or is of a newer format.
+/// The file cannot be read (or is no regular file, or is over [`crate::MAX_INPUT_BYTES`]), is
+/// not a report (with line and column), or is of a newer format.
 pub fn read_report(path: &Path) -> Result<SuiteReport, ReportReadError> {
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| ReportReadError::Io {
+    let io = |source| ReportReadError::Io {
         path: name.clone(),
         source,
-    })?;
+    };
+    let bytes = crate::input::read_input(path).map_err(io)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
     parse_report(&name, &text)
 }
 

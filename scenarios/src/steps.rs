@@ -474,7 +474,7 @@ async fn load(lab: &Lab<'_>, l: &crate::model::LoadStep) -> StepResult {
         (_, Some(file)) => {
             let path = lab.scenario.base_dir.join(file);
             let text =
-                crate::error::read_text_file(&path).map_err(|e| format!("payloads_file: {e}"))?;
+                crate::input::read_text_file(&path).map_err(|e| format!("payloads_file: {e}"))?;
             Payloads::from_text(&text)
                 .map_err(|e| format!("payloads_file: {}, {e}", path.display()))?
         }
