@@ -698,18 +698,7 @@ impl Emulator {
     pub async fn deploy(&self, flow: Flow) -> Result<Deployment, EmulatorError> {
         let mut resolved = match self.check_release(&flow) {
             Ok(resolved) => resolved,
-            Err(problems) => {
-                self.shared.push(
-                    "",
-                    &Headers::new(),
-                    Body::default(),
-                    RecordKind::DeployRefused {
-                        flow_id: flow.id.clone(),
-                        problems: problems.iter().map(ToString::to_string).collect(),
-                    },
-                );
-                return Err(EmulatorError::Release(problems));
-            }
+            Err(problems) => return Err(self.refused(&flow.id, problems)),
         };
         let (subject, envelope, bytes) = {
             let mut state = self.lock();
@@ -739,16 +728,7 @@ impl Emulator {
                         bytes.len()
                     ),
                 }];
-                self.shared.push(
-                    "",
-                    &Headers::new(),
-                    Body::default(),
-                    RecordKind::DeployRefused {
-                        flow_id: resolved.id.clone(),
-                        problems: problems.iter().map(ToString::to_string).collect(),
-                    },
-                );
-                return Err(EmulatorError::Release(problems));
+                return Err(self.refused(&resolved.id, problems));
             }
             state
                 .flows
@@ -773,6 +753,20 @@ impl Emulator {
             flow: resolved,
             broadcast_subject: subject,
         })
+    }
+
+    /// Records a refused deploy of `flow_id`; the error to return.
+    fn refused(&self, flow_id: &str, problems: Vec<ReleaseProblem>) -> EmulatorError {
+        self.shared.push(
+            "",
+            &Headers::new(),
+            Body::default(),
+            RecordKind::DeployRefused {
+                flow_id: flow_id.to_owned(),
+                problems: problems.iter().map(ToString::to_string).collect(),
+            },
+        );
+        EmulatorError::Release(problems)
     }
 
     // ---- runs ------------------------------------------------------------------------------

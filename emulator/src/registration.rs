@@ -326,6 +326,18 @@ impl Shared {
                 .partition(|(_, withhold)| !withhold)
         };
         let withheld: Vec<String> = withheld.into_iter().map(|(f, _)| f.id).collect();
+        let withhold = |flows: Vec<String>, reason: String| {
+            self.push(
+                &msg.subject,
+                &headers,
+                Body::default(),
+                RecordKind::FlowsWithheld {
+                    service: service.clone(),
+                    flows,
+                    reason,
+                },
+            );
+        };
         let (flows, later) = fit_reply(
             flows.into_iter().map(|(f, _)| f).collect(),
             self.client.server_info().max_payload,
@@ -346,17 +358,9 @@ impl Shared {
                 service,
                 "Durable Timer flows {withheld:?} withheld from the register reply: the service does not declare {DURABLE_TIMER_V1}"
             );
-            self.push(
-                &msg.subject,
-                &headers,
-                Body::default(),
-                RecordKind::FlowsWithheld {
-                    service: service.clone(),
-                    flows: withheld,
-                    reason: format!(
-                        "Durable Timer flows, and the service does not declare {DURABLE_TIMER_V1}"
-                    ),
-                },
+            withhold(
+                withheld,
+                format!("Durable Timer flows, and the service does not declare {DURABLE_TIMER_V1}"),
             );
         }
         let later = if later.is_empty() {
@@ -367,18 +371,12 @@ impl Shared {
                 service,
                 "flows {ids:?} left out of the register reply (it would be larger than the server's max_payload); broadcast to the service after it"
             );
-            self.push(
-                &msg.subject,
-                &headers,
-                Body::default(),
-                RecordKind::FlowsWithheld {
-                    service: service.clone(),
-                    flows: ids,
-                    reason: format!(
-                        "the register reply would be larger than the server's max_payload ({} bytes); each is broadcast to the service after the reply",
-                        self.client.server_info().max_payload
-                    ),
-                },
+            withhold(
+                ids,
+                format!(
+                    "the register reply would be larger than the server's max_payload ({} bytes); each is broadcast to the service after the reply",
+                    self.client.server_info().max_payload
+                ),
             );
             let subject = subject::flow_broadcast(&service)
                 .unwrap_or_else(|_| subject::FLOW_BROADCAST_ALL.to_owned());
