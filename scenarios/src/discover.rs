@@ -94,7 +94,8 @@ impl Found {
 
 /// `path` with every link resolved: what tells one file or folder reached two ways. A path that
 /// cannot be resolved (a dangling link) stands for itself.
-fn canonical(path: &Path) -> PathBuf {
+#[must_use]
+pub fn canonical(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 

@@ -170,7 +170,8 @@ struct RunsConcerned<'a> {
     quiet: Option<(&'a str, &'a dyn Fn() -> bool)>,
 }
 
-/// The [`RunsConcerned`] of a count of run `id` (labelled `label`), or of no run in particular.
+/// Whether run `id` has settled, and whether it is quiet (not running): both false and true
+/// respectively when no run is given or it is not known.
 fn run_concerned<'a>(
     lab: &'a Lab<'_>,
     id: Option<&'a str>,
@@ -182,8 +183,8 @@ fn run_concerned<'a>(
     )
 }
 
-/// [`counted`], ending early when `finished` says nothing more can come (the runs it concerns
-/// have settled): an exact count that is short then fails after `settle`, rather than at the
+/// [`counted`], ending early when `runs.settled` says nothing more can come (the runs it
+/// concerns have settled): an exact count that is short then fails after `settle`, rather than at the
 /// end of the step's timeout.
 #[allow(clippy::too_many_arguments)]
 async fn counted_until<T>(
@@ -779,14 +780,14 @@ pub(crate) async fn expect_calls(lab: &Lab<'_>, c: &ExpectCallsStep) -> StepResu
         describe::calls(&all, &lab.run_names())
     };
     // Calls come from runs: once the runs concerned have all settled, none can follow.
+    let (run_settled, quiet) = run_concerned(lab, run.as_deref());
     let settled = || match &run {
-        Some(id) => lab.em().run(id).is_some_and(|r| r.status.is_settled()),
+        Some(_) => run_settled(),
         None => {
             let runs = lab.em().runs();
             !runs.is_empty() && runs.iter().all(|r| r.status.is_settled())
         }
     };
-    let (_, quiet) = run_concerned(lab, run.as_deref());
     let label = c.run.as_deref().unwrap_or_default();
     let runs = RunsConcerned {
         settled: &settled,

@@ -48,7 +48,7 @@ mod suite;
 mod vars;
 
 pub use describe::label;
-pub use discover::{SCENARIO_SUFFIXES, discover, is_scenario_file};
+pub use discover::{SCENARIO_SUFFIXES, canonical, discover, is_scenario_file};
 pub use error::{
     LoadError, LoadErrors, MergeError, ReportError, ReportReadError, SHOWN_ERRORS, utf8_text,
     write_capped,

@@ -291,8 +291,7 @@ fn snapshot(paths: &[PathBuf]) -> BTreeMap<PathBuf, Option<SystemTime>> {
                 return;
             };
             if meta.is_dir() && depth < 16 {
-                let canonical = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-                if !self.seen_dirs.insert(canonical) {
+                if !self.seen_dirs.insert(triggers_scenarios::canonical(p)) {
                     return;
                 }
                 for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
