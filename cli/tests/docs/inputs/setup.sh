@@ -1,0 +1,3 @@
+# The inputs that are not regular files: a FIFO where a scenario should be, a 300 MiB file.
+mkfifo checks/a.scenario.yaml
+truncate -s 300M huge.json
