@@ -1,7 +1,7 @@
 //! The flow model: what a `FlowEnvelope`'s `body` holds, and the rules both the SDK runtime and the
 //! emulator follow when they move a payload through it.
 //!
-//! The wire contract does not define flow bodies; this is ours (see `docs/emulator.md`):
+//! The wire contract does not define flow bodies; this is ours (see `docs/flows.md`):
 //!
 //! ```json
 //! {"nodes": [
