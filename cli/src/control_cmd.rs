@@ -156,7 +156,7 @@ fn losses(s: &StateSummary) -> Vec<String> {
     }
     if s.unfollowed_runs > 0 {
         lines.push(format!(
-            "NOT FOLLOWED: {} completion event(s) of runs the emulator did not start, while max_open_runs runs were open (`up --max-open-runs` raises it)",
+            "NOT FOLLOWED: {} completion event(s) of runs the emulator did not start, while max_followed_runs such runs were open (`up --max-followed-runs` raises it)",
             s.unfollowed_runs
         ));
     }

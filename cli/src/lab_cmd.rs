@@ -93,6 +93,11 @@ pub(crate) struct UpArgs {
     /// beyond it is refused.
     #[arg(long, value_name = "N", default_value_t = default_bound(|c| c.max_open_runs))]
     max_open_runs: NonZeroUsize,
+    /// Open runs the emulator did not start, followed from completion events on the server
+    /// (another orchestrator's, or made up): a bound of their own, so that they never refuse a
+    /// trigger. Beyond it an event is recorded, its run not followed (counted: `status`).
+    #[arg(long, value_name = "N", default_value_t = default_bound(|c| c.max_followed_runs))]
+    max_followed_runs: NonZeroUsize,
     /// Records kept in memory (the traffic `watch` shows, the control API's `records`); older
     /// ones drop off, counted. The log and `--record` write each as it comes, reading back from
     /// these any they fell behind on.
@@ -179,6 +184,7 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
             },
             max_runs: args.max_runs.get(),
             max_open_runs: args.max_open_runs.get(),
+            max_followed_runs: args.max_followed_runs.get(),
             max_records: args.max_records.get(),
             max_services: args.max_services.get(),
             ..Default::default()

@@ -208,7 +208,7 @@ pub struct StateSummary {
     #[serde(default)]
     pub evicted_runs: u64,
     /// Completion events of runs the emulator did not start whose runs it did not follow:
-    /// `max_open_runs` runs were open.
+    /// `max_followed_runs` such runs were open.
     #[serde(default)]
     pub unfollowed_runs: u64,
     /// Conformance violations counted but not kept (beyond `max_violations`, or 16 per message).

@@ -69,6 +69,12 @@ pub struct EmulatorConfig {
     /// are never evicted, so without it a load on a flow whose service is down would grow the
     /// emulator's memory without end.
     pub max_open_runs: usize,
+    /// Open runs the emulator did not start, followed from their completion events (another
+    /// orchestrator's, or anyone's on the server: default 10 000). A bound of their own, apart
+    /// from `max_open_runs`, so that events for made-up run ids cannot fill the room of the runs
+    /// the emulator starts and refuse its triggers. Beyond it an event is recorded and judged,
+    /// its run not followed, counted (`unfollowed_runs`).
+    pub max_followed_runs: usize,
     /// Services registered at once (default 10 000): a registration under a new name beyond it
     /// is refused, with what to do. Each service costs an inbound stream on the server and a
     /// subscription here, so a service that registers under a new name at every start (a
@@ -123,6 +129,7 @@ impl Default for EmulatorConfig {
             max_record_bytes: 256 << 20,
             max_runs: 10_000,
             max_open_runs: 100_000,
+            max_followed_runs: 10_000,
             max_services: 10_000,
             max_violations: 10_000,
             stream_max_age: Duration::from_secs(24 * 3600),
@@ -246,8 +253,10 @@ pub(crate) struct State {
     /// Settled runs evicted beyond `max_runs`.
     pub(crate) evicted_runs: u64,
     /// Completion events of runs the emulator did not start that it did not follow, because
-    /// `max_open_runs` runs were open.
+    /// `max_followed_runs` such runs were open.
     pub(crate) unfollowed_runs: u64,
+    /// Open runs the emulator did not start (followed from events); a bound, as `open_runs`.
+    pub(crate) followed_open: usize,
     pub(crate) records: Records,
     pub(crate) violations: VecDeque<crate::conformance::Violation>,
     /// Violations beyond `max_violations` (and beyond 16 per message), counted, not kept.
@@ -443,6 +452,9 @@ impl State {
 
     /// Notes that a run settled, and evicts the oldest settled runs beyond `max_runs`.
     pub(crate) fn settled(&mut self, run_id: &str, max_runs: usize) {
+        if self.runs.get(run_id).is_some_and(|r| r.followed) {
+            self.followed_open = self.followed_open.saturating_sub(1);
+        }
         self.settled.push_back(run_id.to_owned());
         // Evict in batches, so the start-order list is rewritten rarely.
         let slack = max_runs / 10 + 1;
@@ -539,6 +551,7 @@ impl Emulator {
                 settled: VecDeque::new(),
                 evicted_runs: 0,
                 unfollowed_runs: 0,
+                followed_open: 0,
                 records: Records::new(config.max_records, config.max_record_bytes),
                 violations: VecDeque::new(),
                 dropped_violations: 0,
@@ -808,14 +821,10 @@ impl Emulator {
             if state.runs.contains_key(&run_id) {
                 return Err(EmulatorError::RunExists(run_id));
             }
-            let open = state.open_runs();
+            // Runs followed from events have a bound of their own: they never refuse a trigger.
+            let open = state.open_runs().saturating_sub(state.followed_open);
             if open >= self.config().max_open_runs {
-                let followed = state
-                    .runs
-                    .values()
-                    .filter(|r| r.followed && !r.status.is_settled())
-                    .count();
-                return Err(EmulatorError::TooManyOpenRuns { open, followed });
+                return Err(EmulatorError::TooManyOpenRuns { open });
             }
             let flow = state
                 .flows

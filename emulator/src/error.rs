@@ -74,16 +74,15 @@ pub enum EmulatorError {
     /// As many runs are open (running or waiting) as the emulator holds: a run is started only
     /// once some settle.
     #[error(
-        "{open} runs are open (running or waiting for a service, a timer or a retry{}), the most this \
-         emulator holds (EmulatorConfig::max_open_runs): let them settle (are their services \
-         running?), or raise the bound (`up --max-open-runs`, a scenario's emulator.max_open_runs)",
-        followed_note(*followed)
+        "{open} runs the emulator started are open (running or waiting for a service, a timer or a \
+         retry), the most this emulator holds (EmulatorConfig::max_open_runs): let them settle \
+         (are their services running?), or raise the bound \
+         (`up --max-open-runs`, a scenario's emulator.max_open_runs)"
     )]
     TooManyOpenRuns {
-        /// Runs open now.
+        /// Runs the emulator started that are open now (runs followed from events not counted:
+        /// they have a bound of their own, `max_followed_runs`).
         open: usize,
-        /// Of them, runs the emulator did not start, followed from their completion events.
-        followed: usize,
     },
     /// Some timer deliveries could not be published; they stay armed and are tried again on the
     /// next advance (the others were delivered).
@@ -252,15 +251,4 @@ pub enum RecordingError {
         /// The newest format this crate reads.
         supported: u32,
     },
-}
-
-/// The part of [`EmulatorError::TooManyOpenRuns`] about runs followed from events.
-fn followed_note(followed: usize) -> String {
-    if followed == 0 {
-        String::new()
-    } else {
-        format!(
-            "; {followed} of them the emulator did not start: it follows the runs of completion events published by another orchestrator or by hand"
-        )
-    }
 }

@@ -90,4 +90,14 @@ mod guide_tests {
             assert!(GUIDE.contains(&row), "docs/emulator.md lacks the row {row}");
         }
     }
+
+    /// The server `up` starts gives the emulator this inbox prefix; no service source may
+    /// overlap it.
+    #[test]
+    fn the_reserved_sources_name_the_emulators_inbox() {
+        use triggers_sdk::wire::subject;
+        assert_eq!(subject::EMULATOR_INBOX_PREFIX, natsbox::ORCHESTRATOR_INBOX);
+        let inbox = format!("{}.>", natsbox::ORCHESTRATOR_INBOX);
+        assert!(subject::RESERVED_SOURCES.iter().any(|(p, _)| *p == inbox));
+    }
 }

@@ -488,21 +488,23 @@ impl Shared {
         let now = state.clock.now();
         if !state.runs.contains_key(&event.flow_run_id) {
             // A run the emulator did not start (another orchestrator, or a test publishing
-            // events by hand): follow it from here, within the bound on open runs (events for
-            // ever new run ids would otherwise hold runs without end). Beyond it the event is
-            // recorded but its run not followed, counted.
-            if state.open_runs() >= self.config.max_open_runs {
+            // events by hand): follow it from here, within the bound on followed runs (events
+            // for ever new run ids would otherwise hold runs without end; and apart from the
+            // runs the emulator starts, so they cannot refuse its triggers). Beyond it the event
+            // is recorded but its run not followed, counted.
+            if state.followed_open >= self.config.max_followed_runs {
                 state.unfollowed_runs += 1;
                 if state.unfollowed_runs.is_power_of_two() {
                     tracing::warn!(
                         run = %crate::conformance::clip(&event.flow_run_id, 200),
-                        "{} completion event(s) of runs the emulator did not start were not followed: {} runs are open, the most it holds (max_open_runs)",
+                        "{} completion event(s) of runs the emulator did not start were not followed: {} such runs are open, the most it follows (max_followed_runs)",
                         state.unfollowed_runs,
-                        state.open_runs()
+                        state.followed_open
                     );
                 }
                 return;
             }
+            state.followed_open += 1;
             let flow = state
                 .flows
                 .get(&event.flow_id)

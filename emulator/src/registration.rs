@@ -17,26 +17,6 @@ use crate::emulator::{Emulator, HashMismatchPolicy, Registry, Shared};
 use crate::recorder::{Body, RecordKind, ServiceState};
 use crate::release;
 
-/// Subjects the emulator answers requests on; no inbound stream may capture them.
-const REQUEST_SUBJECTS: [&str; 3] = [
-    subject::MANIFEST_REGISTER,
-    subject::MANIFEST_FETCH,
-    "triggerslab.>",
-];
-
-/// Whether two subject patterns (with `*` and `>` wildcards) can match the same subject.
-fn subjects_overlap(a: &str, b: &str) -> bool {
-    let (mut a, mut b) = (a.split('.'), b.split('.'));
-    loop {
-        match (a.next(), b.next()) {
-            (None, None) => return true,
-            (Some(">"), Some(_)) | (Some(_), Some(">")) => return true,
-            (Some(x), Some(y)) if x == y || x == "*" || y == "*" => {}
-            _ => return false,
-        }
-    }
-}
-
 /// A flow to broadcast after a register reply: its subject, envelope and bytes.
 type Later = (String, FlowEnvelope, Vec<u8>);
 
@@ -220,20 +200,19 @@ impl Shared {
             .into_iter()
             .map(str::to_owned)
             .collect();
-        // A stream over a subject that carries requests answers each of them with a PubAck,
-        // which the requester takes for the reply: it would cut off every later registration,
-        // fetch or control call.
-        if let Some((source, taken)) = sources.iter().find_map(|s| {
-            REQUEST_SUBJECTS
-                .iter()
-                .find(|r| subjects_overlap(s, r))
-                .map(|r| (s, *r))
-        }) {
+        // The sources' own shape and the reserved subjects are checked with the manifest
+        // (`subject::check_source`); what is left is their sum: the stream's config carries
+        // every one in one request, which must fit the server's max_payload.
+        let config_bytes: usize = sources.iter().map(|s| s.len() + 3).sum::<usize>() + 1024;
+        let max_payload = self.client.server_info().max_payload;
+        if config_bytes > max_payload {
             return refuse(
                 format!(
-                    "invalid manifest: service_sources: the NATS source {source:?} overlaps {taken}, \
-                     where the emulator answers requests (an inbound stream over it would \
-                     capture them); give the service a subject of its own, like \"{service}.inbound\""
+                    "invalid manifest: service_sources: its {} NATS sources take {config_bytes} \
+                     bytes in the inbound stream's configuration, more than the server's \
+                     max_payload ({max_payload} bytes) carries in one request; declare fewer \
+                     sources (a wildcard like \"{service}.>\" captures many subjects)",
+                    sources.len()
                 ),
                 service,
                 hash,
@@ -487,38 +466,5 @@ impl Shared {
             }
         }
         found
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::subjects_overlap;
-
-    #[test]
-    fn subject_patterns_overlap_token_by_token() {
-        assert!(subjects_overlap(
-            "triggers.v2.manifest.*",
-            "triggers.v2.manifest.register"
-        ));
-        assert!(subjects_overlap("triggers.>", "triggers.v2.manifest.fetch"));
-        assert!(subjects_overlap(">", "triggerslab.>"));
-        assert!(subjects_overlap(
-            "triggerslab.v1.control.*",
-            "triggerslab.>"
-        ));
-        assert!(subjects_overlap(
-            "*.v2.manifest.register",
-            "triggers.v2.manifest.register"
-        ));
-        assert!(!subjects_overlap("triggerslab", "triggerslab.>"));
-        assert!(!subjects_overlap(
-            "shop.inbound",
-            "triggers.v2.manifest.register"
-        ));
-        assert!(!subjects_overlap(
-            "triggers.v2.manifest",
-            "triggers.v2.manifest.register"
-        ));
-        assert!(!subjects_overlap("*", "triggerslab.>"));
     }
 }

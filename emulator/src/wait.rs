@@ -431,7 +431,7 @@ fn describe_run(state: &State, run_id: &str) -> String {
         };
         let unfollowed = if state.unfollowed_runs > 0 {
             format!(
-                "; the events of {} run(s) it did not start were not followed (max_open_runs runs were open), it may be one",
+                "; the events of {} run(s) it did not start were not followed (max_followed_runs such runs were open), it may be one",
                 state.unfollowed_runs
             )
         } else {

@@ -387,34 +387,6 @@ async fn bad_registrations_are_refused_with_a_reason_and_recorded() {
             "a.*",
             "cannot create stream triggers-sources-c for subjects [\"a.*\"]: jetstream error: subjects overlap with an existing stream",
         ),
-        // The emulator's own DLQ stream.
-        (
-            "d",
-            "triggers.v2.dlq.>",
-            "cannot create stream triggers-sources-d for subjects [\"triggers.v2.dlq.>\"]: jetstream error: subjects overlap with an existing stream",
-        ),
-        // Not a subject JetStream takes.
-        (
-            "e",
-            "e inbound",
-            "cannot create stream triggers-sources-e for subjects [\"e inbound\"]: jetstream error: ",
-        ),
-        // A subject the emulator answers requests on: a stream would capture the requests.
-        (
-            "f",
-            "triggers.v2.manifest.*",
-            "invalid manifest: service_sources: the NATS source \"triggers.v2.manifest.*\" overlaps triggers.v2.manifest.register, where the emulator answers requests",
-        ),
-        (
-            "g",
-            "triggerslab.v1.control.*",
-            "invalid manifest: service_sources: the NATS source \"triggerslab.v1.control.*\" overlaps triggerslab.>, where the emulator answers requests",
-        ),
-        (
-            "h",
-            ">",
-            "invalid manifest: service_sources: the NATS source \">\" overlaps triggers.v2.manifest.register, where the emulator answers requests",
-        ),
     ] {
         let bytes = with_source(service, source).to_json().unwrap();
         refused(&lab, &sdk, &bytes, error).await;
@@ -422,19 +394,99 @@ async fn bad_registrations_are_refused_with_a_reason_and_recorded() {
         settle(&lab, &sdk).await;
         assert_eq!(judged(&lab, reg, &bytes), Vec::<&str>::new(), "{source}");
     }
-    // A locked subject as a source is a contract violation.
-    let bytes = with_source("k", "triggers.v2.heartbeat").to_json().unwrap();
-    refused(
+    // Found by an audit: sources over the emulator's inbox, the server's key-value and
+    // JetStream subjects, a locked subject, or too long for the server's control line (the
+    // emulator was cut off at every resubscribe), and names too long for a stream-create
+    // request: refused with the manifest, the same table the checker reads (`manifest_invalid`).
+    let long_source = format!("a.{}", "x".repeat(4100));
+    for (service, source, error) in [
+        (
+            "k",
+            "triggers.v2.heartbeat",
+            "invalid manifest: service_sources[0].default: source subject \"triggers.v2.heartbeat\" is reserved: it overlaps triggers.v2.heartbeat, the services' heartbeats",
+        ),
+        (
+            "d",
+            "triggers.v2.dlq.>",
+            "invalid manifest: service_sources[0].default: source subject \"triggers.v2.dlq.>\" is reserved: it overlaps triggers.v2.dlq.>",
+        ),
+        (
+            "e",
+            "e inbound",
+            "invalid manifest: service_sources[0].default: source subject \"e inbound\" cannot be a subject token: it contains ' '",
+        ),
+        (
+            "f",
+            "triggers.v2.manifest.*",
+            "invalid manifest: service_sources[0].default: source subject \"triggers.v2.manifest.*\" is reserved: it overlaps triggers.v2.manifest.>, where the orchestrator answers registrations",
+        ),
+        (
+            "g",
+            "triggerslab.v1.control.*",
+            "invalid manifest: service_sources[0].default: source subject \"triggerslab.v1.control.*\" is reserved: it overlaps triggerslab.>, the emulator's control namespace",
+        ),
+        (
+            "h",
+            ">",
+            "invalid manifest: service_sources[0].default: source subject \">\" is reserved: it captures every subject",
+        ),
+        (
+            "i",
+            "_TRIGGERS_LAB_INBOX.>",
+            "invalid manifest: service_sources[0].default: source subject \"_TRIGGERS_LAB_INBOX.>\" is reserved: it overlaps _TRIGGERS_LAB_INBOX.>, where the emulator receives its JetStream replies",
+        ),
+        (
+            "j",
+            "$KV.>",
+            "invalid manifest: service_sources[0].default: source subject \"$KV.>\" is reserved: subjects starting with $ belong to the NATS server",
+        ),
+        (
+            "l",
+            "*.>",
+            "invalid manifest: service_sources[0].default: source subject \"*.>\" is reserved: it overlaps $JS.>",
+        ),
+        (
+            "m",
+            "_INBOX.*",
+            "invalid manifest: service_sources[0].default: source subject \"_INBOX.*\" is reserved: it overlaps _INBOX.>",
+        ),
+        (
+            "n",
+            &long_source,
+            "invalid manifest: service_sources[0].default: source subject \"a.xxx",
+        ),
+    ] {
+        let bytes = with_source(service, source).to_json().unwrap();
+        let error = refused(&lab, &sdk, &bytes, error).await;
+        assert!(error.len() < 1000, "the error repeats the input: {error}");
+        assert_eq!(
+            violations_of(&lab, reg, &bytes).await,
+            set(["manifest_invalid"]),
+            "{service}"
+        );
+    }
+    let long_name = "s".repeat(4100);
+    let bytes = named(&long_name).to_json().unwrap();
+    let error = refused(
         &lab,
         &sdk,
         &bytes,
-        "invalid manifest: service_sources[0].default: \"triggers.v2.heartbeat\" is a locked triggers.v2 subject of the orchestrator",
+        "invalid manifest: service: service \"sss",
     )
     .await;
-    assert_eq!(
-        violations_of(&lab, reg, &bytes).await,
-        set(["manifest_invalid"])
-    );
+    assert!(error.contains("4100 bytes long; at most 128"), "{error}");
+    let mut m = manifest("o", &["x"], &[]);
+    m.actions[0].name = "x".repeat(4100);
+    m.actions[0].dlq = format!("triggers.v2.dlq.o.{}", m.actions[0].name);
+    m.seal().unwrap();
+    let error = refused(
+        &lab,
+        &sdk,
+        &m.to_json().unwrap(),
+        "invalid manifest: actions[0].name: action \"xxx",
+    )
+    .await;
+    assert!(error.contains("at most 128"), "{error}");
     // Service a keeps its stream and its subject.
     let mut stream = jetstream::new(sdk.clone())
         .get_stream("triggers-sources-a")

@@ -116,8 +116,9 @@ const SERVICES_USER: &str = "services";
 /// The orchestrator's user in the services' account.
 const ORCHESTRATOR_USER: &str = "orchestrator";
 /// The orchestrator's inbox prefix (fixed: it is the denial, not its secrecy, that keeps services
-/// out).
-const ORCHESTRATOR_INBOX: &str = "_TRIGGERS_LAB_INBOX";
+/// out). The wire contract's table of reserved sources names it too
+/// (`triggers_sdk::wire::subject::EMULATOR_INBOX_PREFIX`), so no service stream captures it.
+pub const ORCHESTRATOR_INBOX: &str = "_TRIGGERS_LAB_INBOX";
 
 /// 32 random bytes as hex, from the thread's CSPRNG.
 pub(crate) fn secret() -> String {

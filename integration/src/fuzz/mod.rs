@@ -674,7 +674,11 @@ async fn check_batch(
             batch.control_runs + 1,
         ),
         // With those followed from fuzzed events (open while their node said `retrying`).
-        ("running or waiting runs", unsettled, config.max_open_runs),
+        (
+            "running or waiting runs",
+            unsettled,
+            config.max_open_runs + config.max_followed_runs,
+        ),
         ("violations", violations, config.max_violations),
         ("the service's flows", flows, MAX_FLOWS),
     ] {

@@ -628,14 +628,11 @@ impl Manifest {
             if s.default.is_empty() {
                 issue(format!("service_sources[{i}].default"), "is empty".into());
             }
-            if s.transport == TRANSPORT_NATS && is_locked_subject(&s.default) {
-                issue(
-                    format!("service_sources[{i}].default"),
-                    format!(
-                        "{:?} is a locked triggers.v2 subject of the orchestrator",
-                        s.default
-                    ),
-                );
+            if s.transport == TRANSPORT_NATS
+                && !s.default.is_empty()
+                && let Err(e) = subject::check_source(&s.default)
+            {
+                issue(format!("service_sources[{i}].default"), e.to_string());
             }
         }
         for (i, n) in self.supports_nodes.iter().enumerate() {
@@ -666,10 +663,6 @@ impl Manifest {
         }
         issues
     }
-}
-
-fn is_locked_subject(s: &str) -> bool {
-    subject::LockedSubject::parse(s).is_some()
 }
 
 fn duplicates<T>(

@@ -119,18 +119,32 @@ pub fn check_token(what: &'static str, value: &str) -> Result<(), SubjectError> 
         None => Ok(()),
         Some(reason) => Err(SubjectError::InvalidToken {
             what,
-            value: value.to_owned(),
+            value: clipped(value),
             reason,
         }),
     }
 }
 
-/// Checks a service name: a valid token ([`check_token`]) and not a reserved name.
+/// At most [`MAX_NAME_LEN`] bytes.
+fn check_len(what: &'static str, value: &str) -> Result<(), SubjectError> {
+    if value.len() > MAX_NAME_LEN {
+        return Err(SubjectError::InvalidToken {
+            what,
+            value: clipped(value),
+            reason: format!("it is {} bytes long; at most {MAX_NAME_LEN}", value.len()),
+        });
+    }
+    Ok(())
+}
+
+/// Checks a service name: a valid token ([`check_token`]) of at most [`MAX_NAME_LEN`] bytes, and
+/// not a reserved name.
 ///
 /// # Errors
 /// [`SubjectError::InvalidToken`] or [`SubjectError::Reserved`].
 pub fn check_service(service: &str) -> Result<(), SubjectError> {
     check_token("service", service)?;
+    check_len("service", service)?;
     if RESERVED_SERVICE_NAMES.contains(&service) {
         return Err(SubjectError::Reserved {
             what: "service",
@@ -141,13 +155,14 @@ pub fn check_service(service: &str) -> Result<(), SubjectError> {
     Ok(())
 }
 
-/// Checks an action name: a valid token and not one of the [`FallbackKind`] names, whose DLQ
+/// Checks an action name: a valid token of at most [`MAX_NAME_LEN`] bytes and not one of the [`FallbackKind`] names, whose DLQ
 /// subjects it would share.
 ///
 /// # Errors
 /// [`SubjectError::InvalidToken`] or [`SubjectError::Reserved`].
 pub fn check_action(action: &str) -> Result<(), SubjectError> {
     check_token("action", action)?;
+    check_len("action", action)?;
     if FallbackKind::parse(action).is_some() {
         return Err(SubjectError::Reserved {
             what: "action",
@@ -319,6 +334,160 @@ pub fn consumer_name(service: &str, subject: &str) -> Result<String, SubjectErro
         });
     }
     Ok(format!("triggers-{service}-{}", safe_subject(subject)))
+}
+
+/// The longest service name and the longest action name, in bytes. Every name the emulator and
+/// the SDKs build from them (`triggers-sources-<service>`, `triggers-<service>-<subject>`,
+/// `triggers.v2.dlq.<service>.<action>`, the JetStream API subjects naming a stream) then stays
+/// within JetStream's 255-byte names and far within the server's `max_control_line` (4 096
+/// bytes): a request line the server refuses cuts the emulator off, for every service.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// The longest NATS source subject a service may declare (as long as a hop target may be).
+/// The emulator subscribes to each one, and a subscription line longer than the server's
+/// `max_control_line` (4 096 bytes) makes the server cut the connection, at every reconnect.
+pub const MAX_SOURCE_LEN: usize = MAX_TARGET_LEN;
+
+/// The inbox prefix of the emulator's connection on a server `triggers-lab up` (or the harness)
+/// starts: the replies to its JetStream requests arrive under it.
+pub const EMULATOR_INBOX_PREFIX: &str = "_TRIGGERS_LAB_INBOX";
+
+/// Subjects no service source may overlap (in either direction of a wildcard): a stream over
+/// one of them would capture what the server, the platform or the emulator sends there (the
+/// JetStream API and its replies, key-value traffic, registrations, control requests), and the
+/// service could read it or answer in the owner's place. Each with why, for the error. (`>`
+/// overlaps them all.)
+/// Registration and the conformance checker both read this table (through [`check_source`]).
+///
+/// `triggers.v2.` itself is not reserved: the spec's own example declares
+/// `triggers.v2.mysvc.inbound`; its locked families are.
+pub const RESERVED_SOURCES: [(&str, &str); 11] = [
+    (
+        "$JS.>",
+        "it overlaps $JS.>, the NATS server's JetStream API",
+    ),
+    (
+        "$KV.>",
+        "it overlaps $KV.>, the NATS server's key-value buckets (the emulator's DLQ ledger)",
+    ),
+    (
+        "$SYS.>",
+        "it overlaps $SYS.>, the NATS server's system subjects",
+    ),
+    ("$O.>", "it overlaps $O.>, the NATS server's object stores"),
+    (
+        "_INBOX.>",
+        "it overlaps _INBOX.>, where NATS clients receive their replies",
+    ),
+    (
+        "_TRIGGERS_LAB_INBOX.>",
+        "it overlaps _TRIGGERS_LAB_INBOX.>, where the emulator receives its JetStream replies",
+    ),
+    (
+        "triggers.v2.manifest.>",
+        "it overlaps triggers.v2.manifest.>, where the orchestrator answers registrations and fetches",
+    ),
+    (
+        "triggers.v2.heartbeat",
+        "it overlaps triggers.v2.heartbeat, the services' heartbeats",
+    ),
+    (
+        "triggers.v2.flow.>",
+        "it overlaps triggers.v2.flow.>, the flows' completion events and broadcasts",
+    ),
+    (
+        "triggers.v2.dlq.>",
+        "it overlaps triggers.v2.dlq.>, the dead-letter queues",
+    ),
+    (
+        "triggerslab.>",
+        "it overlaps triggerslab.>, the emulator's control namespace",
+    ),
+];
+
+/// Whether two subject patterns (with `*` and `>` wildcards) can match one same subject.
+#[must_use]
+pub fn patterns_overlap(a: &str, b: &str) -> bool {
+    let (mut a, mut b) = (a.split('.'), b.split('.'));
+    loop {
+        match (a.next(), b.next()) {
+            (None, None) => return true,
+            (Some(">"), Some(_)) | (Some(_), Some(">")) => return true,
+            (Some(x), Some(y)) if x == y || x == "*" || y == "*" => {}
+            _ => return false,
+        }
+    }
+}
+
+/// Checks a NATS source subject a service declares (the subject its inbound stream captures):
+/// a well-formed subject pattern (non-empty tokens, `>` last if at all, no whitespace or control
+/// character) of at most [`MAX_SOURCE_LEN`] bytes, overlapping none of [`RESERVED_SOURCES`] and
+/// not under a `$` subject of the server.
+///
+/// # Errors
+/// [`SubjectError::InvalidToken`] for a malformed subject, [`SubjectError::Reserved`] for one
+/// that overlaps a reserved subject.
+pub fn check_source(subject: &str) -> Result<(), SubjectError> {
+    let invalid = |reason: String| {
+        Err(SubjectError::InvalidToken {
+            what: "source subject",
+            value: clipped(subject),
+            reason,
+        })
+    };
+    if subject.len() > MAX_SOURCE_LEN {
+        return invalid(format!(
+            "it is {} bytes long; at most {MAX_SOURCE_LEN}",
+            subject.len()
+        ));
+    }
+    if let Some(c) = subject
+        .chars()
+        .find(|c| c.is_whitespace() || c.is_control())
+    {
+        return invalid(format!("it contains {c:?}"));
+    }
+    let tokens: Vec<&str> = subject.split('.').collect();
+    if tokens.iter().any(|t| t.is_empty()) {
+        return invalid(
+            "it has an empty token (check for a leading, trailing or double '.')".into(),
+        );
+    }
+    if tokens[..tokens.len() - 1].contains(&">") {
+        return invalid("'>' may only be its last token".into());
+    }
+    let reserved = |reason: &'static str| {
+        Err(SubjectError::Reserved {
+            what: "source subject",
+            value: subject.to_owned(),
+            reason,
+        })
+    };
+    if tokens[0] == ">" {
+        return reserved("it captures every subject, the emulator's and the server's included");
+    }
+    if tokens[0].starts_with('$') {
+        return reserved("subjects starting with $ belong to the NATS server ($JS, $SYS, $KV...)");
+    }
+    if let Some((_, why)) = RESERVED_SOURCES
+        .iter()
+        .find(|(pattern, _)| patterns_overlap(subject, pattern))
+    {
+        return reserved(why);
+    }
+    Ok(())
+}
+
+/// A name as an error shows it: its first 200 bytes, and how long it was beyond that.
+fn clipped(value: &str) -> String {
+    if value.len() <= 200 {
+        return value.to_owned();
+    }
+    let mut end = 200;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes)", &value[..end], value.len())
 }
 
 /// A subject made safe for a consumer name: `.`, `>`, `*`, space, tab and `/` become `_`.
@@ -498,5 +667,97 @@ mod tests {
         );
         assert_eq!(LockedSubject::parse("triggers.v2.flow.events.a.b"), None);
         assert_eq!(LockedSubject::parse("triggers.v2.other"), None);
+    }
+
+    #[test]
+    fn subject_patterns_overlap_token_by_token() {
+        assert!(patterns_overlap(
+            "triggers.v2.manifest.*",
+            MANIFEST_REGISTER
+        ));
+        assert!(patterns_overlap("triggers.>", MANIFEST_FETCH));
+        assert!(patterns_overlap(">", "triggerslab.>"));
+        assert!(patterns_overlap(
+            "triggerslab.v1.control.*",
+            "triggerslab.>"
+        ));
+        assert!(patterns_overlap(
+            "*.v2.manifest.register",
+            MANIFEST_REGISTER
+        ));
+        assert!(!patterns_overlap("triggerslab", "triggerslab.>"));
+        assert!(!patterns_overlap("shop.inbound", MANIFEST_REGISTER));
+        assert!(!patterns_overlap("triggers.v2.manifest", MANIFEST_REGISTER));
+        assert!(!patterns_overlap("*", "triggerslab.>"));
+    }
+
+    /// Found by an audit: a source over the emulator's inbox, `$KV.>` or 4 KB long was taken,
+    /// and the emulator captured its own JetStream replies, lost its DLQ ledger's traffic, or was
+    /// cut off by the server at every resubscribe.
+    #[test]
+    fn sources_over_reserved_subjects_or_too_long_are_refused() {
+        for ok in [
+            "shop.inbound",
+            "shop.>",
+            "shop.*.orders",
+            "triggers.v2.mysvc.inbound",
+        ] {
+            assert_eq!(check_source(ok), Ok(()), "{ok}");
+        }
+        for reserved in [
+            ">",
+            "*.>",
+            "$KV.>",
+            "$KV.TRIGGERS_DLQ.x",
+            "$JS.API.>",
+            "$G",
+            "_INBOX.>",
+            "_TRIGGERS_LAB_INBOX.>",
+            "_TRIGGERS_LAB_INBOX.abc.def",
+            "*.v2.manifest.register",
+            "triggers.v2.heartbeat",
+            "triggers.v2.*",
+            "triggers.v2.>",
+            "triggers.v2.dlq.source.x",
+            "triggers.v2.flow.events.f1",
+            "triggerslab.v1.control.state",
+            "triggerslab.>",
+        ] {
+            assert!(
+                matches!(check_source(reserved), Err(SubjectError::Reserved { .. })),
+                "{reserved}: {:?}",
+                check_source(reserved)
+            );
+        }
+        let long = format!("shop.{}", "x".repeat(MAX_SOURCE_LEN));
+        let err = check_source(&long).unwrap_err().to_string();
+        assert!(err.contains("at most 1024"), "{err}");
+        assert!(
+            err.len() < 400,
+            "the error repeats the whole subject: {}",
+            err.len()
+        );
+        for bad in ["a..b", ".a", "a.>.b", "a b"] {
+            assert!(
+                matches!(check_source(bad), Err(SubjectError::InvalidToken { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    /// Found by an audit: a 4 100-byte service name made the emulator's stream-create request
+    /// line longer than the server's max_control_line: cut off, every registration stalled.
+    #[test]
+    fn service_and_action_names_are_bounded() {
+        let name = "s".repeat(MAX_NAME_LEN);
+        assert_eq!(check_service(&name), Ok(()));
+        assert_eq!(check_action(&name), Ok(()));
+        let long = "s".repeat(4100);
+        let err = check_service(&long).unwrap_err().to_string();
+        assert!(err.contains("4100 bytes long; at most 128"), "{err}");
+        assert!(err.len() < 400, "{err}");
+        assert!(check_action(&long).is_err());
+        assert!(dlq_action("shop", &long).is_err());
+        assert!(stream_name(&long, None).is_err());
     }
 }

@@ -410,7 +410,7 @@ pub struct Model {
     /// Settled runs the emulator evicted beyond its `max_runs` (from its state summary).
     pub(crate) evicted_runs: u64,
     /// Completion events of runs the emulator did not start that it did not follow, beyond its
-    /// `max_open_runs` (from its state summary).
+    /// `max_followed_runs` (from its state summary).
     pub(crate) unfollowed_runs: u64,
     /// Messages NATS dropped for this UI's own slow subscription.
     pub(crate) own_dropped: u64,

@@ -400,7 +400,7 @@ fn runs_title(model: &Model) -> String {
     }
     if model.unfollowed_runs > 0 {
         notes.push(format!(
-            "events of {} runs it did not start not followed beyond its max_open_runs",
+            "events of {} runs it did not start not followed beyond its max_followed_runs",
             model.unfollowed_runs
         ));
     }
