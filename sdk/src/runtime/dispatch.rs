@@ -172,8 +172,8 @@ impl Runtime {
         let result = match result {
             Err(Fatal(reason)) if last => {
                 // The last delivery JetStream will make: dead-letter it rather than lose it.
-                let envelope =
-                    Envelope::from_headers(&headers).unwrap_or_else(|_| partial_envelope(&headers));
+                let envelope = Envelope::from_inbound_headers(&headers)
+                    .unwrap_or_else(|_| partial_envelope(&headers));
                 self.dead_letter_fallback(
                     FallbackKind::DeliveryExhausted,
                     &envelope,
@@ -216,7 +216,9 @@ impl Runtime {
         headers: &Headers,
         body: &[u8],
     ) -> Result<(), Fatal> {
-        let envelope = match Envelope::from_headers(headers) {
+        // A malformed trace_id or span_id is ignored, as an invalid traceparent is: tracing is
+        // never a reason to refuse work (docs/protocol.md §5).
+        let envelope = match Envelope::from_inbound_headers(headers) {
             Ok(e) => e,
             Err(e) => {
                 let kind = if matches!(e, crate::error::EnvelopeError::Absent) {
@@ -692,7 +694,7 @@ impl Runtime {
             }
             for (service, inbound) in hops {
                 let (next, sent) = self
-                    .hop(flow, from, service, inbound, &output, envelope, trail)
+                    .hop(from, service, inbound, &output, envelope, trail)
                     .await;
                 if let Err(reason) = sent {
                     self.routing_failed(from, service, &next, output.bytes(), &reason)
@@ -710,7 +712,6 @@ impl Runtime {
     #[allow(clippy::too_many_arguments)]
     async fn hop(
         &self,
-        flow: &Flow,
         from: &Node,
         service: &str,
         inbound: &str,
@@ -726,8 +727,10 @@ impl Runtime {
                 Traceparent::new(&envelope.trace_id, &span_id, true).to_string()
             },
             span_id,
-            flow_id: flow.id.clone(),
-            flow_version: flow.version,
+            // The run's version (the envelope's), never the held flow's newest: a run that
+            // started before a redeploy goes on as that version (docs/protocol.md §7).
+            flow_id: envelope.flow_id.clone(),
+            flow_version: envelope.flow_version,
             idempotency_key: idempotency::hop(
                 &envelope.flow_run_id,
                 &envelope.idempotency_key,

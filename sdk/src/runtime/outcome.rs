@@ -9,6 +9,7 @@ use crate::flow::Node;
 use crate::runtime::confirm::{self, UNCONFIRMED, Unconfirmed};
 use crate::runtime::service::Runtime;
 use crate::wire::header::{dlq_msg_id, names};
+use crate::wire::idempotency;
 use crate::wire::subject::{self, FallbackKind};
 use crate::wire::{CompletionEvent, DlqEntry, Envelope, GoTime, Headers, RawJson};
 
@@ -317,30 +318,17 @@ impl Runtime {
     }
 }
 
-/// The `Nats-Msg-Id` of a completion event: `ev:` and the SHA-256 of what names one outcome of
-/// one execution: the delivery's idempotency key, the edges taken inside the delivery (two paths
-/// to one node in one delivery are two executions), the node, the status and the attempt
-/// (`retry_count`: each `retrying` event is its own). Hashed, so that any key or id (whatever a
-/// peer sent) makes a valid header value of a fixed length.
+/// The `Nats-Msg-Id` of a completion event ([`idempotency::event`], where the recipe is): the
+/// envelope's key and `retry_count` (the attempt's for an action's attempt), the trail, the
+/// node and the status.
 fn event_msg_id(envelope: &Envelope, trail: &[&str], node: &str, status: &str) -> String {
-    use sha2::{Digest, Sha256};
-    // Straight into the hasher (this runs for every event): the same bytes as the parts joined
-    // by newlines.
-    let mut named = Sha256::new();
-    named.update(envelope.idempotency_key.as_bytes());
-    for part in trail.iter().copied().chain([node, status]) {
-        named.update(b"\n");
-        named.update(part.as_bytes());
-    }
-    named.update(b"\n");
-    named.update(itoa::Buffer::new().format(envelope.retry_count).as_bytes());
-    let mut hex = [0u8; 64];
-    // 32 bytes always fit 64 hex digits.
-    let _ = hex::encode_to_slice(named.finalize(), &mut hex);
-    let mut id = String::with_capacity(3 + hex.len());
-    id.push_str("ev:");
-    id.push_str(std::str::from_utf8(&hex).unwrap_or_default());
-    id
+    idempotency::event(
+        &envelope.idempotency_key,
+        trail,
+        node,
+        status,
+        envelope.retry_count,
+    )
 }
 
 /// How long the answer to "does a stream capture this subject" is trusted.
@@ -363,36 +351,4 @@ pub(crate) enum Target {
     Stream,
     /// In a stream if one captures the subject, else a plain publish.
     Auto,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The id is the SHA-256 of the parts joined by newlines, however it is computed.
-    #[test]
-    fn event_msg_id_hashes_the_parts_joined_by_newlines() {
-        let envelope = Envelope {
-            idempotency_key: "run-1:in".into(),
-            retry_count: 12,
-            ..Default::default()
-        };
-        for (trail, node, status) in [
-            (vec![], "charge", "succeeded"),
-            (vec!["e1", "e2"], "ship", "retrying"),
-            (vec!["é"], "", "failed"),
-        ] {
-            let mut joined = envelope.idempotency_key.clone();
-            for part in trail.iter().copied().chain([node, status]) {
-                joined.push('\n');
-                joined.push_str(part);
-            }
-            joined.push_str("\n12");
-            let expected = format!(
-                "ev:{}",
-                crate::wire::durable_timer::payload_sha256(joined.as_bytes())
-            );
-            assert_eq!(event_msg_id(&envelope, &trail, node, status), expected);
-        }
-    }
 }

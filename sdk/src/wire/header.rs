@@ -256,6 +256,23 @@ impl Envelope {
     /// [`EnvelopeError::Absent`] when no envelope header is there at all, else the first missing or
     /// malformed header, by name.
     pub fn from_headers(headers: &Headers) -> Result<Self, EnvelopeError> {
+        Self::read(headers, Tracing::Strict)
+    }
+
+    /// The envelope of an **inbound** message, as a service reads it (docs/protocol.md §5):
+    /// as [`Envelope::from_headers`], but a `trace_id` or `span_id` that is not lowercase hex of
+    /// its width is ignored (left empty), like a traceparent that does not parse: tracing is
+    /// never a reason to refuse work. What the service writes from this envelope (events, hops,
+    /// outputs) then carries no malformed tracing value. The conformance checker, which judges
+    /// what a service wrote, reads with [`Envelope::from_headers`].
+    ///
+    /// # Errors
+    /// As [`Envelope::from_headers`], but never for `trace_id` or `span_id`.
+    pub fn from_inbound_headers(headers: &Headers) -> Result<Self, EnvelopeError> {
+        Self::read(headers, Tracing::Lenient)
+    }
+
+    fn read(headers: &Headers, tracing: Tracing) -> Result<Self, EnvelopeError> {
         // One pass over the headers (this runs for every message): each envelope header's first
         // value, in any spelling, by its place in names::ENVELOPE.
         let mut found: [Option<&str>; names::ENVELOPE.len()] = [None; names::ENVELOPE.len()];
@@ -268,11 +285,14 @@ impl Envelope {
                 found[i] = Some(value);
             }
         }
-        Self::from_values(found)
+        Self::from_values(found, tracing)
     }
 
     /// The envelope from the first value of each of [`names::ENVELOPE`], in its order.
-    fn from_values(found: [Option<&str>; names::ENVELOPE.len()]) -> Result<Self, EnvelopeError> {
+    fn from_values(
+        found: [Option<&str>; names::ENVELOPE.len()],
+        tracing: Tracing,
+    ) -> Result<Self, EnvelopeError> {
         if found.iter().all(Option::is_none) {
             return Err(EnvelopeError::Absent);
         }
@@ -307,17 +327,24 @@ impl Envelope {
             .filter(|t| Traceparent::check(t).is_ok())
             .unwrap_or_default()
             .to_owned();
+        let mut trace_id = trace_id;
+        let mut span_id = span_id;
         for (name, value, width) in [
-            (names::TRACE_ID, trace_id, 32),
-            (names::SPAN_ID, span_id, 16),
+            (names::TRACE_ID, &mut trace_id, 32),
+            (names::SPAN_ID, &mut span_id, 16),
         ] {
-            let value = value.unwrap_or_default();
-            if !value.is_empty() && !is_lower_hex(value, width) {
-                return Err(EnvelopeError::Invalid {
-                    header: name,
-                    value: value.to_owned(),
-                    reason: format!("expected {width} lowercase hex digits"),
-                });
+            let text = value.unwrap_or_default();
+            if !text.is_empty() && !is_lower_hex(text, width) {
+                match tracing {
+                    Tracing::Lenient => *value = None,
+                    Tracing::Strict => {
+                        return Err(EnvelopeError::Invalid {
+                            header: name,
+                            value: text.to_owned(),
+                            reason: format!("expected {width} lowercase hex digits"),
+                        });
+                    }
+                }
             }
         }
         let flow_version = parse_count(flow_version, names::FLOW_VERSION)?;
@@ -506,6 +533,15 @@ impl fmt::Display for Traceparent {
     }
 }
 
+/// How [`Envelope`] reading treats a malformed `trace_id` or `span_id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tracing {
+    /// An error naming the header (judging what a service wrote).
+    Strict,
+    /// Ignored, left empty (a service reading its inbound message).
+    Lenient,
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::strategy::Strategy as _;
@@ -515,7 +551,10 @@ mod tests {
     /// The envelope as read before the single pass, by a lookup per field (kept as the reference
     /// the single pass must agree with).
     fn from_headers_by_lookup(headers: &Headers) -> Result<Envelope, EnvelopeError> {
-        Envelope::from_values(names::ENVELOPE.map(|name| headers.get(name)))
+        Envelope::from_values(
+            names::ENVELOPE.map(|name| headers.get(name)),
+            Tracing::Strict,
+        )
     }
 
     proptest::proptest! {
@@ -620,6 +659,32 @@ mod tests {
         let read = Envelope::from_headers(&h).unwrap();
         assert_eq!(read.traceparent, "");
         assert_eq!(read.flow_run_id, sample().flow_run_id);
+    }
+
+    #[test]
+    fn a_service_ignores_a_malformed_trace_or_span_id_the_checker_does_not() {
+        for (name, bad) in [
+            (names::TRACE_ID, "4BF92F3577B34DA6A3CE929D0E0E4736"),
+            (names::SPAN_ID, "00f067aa"),
+        ] {
+            let mut h = sample().to_headers();
+            h.insert(name, bad);
+            assert!(
+                matches!(Envelope::from_headers(&h), Err(EnvelopeError::Invalid { header, .. }) if header == name)
+            );
+            let read = Envelope::from_inbound_headers(&h).unwrap();
+            let mut expected = sample();
+            if name == names::TRACE_ID {
+                expected.trace_id.clear();
+            } else {
+                expected.span_id.clear();
+            }
+            assert_eq!(read, expected, "{name}: {bad}");
+        }
+        // Everything else is as strict as ever.
+        let mut h = sample().to_headers();
+        h.insert(names::FLOW_VERSION, "x");
+        assert!(Envelope::from_inbound_headers(&h).is_err());
     }
 
     #[test]

@@ -52,8 +52,44 @@ pub fn output<S: AsRef<str>>(run_id: &str, inbound_key: &str, trail: &[S], node:
     format!("{run_id}:{node}:{}", digest(inbound_key, trail, ""))
 }
 
+/// The `Nats-Msg-Id` of a completion event (ours: the spec sets no id on events), published
+/// where a JetStream stream keeps the events: `ev:` and the 64 lowercase hex digits of SHA-256
+/// over what names one outcome of one execution, one part a line (joined by `\n`, no trailing
+/// newline): the inbound delivery's key, each edge of `trail` (the edges taken inside the
+/// delivery to reach `node`: two paths to one node in one delivery are two executions), the node,
+/// the status and `retry_count` as decimal text. `retry_count` is the attempt's (attempt − 1) for
+/// an action's `retrying` and `failed` events, and the delivery's (as received) for every other
+/// event, so that a `succeeded` event reported again after a redelivery has the same id.
+/// Hashed, so that any key or id (whatever a peer sent) makes a header value of a fixed length.
+#[must_use]
+pub fn event<S: AsRef<str>>(
+    inbound_key: &str,
+    trail: &[S],
+    node: &str,
+    status: &str,
+    retry_count: i64,
+) -> String {
+    // Straight into the hasher (this runs for every event): the same bytes as the parts joined
+    // by newlines.
+    let mut named = Sha256::new();
+    named.update(inbound_key.as_bytes());
+    for part in trail.iter().map(AsRef::as_ref).chain([node, status]) {
+        named.update(b"\n");
+        named.update(part.as_bytes());
+    }
+    named.update(b"\n");
+    named.update(itoa::Buffer::new().format(retry_count).as_bytes());
+    let mut hex = [0u8; 64];
+    // 32 bytes always fit 64 hex digits.
+    let _ = hex::encode_to_slice(named.finalize(), &mut hex);
+    let mut id = String::with_capacity(3 + hex.len());
+    id.push_str("ev:");
+    id.push_str(std::str::from_utf8(&hex).unwrap_or_default());
+    id
+}
+
 /// 16 lowercase hex digits of SHA-256 over the inbound key, the trail and the target, each on a
-/// line of its own (identifiers cannot hold a newline).
+/// line of its own (identifiers cannot hold a newline); the target's line starts with `>`.
 fn digest<S: AsRef<str>>(inbound_key: &str, trail: &[S], target: &str) -> String {
     let mut h = Sha256::new();
     h.update(inbound_key.as_bytes());
@@ -103,6 +139,28 @@ mod tests {
         ];
         let unique: std::collections::BTreeSet<_> = keys.iter().collect();
         assert_eq!(unique.len(), keys.len(), "{keys:#?}");
+    }
+
+    /// The id is the SHA-256 of the parts joined by newlines, however it is computed.
+    #[test]
+    fn event_ids_hash_the_parts_joined_by_newlines() {
+        for (trail, node, status) in [
+            (vec![], "charge", "succeeded"),
+            (vec!["e1", "e2"], "ship", "retrying"),
+            (vec!["é"], "", "failed"),
+        ] {
+            let mut joined = String::from("run-1:in");
+            for part in trail.iter().copied().chain([node, status]) {
+                joined.push('\n');
+                joined.push_str(part);
+            }
+            joined.push_str("\n12");
+            let expected = format!(
+                "ev:{}",
+                crate::wire::durable_timer::payload_sha256(joined.as_bytes())
+            );
+            assert_eq!(event("run-1:in", &trail, node, status, 12), expected);
+        }
     }
 
     #[test]
