@@ -1,4 +1,4 @@
-"""Flow-body expressions (docs/emulator.md "Expressions"): paths, mappings and conditions."""
+"""Flow-body expressions (docs/flows.md "Expressions" and "Conditions"): paths, mappings, conditions."""
 
 from __future__ import annotations
 
@@ -78,9 +78,8 @@ def mapping(config, value):
     if not isinstance(fields, dict):
         raise ExprError("mapping has no fields object")
     out = {k: evaluate(e, value) for k, e in fields.items()}
-    if config.get("merge") is True:
-        if not isinstance(value, dict):
-            raise ExprError("merge: the input is not an object")
+    if config.get("merge") is True and isinstance(value, dict):
+        # over an input that is not an object, merge has no effect (docs/flows.md)
         merged = dict(value)
         merged.update(out)
         return merged
@@ -92,16 +91,24 @@ def _is_num(v) -> bool:
 
 
 def json_eq(a, b) -> bool:
+    """eq/ne/in: two numbers compare as numbers (1 equals 1.0); anything else structurally, where
+    nested numbers are equal only when both are integers or both are not (docs/flows.md)."""
     if _is_num(a) and _is_num(b):
         return a == b
+    return _same(a, b)
+
+
+def _same(a, b) -> bool:
+    if _is_num(a) and _is_num(b):
+        return isinstance(a, int) == isinstance(b, int) and a == b
     if _is_num(a) or _is_num(b):
         return False
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(json_eq(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(json_eq(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     return type(a) is type(b) and a == b
 
 
@@ -138,7 +145,7 @@ def condition(config, value) -> bool:
         return not json_eq(v, want)
     if op == "in":
         if not isinstance(want, list):
-            raise ExprError("op in: value is not an array")
+            return False  # not an error (docs/flows.md)
         return any(json_eq(v, x) for x in want)
     if _is_num(v) and _is_num(want):
         a, b = v, want

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The triggers-lab conformance service, in Python on nats-py.
 
-Written from docs/protocol.md, docs/wire.md, docs/conform.md and docs/emulator.md alone (no SDK):
+Written from docs/protocol.md, docs/flows.md, docs/wire.md and docs/conform.md alone (no SDK):
 see README.md next to this file. ``CONFORM_BREAK=<check>`` makes it get one behaviour wrong.
 """
 
@@ -49,7 +49,21 @@ CAPABILITIES = ["durable_timer.v1"]
 DURABLE_TIMER = "durable_timer.v1" in CAPABILITIES
 MAX_DELIVER = 5
 CONCURRENCY = 16
-ACK_WAIT_S = 30
+
+def _ack_wait_s() -> float:
+    """The consumer's ack_wait: TRIGGERS_ACK_WAIT_MS when set (the kit sets it short, so a lost ack
+    redelivers fast; docs/conform.md), else 30 s (protocol.md section 4)."""
+    raw = os.environ.get("TRIGGERS_ACK_WAIT_MS", "")
+    try:
+        ms = int(raw) if raw else 30_000
+    except ValueError:
+        raise SystemExit(f"TRIGGERS_ACK_WAIT_MS={raw!r} is not a whole number of milliseconds")
+    if not 1_000 <= ms <= 86_400_000:
+        raise SystemExit(f"TRIGGERS_ACK_WAIT_MS={raw!r}: give 1000 to 86400000 (1 s to 1 day)")
+    return ms / 1000
+
+
+ACK_WAIT_S = _ack_wait_s()
 MAX_FLOWS = 10_000
 HANDLED_KEYS = 10_000
 UNKNOWN_FLOW_WAIT = 2.0
@@ -84,6 +98,7 @@ H_DT_CONTEXT = "X-Triggers-Durable-Timer-Context"
 H_DT_EXEC = "X-Triggers-Execution-Id"
 H_DT_SHA = "X-Triggers-Durable-Timer-Payload-SHA256"
 TRIPLET = [H_DT_CONTEXT, H_DT_EXEC, H_DT_SHA]
+TRIPLET_LOWER = {n.lower() for n in TRIPLET}
 
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _HEX16 = re.compile(r"^[0-9a-f]{16}$")
@@ -177,6 +192,8 @@ def read_envelope(h: dict) -> Envelope:
     if s and _HEX16.match(s):
         env.span_id = s
     tp = get(H_TRACEPARENT)
+    if tp and not traceparent_ok(tp) and BREAK == "traceparent_invalid":
+        problems.append(f"{H_TRACEPARENT} {tp!r} is not W3C")  # broken: it must be ignored
     if tp and traceparent_ok(tp):
         env.traceparent = tp
         if not env.trace_id:
@@ -221,8 +238,16 @@ def new_span() -> str:
     return secrets.token_hex(8)
 
 
-def digest(*lines: str) -> str:
-    return hashlib.sha256("".join(line + "\n" for line in lines).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+def digest(inbound_key: str, trail, target: str) -> str:
+    """The 16-hex digest of a hop or output key (docs/wire.md, "The recipes"): SHA-256 over the
+    inbound key, each edge of the trail, then `>` and the target service (empty for an output),
+    one a line, no trailing newline."""
+    text = inbound_key + "".join("\n" + e for e in trail) + "\n>" + target
+    if BREAK == "hop_keys" and target:
+        # broken: the key ignores the inbound delivery (and the trail): two executions of a node
+        # in one run share it, and JetStream's dedup drops the second hand-off
+        text = "\n>" + target
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 # -------------------------------------------------------------------------------------------
@@ -485,9 +510,10 @@ class Flows:
 class Fail(Exception):
     """A node that failed for good: dead-letter it (after its failed event)."""
 
-    def __init__(self, kind, subject_tail, msg, body, env):
+    def __init__(self, kind, subject_tail, msg, body, env, failed_event=None):
         super().__init__(msg)
         self.kind, self.subject_tail, self.body, self.env = kind, subject_tail, body, env
+        self.failed_event = failed_event  # the event to publish after the entry (dlq_order break)
 
 
 class Service:
@@ -529,7 +555,8 @@ class Service:
             service=SERVICE,
             service_version="0.9.9" if BREAK == "heartbeat" else VERSION,
             manifest_hash=self.hash,
-            started_at=self.started_at,
+            # fixed for the life of the replica (broken: it moves)
+            started_at=go_time_ns(now_ns()) if BREAK == "heartbeat_interval" else self.started_at,
             now=go_time_ns(now_ns()),
             shutting_down=shutting_down,
         )
@@ -552,7 +579,8 @@ class Service:
         ev = Struct(
             flow_run_id=env.flow_run_id,
             flow_id=env.flow_id,
-            flow_version=env.flow_version,
+            # the run's version, never the held flow's newest (protocol.md section 6)
+            flow_version=flow.version if BREAK == "redeploy_mid_run" else env.flow_version,
             node_id=node_id,
             node_type=ntype,
             service=SERVICE,
@@ -587,13 +615,23 @@ class Service:
         except Exception as e:  # noqa: BLE001
             log.warning("broadcast on %s ignored: %s", msg.subject, e)
 
+    async def subscribe_broadcasts(self):
+        """Both broadcast subjects, plain subscriptions (every replica gets every flow), before the
+        registration is sent (protocol.md section 2)."""
+        # broken (replicas): a queue group shares the flows out between replicas
+        queue = f"{SERVICE}-flows" if BREAK == "replicas" else ""
+        await self.nc.subscribe(f"triggers.v2.flow.broadcast.{SERVICE}", queue=queue, cb=self.on_broadcast)
+        await self.nc.subscribe("triggers.v2.flow.broadcast.all", queue=queue, cb=self.on_broadcast)
+        await self.nc.flush()
+
     async def start(self):
-        self.nc = await nats.connect(self.url, name=SERVICE, max_reconnect_attempts=-1)
+        # broken (server_restart): no reconnect, so a server restart leaves the service deaf
+        reconnect = BREAK != "server_restart"
+        self.nc = await nats.connect(self.url, name=SERVICE, max_reconnect_attempts=-1, allow_reconnect=reconnect)
         self.js = self.nc.jetstream()
         self.js_mgr = self.nc.jsm()
-        await self.nc.subscribe(f"triggers.v2.flow.broadcast.{SERVICE}", cb=self.on_broadcast)
-        await self.nc.subscribe("triggers.v2.flow.broadcast.all", cb=self.on_broadcast)
-        await self.nc.flush()
+        if BREAK != "broadcast_before_reply":
+            await self.subscribe_broadcasts()
         stream_override = os.environ.get("TRIGGERS_NATS_SOURCE_STREAM")
         if stream_override:
             await self.ensure_stream(stream_override)
@@ -607,6 +645,8 @@ class Service:
         if rep.get("error"):
             raise SystemExit(f"registration refused: {rep['error']}")
         log.info("registered %s %s (%s)", SERVICE, VERSION, self.hash)
+        if BREAK == "broadcast_before_reply":
+            await self.subscribe_broadcasts()  # broken: a flow broadcast before this is missed
         for f in rep.get("flows") or []:
             try:
                 self.flows.install(f)
@@ -622,12 +662,15 @@ class Service:
             filter_subject=INBOUND,
             ack_policy=api.AckPolicy.EXPLICIT,
             ack_wait=ack_wait,
-            max_deliver=MAX_DELIVER,
+            max_deliver=-1 if BREAK == "consumer" else MAX_DELIVER,  # broken: unbounded, poison loops
             deliver_policy=api.DeliverPolicy.ALL,
             max_ack_pending=4 * CONCURRENCY,
         )
         try:
-            await self.js_mgr.consumer_info(stream, durable)
+            info = await self.js_mgr.consumer_info(stream, durable)
+            if info.config.ack_wait != ack_wait:
+                # made by an earlier run with another TRIGGERS_ACK_WAIT_MS: update it
+                await self.js_mgr.add_consumer(stream, config=config)
         except nats.js.errors.NotFoundError:
             await self.js_mgr.add_consumer(stream, config=config)
         self.psub = await self.js.pull_subscribe_bind(durable=durable, stream=stream)
@@ -709,8 +752,15 @@ class Service:
     async def handle_guarded(self, msg):
         progress = asyncio.create_task(self.keep_in_progress(msg))
         try:
+            if BREAK == "ack_order":
+                await msg.ack()  # broken: acked when pulled, before anything is reported
             await self.handle(msg)
-            await msg.ack()
+            # The ack is the last thing sent for a delivery: events, DLQ entries, hops published
+            # through JetStream are acked already; a plain publish (an output nobody streams) is
+            # confirmed by a round trip to the server first (protocol.md section 10).
+            await self.nc.flush(timeout=5)
+            if BREAK != "ack_order":
+                await msg.ack()
         except Exception as e:  # noqa: BLE001 - an outcome could not be reported: give it back
             log.warning("message given back: %r", e)
             await self.give_back(msg, e)
@@ -778,11 +828,16 @@ class Service:
             redelivered = msg.metadata.num_delivered > 1
         except Exception:  # noqa: BLE001
             redelivered = False
-        if redelivered and key in self.handled:
+        # broken (ack_lost): a redelivery of a handled delivery runs again; broken
+        # (crash_redelivery): every redelivery is taken for one already handled, so a delivery
+        # whose handling died with the process is acked unrun
+        handled = key in self.handled and BREAK != "ack_lost"
+        if redelivered and (handled or BREAK == "crash_redelivery"):
             log.info("%s handled already: acked again", key)
             return
         # 3. the flow
-        flow = await self.flows.wait(env.flow_id, env.flow_version, UNKNOWN_FLOW_WAIT)
+        patience = 0 if BREAK == "unknown_flow_wait" else UNKNOWN_FLOW_WAIT  # broken: no wait
+        flow = await self.flows.wait(env.flow_id, env.flow_version, patience)
         if flow is None:
             kind = "unknown_node" if BREAK == "dlq_unknown_flow" else "unknown_flow"
             await self.dlq(kind, "unknown_flow", env, RawJSON(data), f"flow {env.flow_id} v{env.flow_version} is not held")
@@ -820,7 +875,7 @@ class Service:
                 log.info("CONFORM_BREAK=timer: elapsed delivery ignored")
                 return
         # 7. the nodes
-        ctx = Ctx(flow, env, data)
+        ctx = Ctx(flow, env, data, {n: msg.headers[n] for n in (msg.headers or {}) if n.lower() in TRIPLET_LOWER})
         if holder:
             await self.hand_on(ctx, src, payload, [], holder=True)
         else:
@@ -853,7 +908,7 @@ class Service:
 
     async def hop(self, ctx, node_id, svc, subject, output, trail):
         env = ctx.env
-        key = f"{env.flow_run_id}:{node_id}>{svc}:{digest(env.idempotency_key, *trail, svc)}"
+        key = f"{env.flow_run_id}:{node_id}>{svc}:{digest(env.idempotency_key, trail, svc)}"
         if BREAK == "hop_out":
             key = env.idempotency_key
         span = new_span()
@@ -864,9 +919,11 @@ class Service:
             retry_count=0,
             emitted_at=go_time_ns(now_ns()),
             idempotency_key=key,
-            flow_id=ctx.flow.id,
-            flow_version=ctx.flow.version,
+            # the run's version (the envelope's), never the held flow's newest (protocol.md 7)
+            flow_version=ctx.flow.version if BREAK == "redeploy_mid_run" else env.flow_version,
         )
+        if BREAK == "hop_traceparent":
+            hop_env.traceparent = ""  # broken: the run's trace ends here
         data = encode(output)
         tail = ctx.flow.nodes[node_id]["action"] if ctx.flow.nodes[node_id]["type"] == "action" else "node_failed"
         kind = "routing_failed" if ctx.flow.nodes[node_id]["type"] == "action" else "node_failed"
@@ -877,8 +934,12 @@ class Service:
         last = None
         while True:
             try:
+                if BREAK == "hop_jetstream":
+                    # broken: a plain publish, no stream's ack awaited
+                    await self.nc.publish(subject, data, headers=ctx.onward_headers(hop_env))
+                    return
                 if await self.stream_for(subject):
-                    await self.js.publish(subject, data, headers=hop_env.headers(), timeout=5)
+                    await self.js.publish(subject, data, headers=ctx.onward_headers(hop_env), timeout=5)
                     log.info("hop %s -> %s (%s) key %s", node_id, svc, subject, key)
                     return
                 last = f"no stream captures {subject}"
@@ -902,6 +963,12 @@ class Service:
                     await self.event(env, flow, node_id, "succeeded", started, now_ns())
                 out = payload
             elif ntype == "action":
+                if BREAK == "handoff_order":
+                    # broken: the output is handed on before the action's succeeded event
+                    out = await self.run_action(ctx, node_id, payload, trail, report=False)
+                    await self.hand_on(ctx, node_id, out, trail)
+                    await self.event(env, flow, node_id, "succeeded", started, now_ns())
+                    return
                 out = await self.run_action(ctx, node_id, payload, trail)
             elif ntype == "mapping":
                 out = await self.simple(ctx, node_id, payload, started, lambda: flowexpr.mapping(config, payload))
@@ -925,9 +992,15 @@ class Service:
             else:
                 raise Fail("unknown_node", "unknown_node", f"node {node_id} of type {ntype} cannot run here", payload, env)
         except Fail as f:
-            if ntype != "action":
+            # the failed event, then the DLQ entry (protocol.md section 9); an action's failed
+            # event was published by run_action (broken, dlq_order: the entry comes first)
+            if ntype != "action" and BREAK != "dlq_order":
                 await self.event(env, flow, node_id, "failed", started, now_ns(), str(f))
             await self.dlq(f.kind, f.subject_tail, f.env, f.body if isinstance(f.body, RawJSON) else RawJSON(encode(f.body)), str(f))
+            if f.failed_event:
+                await self.event(*f.failed_event)
+            elif ntype != "action" and BREAK == "dlq_order":
+                await self.event(env, flow, node_id, "failed", started, now_ns(), str(f))
             return
         await self.hand_on(ctx, node_id, out, trail)
 
@@ -944,28 +1017,22 @@ class Service:
         env, flow = ctx.env, ctx.flow
         config = flow.nodes[node_id].get("config") or {}
         transport, target = config.get("transport"), config.get("target")
-        key = f"{env.flow_run_id}:{node_id}:{digest(env.idempotency_key, *trail)}"
+        key = f"{env.flow_run_id}:{node_id}:{digest(env.idempotency_key, trail, '')}"
         if BREAK == "output_nats":
             key = env.idempotency_key
-        span = new_span()
-        out_env = env.copy(
-            span_id=span,
-            traceparent=f"00-{env.trace_id}-{span}-01" if env.trace_id else "",
-            source_node_id=node_id,
-            retry_count=0,
-            emitted_at=go_time_ns(now_ns()),
-            idempotency_key=key,
-        )
+        # the inbound envelope's headers (its span, retry_count and emitted_at as received), but
+        # source_node_id the output node and the output's own key (protocol.md section 6)
+        out_env = env.copy(source_node_id=node_id, idempotency_key=key)
         data = encode(payload)
         try:
             if transport == "nats":
                 if not isinstance(target, str) or locked_subject(target) or target.startswith("triggers.v2."):
                     raise ValueError(f"output target {target!r} is not allowed")
-                await self.publish(target, data, headers=out_env.headers())
+                await self.publish(target, data, headers=ctx.onward_headers(out_env))
             elif transport == "http":
                 if not isinstance(target, str) or not target.startswith(("http://", "https://")):
                     raise ValueError(f"output target {target!r} is not an http URL")
-                hdrs = out_env.headers()
+                hdrs = ctx.onward_headers(out_env)
                 hdrs.pop(H_MSG_ID, None)
                 await asyncio.to_thread(http_post, target, data, hdrs)
             else:
@@ -976,14 +1043,14 @@ class Service:
             return
         await self.event(env, flow, node_id, "succeeded", started, now_ns())
 
-    async def run_action(self, ctx, node_id, payload, trail):
+    async def run_action(self, ctx, node_id, payload, trail, report=True):
         env, flow = ctx.env, ctx.flow
         name = flow.nodes[node_id].get("action")
         spec = ACTIONS_BY_NAME.get(name)
         if spec is None:
             raise Fail("unknown_node", "unknown_node", f"action node {node_id} names {name!r}, which {SERVICE} lacks", payload, env)
         kept_key = (env.idempotency_key, node_id, tuple(trail))
-        if kept_key in self.kept:
+        if kept_key in self.kept and BREAK != "ack_lost":
             # a redelivery: the action succeeded already and was reported; hand the result on
             log.info("%s: %s succeeded on an earlier delivery; its result is handed on again", env.idempotency_key, node_id)
             return self.kept[kept_key]
@@ -1017,7 +1084,8 @@ class Service:
                     kind = "action_failed"
             finished = now_ns()
             if kind is None:
-                await self.event(att_env, flow, node_id, "succeeded", started, finished)
+                if report:
+                    await self.event(att_env, flow, node_id, "succeeded", started, finished)
                 self.kept[kept_key] = out
                 while len(self.kept) > HANDLED_KEYS:
                     self.kept.popitem(last=False)
@@ -1026,20 +1094,30 @@ class Service:
                 if BREAK != "retry":
                     await self.event(att_env, flow, node_id, "retrying", started, finished, err)
                 continue
+            if BREAK == "dlq_order":
+                failed = (att_env, flow, node_id, "failed", started, finished, err)
+                raise Fail(kind, name, err, payload, att_env, failed_event=failed)
             await self.event(att_env, flow, node_id, "failed", started, finished, err)
             raise Fail(kind, name, err, payload, att_env)
         raise AssertionError("unreachable")
 
 
 class Ctx:
-    def __init__(self, flow, env, data):
+    def __init__(self, flow, env, data, triplet=None):
         self.flow, self.env, self.data = flow, env, data
+        self.triplet = triplet or {}  # the inbound Durable Timer headers: never forwarded
+
+    def onward_headers(self, env: Envelope) -> dict:
+        h = env.headers()
+        if BREAK == "timer_strip":
+            h.update(self.triplet)  # broken: the triplet goes on to hops and outputs
+        return h
 
 
 def backoff_ms(retry, n):
     """The wait before attempt n >= 2 (docs/protocol.md section 8)."""
     init = retry["initial_backoff_ms"]
-    if not init:
+    if not init or BREAK == "retry_backoff":  # broken: retries at once
         return 0
     w = init * (retry["backoff_factor"] ** (n - 2))
     if retry["max_backoff_ms"]:
@@ -1057,8 +1135,8 @@ def do_lookup(config, payload):
         raise ValueError("lookup params is not an object")
     params = {k: flowexpr.evaluate(v, payload) for k, v in params_cfg.items()}
     result = fn(params)
-    if not isinstance(payload, dict):
-        raise ValueError("lookup: the input is not an object")
+    if not isinstance(payload, dict) or not isinstance(result, dict):
+        return result  # nothing to lay the fields over: the result replaces the input (flows.md)
     out = dict(payload)
     out.update(result)
     return out
