@@ -27,9 +27,14 @@ pub(crate) struct ConformArgs {
     /// List the checks and exit.
     #[arg(long)]
     list: bool,
-    /// How long each check waits for what it expects.
+    /// How long each check waits for what it expects (3s at least: a service may wait 2 s for a
+    /// broadcast); extended, up to three times, while the service keeps reporting progress.
     #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
     timeout: Duration,
+    /// Warnings fail too (the `conformant` check): for an SDK that means to be byte-identical
+    /// to Go.
+    #[arg(long)]
+    strict: bool,
     /// Write a JUnit XML report here.
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
@@ -65,6 +70,7 @@ pub(crate) fn run(args: ConformArgs) -> ExitCode {
         command: args.command.clone(),
         timeout: args.timeout,
         only: args.only.clone(),
+        strict: args.strict,
         ..ConformOptions::default()
     };
     eprintln!(
@@ -104,9 +110,9 @@ pub(crate) fn run(args: ConformArgs) -> ExitCode {
         Ok(Err(e)) => {
             eprintln!("error: {e}");
             return match e {
-                ConformError::NoCommand | ConformError::UnknownCheck(_) => {
-                    ExitCode::from(crate::exit::USAGE)
-                }
+                ConformError::NoCommand
+                | ConformError::UnknownCheck(_)
+                | ConformError::TimeoutTooShort(_) => ExitCode::from(crate::exit::USAGE),
                 _ => ExitCode::from(crate::exit::ENVIRONMENT),
             };
         }
@@ -161,9 +167,14 @@ fn print_progress(result: &CheckResult) {
         ),
         CheckOutcome::NotApplicable { because } => ("n/a ", format!("\n        {because}")),
     };
+    let strict = if result.strict_only {
+        " (fails only under --strict)"
+    } else {
+        ""
+    };
     let _ = writeln!(
         out,
-        "  {mark}  {:22} {} ({} ms){detail}",
+        "  {mark}  {:22} {} ({} ms){strict}{detail}",
         result.name, result.about, result.millis
     );
 }

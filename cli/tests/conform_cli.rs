@@ -49,9 +49,19 @@ fn an_unknown_check_is_a_usage_error_and_a_missing_program_an_environment_one() 
 
 #[test]
 fn a_service_that_never_registers_fails_with_exit_1() {
-    let out = run(&["conform", "--timeout", "1s", "--", "sleep", "30"]);
+    let out = run(&["conform", "--timeout", "3s", "--", "sleep", "30"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("FAIL  register"), "{text}");
     assert!(text.contains("score: 0%"), "{text}");
+}
+
+#[test]
+fn a_timeout_below_the_protocols_own_waits_is_a_usage_error() {
+    for timeout in ["0s", "1s"] {
+        let out = run(&["conform", "--timeout", timeout, "--", "true"]);
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("too short") && err.contains("3s"), "{err}");
+    }
 }

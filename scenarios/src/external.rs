@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
+use tokio::sync::watch;
 
 use triggers_emulator::watchdog::{
     TREE_MARK_VAR, Watchdog, marked_processes, new_tree_mark, process_group_alive, signal_marked,
@@ -47,7 +48,11 @@ impl Output {
 /// A running external service.
 pub(crate) struct External {
     pub(crate) name: String,
-    child: Option<Child>,
+    /// Whether it has not been stopped yet (what [`Drop`] kills).
+    running: bool,
+    /// The process's exit status, as text, once it has exited: a task owns the child and waits
+    /// on it, so that anyone can learn of its exit at once ([`External::exit_watch`]).
+    exit: watch::Receiver<Option<String>>,
     /// The child's process group (its pid): it outlives the child's handle, which forgets the
     /// pid once the child is reaped.
     pgid: Option<u32>,
@@ -151,9 +156,18 @@ impl External {
         if let Some(err) = child.stderr.take() {
             tokio::spawn(collect(err, output.clone()));
         }
+        let (tx, exit) = watch::channel(None);
+        tokio::spawn(async move {
+            let status = match child.wait().await {
+                Ok(status) => status.to_string(),
+                Err(e) => format!("cannot wait on it: {e}"),
+            };
+            let _ = tx.send(Some(status));
+        });
         Ok(External {
             name: name.to_owned(),
-            child: Some(child),
+            running: true,
+            exit,
             pgid,
             mark,
             watchdog,
@@ -171,20 +185,22 @@ impl External {
 
     /// Waits up to `patience` for the process to exit; its status text when it did.
     pub(crate) async fn wait_exit(&mut self, patience: Duration) -> Option<String> {
-        let child = self.child.as_mut()?;
-        match tokio::time::timeout(patience, child.wait()).await {
-            Ok(Ok(status)) => Some(status.to_string()),
-            _ => None,
+        let mut exit = self.exit.clone();
+        match tokio::time::timeout(patience, exit.wait_for(Option::is_some)).await {
+            Ok(Ok(status)) => status.clone(),
+            // The waiting task is gone only with the runtime.
+            _ => self.exited(),
         }
     }
 
     /// `Some(status text)` when the process has exited.
-    pub(crate) fn exited(&mut self) -> Option<String> {
-        let child = self.child.as_mut()?;
-        match child.try_wait() {
-            Ok(Some(status)) => Some(status.to_string()),
-            _ => None,
-        }
+    pub(crate) fn exited(&self) -> Option<String> {
+        self.exit.borrow().clone()
+    }
+
+    /// What learns of the process's exit as it happens (its status text, once `Some`).
+    pub(crate) fn exit_watch(&self) -> watch::Receiver<Option<String>> {
+        self.exit.clone()
     }
 
     /// SIGTERM to its process group and to its processes that left the group (`setsid`);
@@ -192,12 +208,16 @@ impl External {
     /// the leader's exit does not end its children (a shell's, a wrapper's), and a leader that
     /// exits at once on SIGTERM may have left a child still finishing its own graceful shutdown.
     pub(crate) async fn stop(&mut self) -> Result<(), String> {
-        let Some(mut child) = self.child.take() else {
+        if !self.running {
             return Ok(());
-        };
+        }
+        self.running = false;
         let deadline = tokio::time::Instant::now() + STOP_GRACE;
         self.terminate();
-        let leader = tokio::time::timeout_at(deadline, child.wait()).await;
+        let mut exit = self.exit.clone();
+        let leader = tokio::time::timeout_at(deadline, exit.wait_for(Option::is_some))
+            .await
+            .map(|r| r.map(|_| ()));
         let mut rest_gone = false;
         while tokio::time::Instant::now() < deadline {
             if !self.pgid.is_some_and(process_group_alive)
@@ -210,9 +230,6 @@ impl External {
         }
         signal(self.pgid, true);
         signal_marked(&self.mark, true);
-        if leader.is_err() {
-            let _ = child.kill().await;
-        }
         self.watchdog = None;
         if matches!(leader, Ok(Ok(_))) && rest_gone {
             Ok(())
@@ -227,7 +244,7 @@ impl External {
 
 impl Drop for External {
     fn drop(&mut self) {
-        if self.child.is_some() {
+        if self.running {
             signal(self.pgid, true);
             signal_marked(&self.mark, true);
         }

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use triggers_scenarios::conform::{CHECKS, CheckOutcome, ConformOptions, ConformReport, conform};
+use triggers_scenarios::conform::{
+    CHECKS, CheckOutcome, ConformError, ConformOptions, ConformReport, conform,
+};
 
 fn options(only: &[&str], broken: Option<&str>) -> ConformOptions {
     let mut options = ConformOptions {
@@ -116,10 +118,71 @@ async fn a_command_that_cannot_start_is_an_error_not_a_verdict() {
 }
 
 #[tokio::test]
+async fn a_timeout_shorter_than_the_protocols_own_waits_is_refused() {
+    for timeout in [Duration::ZERO, Duration::from_secs(2)] {
+        let options = ConformOptions {
+            command: vec!["true".into()],
+            timeout,
+            ..ConformOptions::default()
+        };
+        let err = conform(&options, |_| {})
+            .await
+            .expect_err("too short a timeout");
+        assert!(matches!(err, ConformError::TimeoutTooShort(_)), "{err}");
+        assert!(err.to_string().contains("--timeout 3s or more"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn a_service_that_exits_is_not_waited_for() {
+    // A service that dies at once: every check ends as soon as the process is gone, not after
+    // its patience (60 s here; the bound below is half of it, so a slow machine cannot fail it).
+    let options = ConformOptions {
+        command: vec![
+            "sh".into(),
+            "-c".into(),
+            "echo dying on purpose; exit 3".into(),
+        ],
+        timeout: Duration::from_secs(60),
+        only: vec!["echo".into()],
+        ..ConformOptions::default()
+    };
+    let report = conform(&options, |_| {}).await.expect("judged");
+    assert_eq!(failed(&report), ["register"], "{}", report.table());
+    let register = &report.checks[0];
+    assert!(register.millis < 30_000, "{}", report.table());
+    assert!(
+        report.table().contains("exited"),
+        "the failure says the service exited:\n{}",
+        report.table()
+    );
+    assert!(report.service_output.contains("dying on purpose"));
+}
+
+#[tokio::test]
+async fn the_service_output_is_kept_when_every_check_passes() {
+    // `-v` prints it: the report keeps it whether or not a check failed.
+    let mut options = options(&["echo"], None);
+    let bin = options.command[0].clone();
+    options.command = vec![
+        "sh".into(),
+        "-c".into(),
+        format!("echo hello-from-the-service; exec {bin}"),
+    ];
+    let report = judge(&options).await;
+    assert!(report.conformant(), "{}", report.table());
+    assert!(
+        report.service_output.contains("hello-from-the-service"),
+        "{}",
+        report.service_output
+    );
+}
+
+#[tokio::test]
 async fn a_service_that_never_registers_fails_register_and_nothing_else_is_judged() {
     let options = ConformOptions {
         command: vec!["sleep".into(), "30".into()],
-        timeout: Duration::from_secs(1),
+        timeout: Duration::from_secs(3),
         ..ConformOptions::default()
     };
     let report = conform(&options, |_| {}).await.expect("judged");
@@ -178,4 +241,33 @@ async fn each_broken_python_behaviour_fails_its_own_check() {
             report.table()
         );
     }
+}
+
+#[test]
+fn the_table_marks_a_check_that_failed_only_under_strict() {
+    use triggers_scenarios::conform::CheckResult;
+    let report = ConformReport {
+        command: vec!["svc".into()],
+        checks: vec![CheckResult {
+            name: "conformant",
+            about: "the conformance checker found no error in anything sent",
+            outcome: CheckOutcome::Failed {
+                expected: "no conformance warning either".into(),
+                arrived: "1 warning(s)".into(),
+            },
+            millis: 1,
+            strict_only: true,
+        }],
+        warnings: vec!["time_padded: padded".into()],
+        service_output: String::new(),
+        strict: true,
+    };
+    assert!(
+        report.table().contains("(fails only under --strict)"),
+        "{}",
+        report.table()
+    );
+    assert!(!report.conformant());
+    let json = report.to_json().expect("JSON");
+    assert!(json.contains("\"strict_only\": true"), "{json}");
 }

@@ -1,13 +1,14 @@
 //! The checks of the conformance kit, one function each, in the order of `docs/conform.md`.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::{Value, json};
 use triggers_emulator::conformance::Severity;
 use triggers_emulator::recorder::{RecordKind, RunStatus};
-use triggers_emulator::{DlqFilter, Harness, RunId, TriggerOptions};
+use triggers_emulator::{DlqFilter, Emulator, Harness, RunId, TriggerOptions, WaitError};
 use triggers_sdk::flow::Flow;
 use triggers_sdk::transport;
 use triggers_sdk::wire::durable_timer::{self, RootContext, TimerContext};
@@ -130,7 +131,14 @@ pub(crate) struct Ctx {
     pub(crate) timeout: Duration,
     /// Flows deployed so far, and their versions.
     pub(crate) versions: BTreeMap<String, i64>,
+    /// Warnings fail too (`--strict`).
+    pub(crate) strict: bool,
+    /// Set by a check that failed only because of `--strict`.
+    pub(crate) strict_only: bool,
 }
+
+/// How many times its patience a check waits, at most, while the service shows progress.
+const PATIENCE_CAP: u32 = 3;
 
 impl Ctx {
     /// The conformance checker's warnings about what the service sent, one line per rule.
@@ -144,6 +152,56 @@ impl Ctx {
         seen.into_iter()
             .map(|(rule, message)| format!("{rule}: {message}"))
             .collect()
+    }
+
+    /// The sequence number of the service's latest report (a completion event of its own or a
+    /// DLQ entry on its subjects): what tells a service at work from a stalled one.
+    pub(crate) fn progress(&self) -> u64 {
+        let (records, _) = self.lab.records();
+        let dlq = format!("triggers.v2.dlq.{SERVICE}.");
+        records
+            .iter()
+            .rev()
+            .find(|r| match &r.kind {
+                RecordKind::Completion { event } => event.service == SERVICE,
+                RecordKind::Dlq { .. } => r.subject.starts_with(&dlq),
+                _ => false,
+            })
+            .map_or(0, |r| r.seq)
+    }
+
+    /// Waits as `wait` does with the check's patience; when that runs out while the service
+    /// reported something new (a loaded machine: slow, not stalled), waits again, up to
+    /// [`PATIENCE_CAP`] times the patience in all. A stalled service fails after one patience.
+    pub(crate) async fn patient<T, Fut>(
+        &self,
+        wait: impl Fn(Emulator) -> Fut,
+    ) -> Result<T, WaitError>
+    where
+        Fut: Future<Output = Result<T, WaitError>>,
+    {
+        let cap = self.timeout.saturating_mul(PATIENCE_CAP);
+        let started = Instant::now();
+        loop {
+            let before = self.progress();
+            match wait(self.lab.with_wait_timeout(self.timeout)).await {
+                Err(WaitError::Timeout { .. })
+                    if started.elapsed() + self.timeout <= cap && self.progress() != before =>
+                {
+                    tracing::debug!("the service is still reporting: waiting once more");
+                }
+                Err(WaitError::Timeout {
+                    waiting_for, saw, ..
+                }) => {
+                    return Err(WaitError::Timeout {
+                        waited: started.elapsed(),
+                        waiting_for,
+                        saw,
+                    });
+                }
+                done => return done,
+            }
+        }
     }
 
     /// Deploys `flow` once; returns its version.
@@ -173,7 +231,12 @@ impl Ctx {
     }
 
     async fn settled(&self, run: &RunId) -> Result<triggers_emulator::recorder::Run, Failure> {
-        self.lab.wait_run_settled(run).await.map_err(|e| Failure {
+        self.patient(|lab| {
+            let run = run.clone();
+            async move { lab.wait_run_settled(&run).await }
+        })
+        .await
+        .map_err(|e| Failure {
             expected: format!("run {run} to settle"),
             arrived: e.to_string(),
         })
@@ -215,7 +278,12 @@ impl Ctx {
         filter: DlqFilter,
         what: &str,
     ) -> Result<triggers_emulator::DlqRecord, Failure> {
-        self.lab.wait_dlq(filter).await.map_err(|e| Failure {
+        self.patient(|lab| {
+            let filter = filter.clone();
+            async move { lab.wait_dlq(filter).await }
+        })
+        .await
+        .map_err(|e| Failure {
             expected: what.to_owned(),
             arrived: e.to_string(),
         })
@@ -246,25 +314,44 @@ impl Ctx {
         })
     }
 
-    /// A subscription to an output subject, made before the run that publishes to it.
+    /// A subscription to an output subject, made before the run that publishes to it. Flushed:
+    /// the server has it before this returns, so an output published at once is not missed (on
+    /// a loaded machine, an unflushed SUB could reach the server after the output did).
     async fn listen(&self, subject: &str) -> Result<async_nats::Subscriber, Failure> {
-        self.client
+        let sub = self
+            .client
             .subscribe(subject.to_owned())
             .await
             .map_err(|e| Failure {
                 expected: format!("a subscription to {subject}"),
                 arrived: e.to_string(),
-            })
+            })?;
+        self.client.flush().await.map_err(|e| Failure {
+            expected: format!("the subscription to {subject} to reach the server"),
+            arrived: e.to_string(),
+        })?;
+        Ok(sub)
     }
 
+    /// The next message on `sub`, with the check's patience, extended as [`Ctx::patient`] does
+    /// while the service reports progress.
     async fn next(
         &self,
         sub: &mut async_nats::Subscriber,
         what: &str,
     ) -> Result<async_nats::Message, Failure> {
-        match tokio::time::timeout(self.timeout, sub.next()).await {
-            Ok(Some(m)) => Ok(m),
-            _ => fail(what, format!("nothing within {:?}", self.timeout)),
+        let cap = self.timeout.saturating_mul(PATIENCE_CAP);
+        let started = Instant::now();
+        loop {
+            let before = self.progress();
+            match tokio::time::timeout(self.timeout, sub.next()).await {
+                Ok(Some(m)) => return Ok(m),
+                Ok(None) => return fail(what, "the subscription ended"),
+                Err(_) if started.elapsed() + self.timeout <= cap && self.progress() != before => {}
+                Err(_) => {
+                    return fail(what, format!("nothing within {:?}", started.elapsed()));
+                }
+            }
         }
     }
 }
@@ -564,6 +651,27 @@ async fn mapping_condition(ctx: &mut Ctx) -> Result<(), Failure> {
     expect_statuses(ctx, &yes, "map", &[status::SUCCEEDED])?;
     expect_statuses(ctx, &yes, "check", &[status::SUCCEEDED])?;
     expect_statuses(ctx, &yes, "echo", &[status::SUCCEEDED])?;
+    // A false condition's run settles with `check` skipped; a service that reports it
+    // `succeeded` leaves echo pending, so wait for the node rather than the run.
+    let checked = ctx
+        .patient(|lab| {
+            let no = no.clone();
+            async move { lab.wait_for_node(&no.0, "check").await }
+        })
+        .await
+        .map_err(|e| Failure {
+            expected: "check (a false condition) reported skipped".into(),
+            arrived: e.to_string(),
+        })?;
+    if checked.status != status::SKIPPED {
+        return fail(
+            "a false condition is reported `skipped` (and what follows it never runs)",
+            format!(
+                "check (condition $.flag eq true, on flag false) reported {:?}",
+                checked.status
+            ),
+        );
+    }
     ctx.settled(&no).await?;
     expect_statuses(ctx, &no, "check", &[status::SKIPPED])?;
     expect_statuses(ctx, &no, "echo", &[])
@@ -1023,10 +1131,16 @@ async fn hop_in(ctx: &mut Ctx) -> Result<(), Failure> {
 async fn timer(ctx: &mut Ctx) -> Result<(), Failure> {
     ctx.deploy(timer_flow()).await?;
     let run = ctx.trigger("conform-timer", &json!({"t": 1})).await?;
-    let idle = ctx.lab.wait_run_idle(&run).await.map_err(|e| Failure {
-        expected: "the run to wait on its timer".into(),
-        arrived: e.to_string(),
-    })?;
+    let idle = ctx
+        .patient(|lab| {
+            let run = run.clone();
+            async move { lab.wait_run_idle(&run).await }
+        })
+        .await
+        .map_err(|e| Failure {
+            expected: "the run to wait on its timer".into(),
+            arrived: e.to_string(),
+        })?;
     if idle.timers.is_empty() {
         return fail(
             "the timer armed after echo succeeded (the root delivery accepted)",
@@ -1061,28 +1175,51 @@ async fn timer_rejected(ctx: &mut Ctx) -> Result<(), Failure> {
         durable_timer::payload_sha256(b"other bytes"),
     );
     ctx.forge(&headers, &bytes).await?;
-    let record = ctx
+    let ran = |ctx: &Ctx| {
+        ctx.lab
+            .completions()
+            .into_iter()
+            .filter(|e| e.flow_run_id == run && e.status == status::SUCCEEDED)
+            .map(|e| e.node_id)
+            .collect::<Vec<_>>()
+    };
+    let record = match ctx
         .dlq(
             DlqFilter::run(run).with_kind("durable_timer_rejected"),
             "a durable_timer_rejected DLQ entry",
         )
-        .await?;
+        .await
+    {
+        Ok(record) => record,
+        Err(failure) => {
+            let nodes = ran(ctx);
+            if nodes.is_empty() {
+                return Err(failure);
+            }
+            return fail(
+                "a durable_timer_rejected DLQ entry, and no node run for the delivery",
+                format!(
+                    "{} ran on a delivery whose payload hash did not match \
+                     (X-Triggers-Durable-Timer-Payload-SHA256 is not the body's SHA-256)",
+                    nodes.join(", ")
+                ),
+            );
+        }
+    };
     if record.subject != format!("triggers.v2.dlq.{SERVICE}.echo") {
         return fail(
             format!("on triggers.v2.dlq.{SERVICE}.echo (the action it was for)"),
             record.subject,
         );
     }
-    let ran = ctx
-        .lab
-        .completions()
-        .into_iter()
-        .filter(|e| e.flow_run_id == run && e.status == status::SUCCEEDED)
-        .count();
-    if ran > 0 {
+    let nodes = ran(ctx);
+    if !nodes.is_empty() {
         return fail(
             "no node run for the rejected delivery",
-            format!("{ran} ran"),
+            format!(
+                "{} ran on a delivery whose payload hash did not match",
+                nodes.join(", ")
+            ),
         );
     }
     Ok(())
@@ -1104,6 +1241,16 @@ async fn conformant(ctx: &mut Ctx) -> Result<(), Failure> {
         .map(|v| format!("{} on {}: {}", v.rule, v.subject, v.message))
         .collect();
     if errors.is_empty() {
+        if ctx.strict {
+            let warnings = ctx.warnings();
+            if !warnings.is_empty() {
+                ctx.strict_only = true;
+                return fail(
+                    "no conformance warning either (--strict: bytes identical to Go's)",
+                    format!("{} warning(s): {}", warnings.len(), warnings.join(" | ")),
+                );
+            }
+        }
         return Ok(());
     }
     let shown: Vec<&String> = errors.iter().take(5).collect();

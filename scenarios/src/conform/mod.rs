@@ -36,7 +36,13 @@ pub struct ConformOptions {
     pub only: Vec<String>,
     /// Where the NATS server comes from.
     pub nats: NatsConfig,
+    /// Warnings fail too (`--strict`): for an SDK that means to be byte-identical to Go.
+    pub strict: bool,
 }
+
+/// The shortest `timeout` the kit takes: a correct service may wait 2 s for a flow's broadcast
+/// before it answers (`docs/protocol.md` §5), and a check must outlast that with room to spare.
+pub const MIN_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl Default for ConformOptions {
     fn default() -> Self {
@@ -47,6 +53,7 @@ impl Default for ConformOptions {
             timeout: Duration::from_secs(10),
             only: Vec::new(),
             nats: NatsConfig::default(),
+            strict: false,
         }
     }
 }
@@ -83,6 +90,9 @@ pub struct CheckResult {
     pub outcome: CheckOutcome,
     /// How long it took, in milliseconds.
     pub millis: u64,
+    /// It failed only because `--strict` made warnings fail.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub strict_only: bool,
 }
 
 /// Every check's result and the score.
@@ -94,9 +104,11 @@ pub struct ConformReport {
     pub checks: Vec<CheckResult>,
     /// The warnings the conformance checker reported (bytes Go reads the same).
     pub warnings: Vec<String>,
-    /// The service's last lines of output, when it failed somewhere.
+    /// The service's last lines of output.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub service_output: String,
+    /// Whether warnings failed too (`--strict`).
+    pub strict: bool,
 }
 
 impl ConformReport {
@@ -151,8 +163,14 @@ impl ConformReport {
                 CheckOutcome::Failed { expected, arrived } => (
                     "FAIL",
                     format!(
-                        "\n{:width$}        expected: {expected}\n{:width$}        arrived:  {arrived}",
-                        "", ""
+                        "{}\n{:width$}        expected: {expected}\n{:width$}        arrived:  {arrived}",
+                        if c.strict_only {
+                            " (fails only under --strict)"
+                        } else {
+                            ""
+                        },
+                        "",
+                        ""
                     ),
                 ),
                 CheckOutcome::NotApplicable { because } => {
@@ -242,6 +260,13 @@ pub enum ConformError {
     /// `--only` named a check that does not exist.
     #[error("there is no check {0:?}; `triggers-lab conform --list` lists them")]
     UnknownCheck(String),
+    /// A check's patience shorter than what the protocol asks a correct service to wait.
+    #[error(
+        "--timeout {0:?} is too short: a correct service may wait 2 s for a flow's broadcast \
+         before it answers (docs/protocol.md §5), so each check needs at least {MIN_TIMEOUT:?}; \
+         give --timeout 3s or more (default 10s)"
+    )]
+    TimeoutTooShort(Duration),
     /// The nats-server or the emulator could not be started.
     #[error("cannot start the emulator: {0}")]
     Harness(String),
@@ -265,6 +290,9 @@ pub async fn conform(
 ) -> Result<ConformReport, ConformError> {
     if options.command.is_empty() {
         return Err(ConformError::NoCommand);
+    }
+    if options.timeout < MIN_TIMEOUT {
+        return Err(ConformError::TimeoutTooShort(options.timeout));
     }
     for name in &options.only {
         if !CHECKS.iter().any(|(n, _)| n == name) {
@@ -296,6 +324,8 @@ pub async fn conform(
         service,
         timeout: options.timeout,
         versions: BTreeMap::new(),
+        strict: options.strict,
+        strict_only: false,
     };
     let mut results = Vec::new();
     let mut registered = true;
@@ -312,11 +342,14 @@ pub async fn conform(
                 because: "the service did not register (check `register`)".into(),
             }
         } else {
-            match checks::run(name, &mut ctx).await {
+            ctx.strict_only = false;
+            match run_watching_exit(name, &mut ctx).await {
                 Ok(()) => CheckOutcome::Passed,
                 Err(failure) => {
                     let mut arrived = failure.arrived;
-                    if let Some(status) = ctx.service.exited() {
+                    if let Some(status) = ctx.service.exited()
+                        && !arrived.contains("the service has exited")
+                    {
                         arrived.push_str(&format!(" (the service has exited: {status})"));
                     }
                     CheckOutcome::Failed {
@@ -329,25 +362,21 @@ pub async fn conform(
         if *name == "register" && outcome != CheckOutcome::Passed {
             registered = false;
         }
+        let strict_only = ctx.strict_only && matches!(outcome, CheckOutcome::Failed { .. });
         let result = CheckResult {
             name,
             about,
             outcome,
             millis: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            strict_only,
         };
         progress(&result);
         results.push(result);
     }
     let warnings = ctx.warnings();
     let _ = ctx.service.stop().await;
-    let failed = results
-        .iter()
-        .any(|r| !matches!(r.outcome, CheckOutcome::Passed));
-    let service_output = if failed {
-        ctx.service.output.text()
-    } else {
-        String::new()
-    };
+    // Kept whether or not a check failed: `-v` shows it when every check passed too.
+    let service_output = ctx.service.output.text();
     peer.shutdown().await;
     let _ = ctx.lab.stop().await;
     Ok(ConformReport {
@@ -355,5 +384,32 @@ pub async fn conform(
         checks: results,
         warnings,
         service_output,
+        strict: options.strict,
     })
+}
+
+/// Checks during which the service is meant to exit (or be killed and started again).
+const EXPECTS_EXIT: &[&str] = &["shutdown", "crash_redelivery"];
+
+/// Runs the check `name`, and fails it as soon as the service's process exits, rather than
+/// waiting out the check's patience for what a dead process cannot send.
+async fn run_watching_exit(name: &str, ctx: &mut checks::Ctx) -> Result<(), checks::Failure> {
+    if EXPECTS_EXIT.contains(&name) {
+        return checks::run(name, ctx).await;
+    }
+    let mut exit = ctx.service.exit_watch();
+    let about = CHECKS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or("", |(_, a)| *a);
+    tokio::select! {
+        r = checks::run(name, ctx) => r,
+        Ok(status) = exit.wait_for(Option::is_some) => {
+            let status = status.clone().unwrap_or_default();
+            Err(checks::Failure {
+                expected: format!("the service to stay up while the kit checks that it {about}"),
+                arrived: format!("the service has exited ({status}); nothing more can arrive"),
+            })
+        }
+    }
 }
