@@ -14,12 +14,6 @@ use triggers_scenarios::conform::{
 
 /// `conform`'s arguments.
 #[derive(Debug, Args)]
-#[command(
-    after_help = "Exit codes: 0 every check passed, 1 a check failed or could not be \
-judged, 2 a usage error, 3 the service or a nats-server could not be started, 130/143 stopped \
-by SIGINT/SIGTERM.\n\nThe service to judge implements docs/conform.md; e.g.\n  triggers-lab \
-conform -- python3 examples/conformance-python/service.py"
-)]
 pub(crate) struct ConformArgs {
     /// Run only this check (repeatable); `register` always runs.
     #[arg(long = "only", value_name = "CHECK")]

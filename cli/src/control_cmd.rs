@@ -51,7 +51,18 @@ async fn state(args: &ControlArgs) -> Result<StateSummary> {
     Ok(control(args).await?.state().await?)
 }
 
-/// `triggers-lab status`: every running `up`, and what each holds.
+/// Nothing running is the environment's state, as for `down`, `trigger` and `watch`: exit 3.
+fn none_running(none: bool) -> Result<()> {
+    if none {
+        return Err(EnvironmentError(
+            "no running `triggers-lab up`: start one with `triggers-lab up --detach`".into(),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// `triggers-lab status`: every running `up`, and what each holds; exit 3 when none runs.
 pub(crate) async fn status(json: JsonArg) -> Result<()> {
     let running = discovery::running().map_err(|e| EnvironmentError(format!("{e:#}")))?;
     let mut rows = Vec::new();
@@ -96,12 +107,10 @@ pub(crate) async fn status(json: JsonArg) -> Result<()> {
                 })
             })
             .collect();
-        return print_json(&value);
+        print_json(&value)?;
+        return none_running(rows.is_empty());
     }
-    if rows.is_empty() {
-        outln!("no `triggers-lab up` is running (start one: `triggers-lab up --detach`)");
-        return Ok(());
-    }
+    none_running(rows.is_empty())?;
     for (i, s) in &rows {
         outln!("{}  pid {}  {}  ({})", i.instance, i.pid, i.url, i.backend);
         match s {

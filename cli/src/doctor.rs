@@ -27,7 +27,11 @@ pub(crate) fn run(args: DoctorArgs) -> ExitCode {
         Err(code) => return code,
     };
     runtime.block_on(async move {
-        let config = NatsConfig::default();
+        // As `run`, `demo` and `up` choose: an exported TRIGGERS_NATS_URL is not theirs.
+        let config = NatsConfig {
+            ignore_env_url: true,
+            ..NatsConfig::default()
+        };
         let mut binary = None;
         if args.prepare {
             match survey::prepare(&config, |line: &str| eprintln!("{line}")).await {
@@ -44,7 +48,10 @@ pub(crate) fn run(args: DoctorArgs) -> ExitCode {
             }
         }
         let found = match survey::survey(&config).await {
-            Ok(found) => found,
+            Ok(mut found) => {
+                crate::nats_choice::external_by_flag(&mut found);
+                found
+            }
             Err(e) => {
                 eprintln!("error: {e}");
                 return ExitCode::from(crate::exit::ENVIRONMENT);

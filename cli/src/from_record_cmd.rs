@@ -32,7 +32,6 @@ use crate::out::outln;
 pub(crate) enum ScenarioCommand {
     /// Write a scenario from a recording (`up --record FILE`): its flows, deploy, trigger and
     /// advance steps, and the runs' status, events and DLQ entries as expectations.
-    #[command(after_help = exit::HELP)]
     FromRecord(FromRecordArgs),
 }
 

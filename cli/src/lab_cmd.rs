@@ -128,6 +128,10 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     if args.nats.is_none() && args.port != 0 {
         check_port_free(args.port)?;
     }
+    // No server to be had: what was tried and what to do, as `doctor` says it.
+    if let Some(why) = choice.nothing_works().await {
+        return Err(EnvironmentError(format!("no nats-server can be had:\n{why}")).into());
+    }
     let nats_config = triggers_emulator::NatsConfig {
         // Services connect without credentials and cannot reach the control API.
         private_control: true,

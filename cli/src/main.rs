@@ -30,6 +30,7 @@ mod exit;
 mod files;
 mod from_record_cmd;
 mod fuzz_cmd;
+mod help;
 mod init_cmd;
 mod lab_cmd;
 mod load_cmd;
@@ -63,7 +64,7 @@ fn huge_pages_off() {
 
 /// Build, test and watch services of the triggers platform without the real orchestrator.
 #[derive(Debug, Parser)]
-#[command(name = "triggers-lab", version, about, long_about = None, after_help = exit::HELP)]
+#[command(name = "triggers-lab", version, about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -72,13 +73,11 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Hash, canonicalise and check service manifests (the wire contract's manifest hash).
-    #[command(subcommand, after_help = exit::HELP)]
+    #[command(subcommand)]
     Manifest(manifest_cmd::ManifestCommand),
     /// Start a nats-server and the orchestrator emulator; run until Ctrl-C.
-    #[command(after_help = exit::HELP)]
     Up(lab_cmd::UpArgs),
     /// Deploy a flow (JSON or YAML) to a running `up`.
-    #[command(after_help = exit::HELP)]
     Deploy {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
@@ -86,7 +85,6 @@ enum Command {
         file: PathBuf,
     },
     /// Start a run of a deployed flow on a running `up`; prints the run id.
-    #[command(after_help = exit::HELP)]
     Trigger {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
@@ -109,19 +107,17 @@ enum Command {
     },
     /// Watch live flows in the terminal: a running `up` (and drive it), or any NATS server
     /// (read-only).
-    #[command(after_help = exit::HELP)]
     Watch {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
     },
     /// Scenarios made from other things: `scenario from-record FILE` writes one from a recording.
-    #[command(subcommand, after_help = exit::HELP)]
+    #[command(subcommand)]
     Scenario(from_record_cmd::ScenarioCommand),
     /// Run scenario files (or folders of them), each on its own nats-server and emulator.
-    #[command(after_help = exit::HELP)]
     Run(run_cmd::RunArgs),
     /// Reports of `run`: `report merge` joins the JSON reports of a sharded run into one.
-    #[command(subcommand, after_help = exit::HELP)]
+    #[command(subcommand)]
     Report(report_cmd::ReportCommand),
     /// Judge a service (any language) against the flow protocol: `conform -- COMMAND...`.
     Conform(conform_cmd::ConformArgs),
@@ -129,27 +125,22 @@ enum Command {
     /// nothing works. `--prepare` fetches the pinned binary and builds the Docker image first.
     Doctor(doctor::DoctorArgs),
     /// Run the shipped flow-lab scenarios, step by step: the first thing to try.
-    #[command(after_help = exit::HELP)]
     Demo(run_cmd::DemoArgs),
     /// Write a first scenario and flow (that pass as written) into a folder beside a service.
-    #[command(after_help = exit::HELP)]
     Init(init_cmd::InitArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     ///
     /// e.g. `triggers-lab completions bash > ~/.local/share/bash-completion/completions/triggers-lab`.
-    #[command(after_help = exit::HELP)]
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
     },
     /// Running `up`s, and what each holds.
-    #[command(after_help = exit::HELP)]
     Status {
         #[command(flatten)]
         json: control_cmd::JsonArg,
     },
     /// Stop a running `up` (one started with --detach, or in another terminal).
-    #[command(after_help = exit::HELP)]
     Down {
         /// Which one, by name (`up --instance NAME`; `default` for `up --detach`).
         #[arg(long, value_name = "NAME", value_parser = crate::discovery::instance_name)]
@@ -159,7 +150,6 @@ enum Command {
         all: bool,
     },
     /// The runs of a running `up`: `runs list`, `runs show ID`.
-    #[command(after_help = exit::HELP)]
     Runs {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
@@ -167,7 +157,6 @@ enum Command {
         command: control_cmd::RunsCommand,
     },
     /// The flows deployed on a running `up`.
-    #[command(after_help = exit::HELP)]
     Flows {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
@@ -175,7 +164,6 @@ enum Command {
         json: control_cmd::JsonArg,
     },
     /// The services registered with a running `up`.
-    #[command(after_help = exit::HELP)]
     Services {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
@@ -184,20 +172,16 @@ enum Command {
     },
     /// Drive a flow deployed on a running `up` with many runs (a fixed concurrency or rate) and
     /// report throughput and latency percentiles, per run and per node.
-    #[command(after_help = exit::HELP)]
     Load(load_cmd::LoadArgs),
     /// Fuzz an action of a service registered with a running `up`: inputs from its input
     /// schema, each judged; the first failure is shrunk to a minimal input, with the seed that
     /// reproduces it.
-    #[command(after_help = exit::HELP)]
     Fuzz(fuzz_cmd::FuzzArgs),
     /// Re-drive a recording (`up --record FILE`) against a running `up`: deploy its flows, start
     /// its runs and advance its clock again, and compare run by run (status, node events, DLQ
     /// entries, new violations); exit 1 when any differs.
-    #[command(after_help = exit::HELP)]
     Replay(replay_cmd::ReplayArgs),
     /// Move a running `up`'s virtual clock forward (e.g. 30s, 5m, 1h30m, 1d); due timers fire.
-    #[command(after_help = exit::HELP)]
     Advance {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,
@@ -229,7 +213,11 @@ fn logging() {
 
 fn main() -> ExitCode {
     huge_pages_off();
-    let cli = Cli::parse();
+    let cli = {
+        use clap::{CommandFactory as _, FromArgMatches as _};
+        let matches = help::with_examples_and_exit_codes(Cli::command()).get_matches();
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    };
     logging();
     match cli.command {
         Command::Manifest(cmd) => manifest_cmd::run(cmd),
@@ -325,6 +313,52 @@ fn main() -> ExitCode {
                     }
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod help_tests {
+    use clap::CommandFactory as _;
+
+    /// Every command, nested ones too, ends its `--help` with examples and the exit codes.
+    #[test]
+    fn every_help_has_examples_and_ends_with_the_exit_codes() {
+        fn walk(cmd: &mut clap::Command, path: &str, seen: &mut Vec<String>) {
+            let help = cmd.render_help().to_string();
+            assert!(
+                help.contains("Examples:\n  triggers-lab"),
+                "`{path} --help` has no examples:\n{help}"
+            );
+            let last = help.trim_end().lines().last().unwrap_or("").to_owned();
+            assert!(
+                help.contains("Exit codes (the same for every command")
+                    && (last.contains("130") || last.contains("docs/conform.md")),
+                "`{path} --help` does not end with the exit codes:\n{help}"
+            );
+            seen.push(path.to_owned());
+            let names: Vec<String> = cmd
+                .get_subcommands()
+                .map(|s| s.get_name().to_owned())
+                .filter(|n| n != "help")
+                .collect();
+            for name in names {
+                let sub_path = format!("{path} {name}").trim().to_owned();
+                let sub = cmd.find_subcommand_mut(&name).expect("a subcommand");
+                walk(sub, &sub_path, seen);
+            }
+        }
+        let mut cmd = crate::help::with_examples_and_exit_codes(crate::Cli::command());
+        cmd.build();
+        let mut seen = Vec::new();
+        walk(&mut cmd, "", &mut seen);
+        assert!(seen.len() > 25, "{seen:?}");
+        // No examples for a command that is not there.
+        for path in crate::help::example_paths() {
+            assert!(
+                seen.iter().any(|s| s == path),
+                "examples of no command: {path:?}"
+            );
         }
     }
 }

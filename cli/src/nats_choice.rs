@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 
 use clap::ValueEnum;
+use triggers_emulator::nats::survey::Survey;
 use triggers_emulator::nats::{ENV_BACKEND, ENV_SERVER_BIN, ENV_URL};
 use triggers_emulator::{Backend, NatsConfig};
 
@@ -30,6 +31,51 @@ pub(crate) struct Choice {
     pub(crate) said: String,
     /// A note for the user about something in the environment that was not used.
     pub(crate) note: Option<String>,
+    /// A local nats-server binary was found and chosen: it is there, no need to look further.
+    pub(crate) local_binary: bool,
+}
+
+impl Choice {
+    /// Whether any backend this choice allows can give a server; the survey that says why not
+    /// (what was tried, what to do), once, when none can. A chosen local binary or a given URL
+    /// is not surveyed (the first is there; the second is tried when connecting).
+    pub(crate) async fn nothing_works(&self) -> Option<String> {
+        if self.config.backend == Backend::External || self.local_binary {
+            return None;
+        }
+        match triggers_emulator::nats::survey::survey(&self.config).await {
+            Ok(found) if found.works() => None,
+            Ok(mut found) => {
+                external_by_flag(&mut found);
+                Some(found.to_string())
+            }
+            Err(e) => Some(e.to_string()),
+        }
+    }
+}
+
+/// The one rule for a server someone else runs, as `doctor` and a failed start say it: `run`,
+/// `demo` and `up` take it from `--nats URL` only; an exported `TRIGGERS_NATS_URL` is what
+/// services and the commands that drive an `up` read, never where those three start.
+pub(crate) fn external_by_flag(found: &mut Survey) {
+    let Some(offer) = found.offers.iter_mut().find(|o| o.name == "external") else {
+        return;
+    };
+    offer.ready = false;
+    match var(ENV_URL) {
+        Some(url) => {
+            offer.detail = format!(
+                "{ENV_URL} is set ({url}): services and the commands that drive an `up` use it; \
+                 `run`, `demo` and `up` start a server of their own"
+            );
+            offer.enable = Some(format!("pass --nats {url} to run on that server instead"));
+        }
+        None => {
+            offer.detail = "no --nats URL given".into();
+            offer.enable =
+                Some("pass --nats nats://host:4222 to use a server you run (with -js)".into());
+        }
+    }
 }
 
 /// A non-empty environment variable.
@@ -73,14 +119,19 @@ pub(crate) fn choose(backend: BackendArg, url: Option<&str>, who: &str) -> Choic
             config,
             said: format!("nats-server: the one at {url} (--nats)"),
             note,
+            local_binary: false,
         };
     }
+    let mut local = false;
     let (backend, said) = match backend {
         BackendArg::Docker => (Backend::Docker, "Docker (--backend docker)".to_owned()),
         BackendArg::Binary => (
             Backend::Binary,
             match local_binary() {
-                Some(p) => format!("the binary {} (--backend binary)", p.display()),
+                Some(p) => {
+                    local = true;
+                    format!("the binary {} (--backend binary)", p.display())
+                }
                 None => "a nats-server binary (--backend binary)".to_owned(),
             },
         ),
@@ -94,7 +145,7 @@ pub(crate) fn choose(backend: BackendArg, url: Option<&str>, who: &str) -> Choic
             }
             // An unknown value: the library refuses it with a message naming the variable.
             Some(Err(_)) => (Backend::Auto, format!("as {ENV_BACKEND} says")),
-            _ => match local_binary() {
+            _ => match local_binary().inspect(|_| local = true) {
                 Some(p) => (
                     Backend::Binary,
                     format!(
@@ -129,5 +180,6 @@ pub(crate) fn choose(backend: BackendArg, url: Option<&str>, who: &str) -> Choic
         } else {
             note
         },
+        local_binary: local,
     }
 }

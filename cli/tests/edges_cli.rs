@@ -325,6 +325,8 @@ fn exit_codes_are_the_same_across_commands_and_in_every_help() {
     for args in [
         &["trigger", "order", "--wait"][..],
         &["advance", "5 mins"][..],
+        &["status"][..],
+        &["status", "--json"][..],
     ] {
         let out = bin()
             .env("XDG_RUNTIME_DIR", xdg.path())

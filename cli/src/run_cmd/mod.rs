@@ -36,9 +36,13 @@ pub(crate) struct RunArgs {
     paths: Vec<PathBuf>,
     #[command(flatten)]
     common: CommonArgs,
-    /// Only scenarios whose name or file matches (a regular expression, or else a substring).
+    /// Only scenarios whose name or file matches (a regular expression, or else a substring);
+    /// repeatable: those that match any.
     #[arg(long, value_name = "PATTERN")]
-    filter: Option<String>,
+    filter: Vec<String>,
+    /// Leave out scenarios whose name or file matches (as --filter; repeatable), after --filter.
+    #[arg(long, value_name = "PATTERN")]
+    skip: Vec<String>,
     /// List the scenarios that would run (after --filter and --shard), and run none.
     #[arg(long)]
     list: bool,
@@ -183,7 +187,8 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
         );
         return ExitCode::from(exit::USAGE);
     }
-    let filter = args.filter.as_deref().map(Filter::new);
+    let filter: Vec<Filter> = args.filter.iter().map(|f| Filter::new(f)).collect();
+    let skip: Vec<Filter> = args.skip.iter().map(|f| Filter::new(f)).collect();
     let durations = match &args.durations {
         Some(path) => match select::durations(path) {
             Ok(d) => Some(d),
@@ -196,6 +201,7 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
     };
     let selection = Selection {
         filter,
+        skip,
         shard: args.shard,
         durations,
     };
@@ -355,7 +361,9 @@ fn shard_line(shard: &ShardInfo) -> String {
 /// Which of the scenarios found run: `--filter`, then `--shard` (balanced by `--durations`).
 #[derive(Default)]
 struct Selection {
-    filter: Option<Filter>,
+    filter: Vec<Filter>,
+    /// `--skip`: left out when any matches.
+    skip: Vec<Filter>,
     shard: Option<Shard>,
     durations: Option<select::Durations>,
 }
@@ -391,6 +399,9 @@ pub(crate) fn demo(args: DemoArgs) -> ExitCode {
         ..Default::default()
     };
     let code = execute(&[scenarios], &args.common, &Selection::default(), &outputs);
+    if code == ExitCode::from(exit::ENVIRONMENT) {
+        return code;
+    }
     outln!(
         "\nNext: read a scenario (scenarios/flow-lab/*.scenario.yaml in the repository), write your\n\
          own (docs/scenarios.md, or `triggers-lab init`), and run them with `triggers-lab run PATH`."
@@ -404,7 +415,6 @@ fn load(
     paths: &[PathBuf],
     selection: &Selection,
 ) -> Result<(Vec<Scenario>, Option<ShardInfo>), ExitCode> {
-    let filter = selection.filter.as_ref();
     let scenarios = match triggers_scenarios::load_all(paths) {
         Ok(s) => s,
         Err(errors) => {
@@ -423,15 +433,17 @@ fn load(
     let found = scenarios.len();
     let scenarios: Vec<_> = scenarios
         .into_iter()
-        .filter(|s| filter.is_none_or(|f| f.matches(s)))
+        .filter(|s| selection.filter.is_empty() || selection.filter.iter().any(|f| f.matches(s)))
+        .filter(|s| !selection.skip.iter().any(|f| f.matches(s)))
         .collect();
     if scenarios.is_empty() {
         eprintln!(
             "error: no scenario to run ({found} found{}; folders are searched for *.scenario.yaml)",
-            if filter.is_some() {
-                ", none matches --filter"
-            } else {
-                ""
+            match (selection.filter.is_empty(), selection.skip.is_empty()) {
+                (true, true) => "",
+                (false, true) => ", none matches --filter",
+                (true, false) => ", --skip left out all",
+                (false, false) => ", none matches --filter but not --skip",
             }
         );
         return Err(ExitCode::from(exit::USAGE));
@@ -489,6 +501,20 @@ fn execute(
         eprintln!("note: {note}");
     }
     eprintln!("{}", choice.said);
+    let runtime = match crate::exit::runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    // No server to be had is the machine's problem, not the scenarios': said once, before any
+    // of them, with what was tried and what to do; none is run, so none is counted failed, and
+    // no report is written (an empty one would read as a pass).
+    if let Some(why) = runtime.block_on(choice.nothing_works()) {
+        eprintln!(
+            "error: no nats-server can be had, so none of the {} scenario(s) was run:\n{why}",
+            scenarios.len()
+        );
+        return ExitCode::from(exit::ENVIRONMENT);
+    }
     let mut progress = Progress::new(
         std::io::stderr().is_terminal(),
         outputs.verbose || common.verbose,
@@ -536,10 +562,6 @@ fn execute(
         vars: common.vars.iter().cloned().collect(),
         coverage: (outputs.coverage.is_some() || outputs.coverage_md.is_some())
             .then(|| Arc::new(Mutex::new(Coverage::new()))),
-    };
-    let runtime = match crate::exit::runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
     };
     let (report, signal) = runtime.block_on(async {
         // The first signal interrupts the run: steps stop, services and servers are stopped as

@@ -1,0 +1,158 @@
+//! What a new user met (issue 33), each with the test that fails without its fix: no
+//! nats-server is the environment's problem (exit 3, said once, no scenario failed), the one
+//! rule for `TRIGGERS_NATS_URL` and remedies that work for the command, `status` with nothing
+//! running, `--filter` repeatable with `--skip`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{bin, streams};
+
+fn docs_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/docs")
+        .join(name)
+}
+
+/// `triggers-lab` on a machine with no way to a nats-server: no binary on PATH, offline with an
+/// empty cache, no Docker engine.
+fn without_any_server(home: &Path) -> Command {
+    let path: Vec<PathBuf> = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .filter(|dir| !dir.join("nats-server").exists())
+        .collect();
+    let mut c = bin();
+    c.env("PATH", std::env::join_paths(path).unwrap())
+        .env("HOME", home)
+        .env("XDG_RUNTIME_DIR", home)
+        .env("TRIGGERS_NATS_OFFLINE", "1")
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .env_remove("TRIGGERS_NATS_SERVER_BIN")
+        .env_remove("TRIGGERS_NATS_BACKEND")
+        .env_remove("TRIGGERS_NATS_CACHE_DIR")
+        .env_remove("XDG_CACHE_HOME")
+        .env("TRIGGERS_NATS_URL", "nats://127.0.0.1:4222");
+    c
+}
+
+#[test]
+fn no_nats_server_is_exit_3_said_once_with_no_scenario_failed() {
+    let home = tempfile::tempdir().unwrap();
+    let junit = home.path().join("junit.xml");
+    for args in [
+        vec![
+            "run".into(),
+            docs_fixture("checks2").display().to_string(),
+            "--junit".into(),
+            junit.display().to_string(),
+        ],
+        vec!["demo".into()],
+        vec!["up".into(), "--port".into(), "0".into()],
+    ] {
+        let out = without_any_server(home.path())
+            .args(&args)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = streams(&out);
+        let all = format!("{stdout}{stderr}");
+        assert_eq!(out.status.code(), Some(3), "{args:?}:\n{all}");
+        assert_eq!(
+            all.matches("nats-server backends, in the order they are tried")
+                .count(),
+            1,
+            "{args:?}: the diagnosis once:\n{all}"
+        );
+        assert!(
+            !all.contains("FAIL"),
+            "{args:?}: no scenario failed:\n{all}"
+        );
+        assert!(!all.contains("failed:"), "{args:?}:\n{all}");
+        // The remedies work for this command: a URL by --nats (TRIGGERS_NATS_URL is exported
+        // here and is not what `run` uses), the offline fetch with the variable overridden.
+        assert!(
+            all.contains("pass --nats nats://127.0.0.1:4222"),
+            "{args:?}:\n{all}"
+        );
+        assert!(
+            all.contains("TRIGGERS_NATS_OFFLINE=0 triggers-lab doctor --prepare"),
+            "{args:?}:\n{all}"
+        );
+        // No Rust names, no paths of the repository.
+        for word in [
+            "NatsConfig",
+            "Backend::",
+            "emulator/docker",
+            "build-nats-image",
+        ] {
+            assert!(!all.contains(word), "{args:?}: {word} in:\n{all}");
+        }
+    }
+    assert!(!junit.exists(), "no report of scenarios that did not run");
+}
+
+#[test]
+fn doctor_states_the_same_rule_for_triggers_nats_url() {
+    let home = tempfile::tempdir().unwrap();
+    let out = without_any_server(home.path())
+        .arg("doctor")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = streams(&out);
+    assert_eq!(out.status.code(), Some(3), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("TRIGGERS_NATS_URL is set (nats://127.0.0.1:4222): services and the commands that drive an `up` use it; `run`, `demo` and `up` start a server of their own")
+            && stdout.contains("-> pass --nats nats://127.0.0.1:4222 to run on that server instead"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("NatsConfig"), "{stdout}");
+}
+
+#[test]
+fn status_with_nothing_running_is_exit_3_as_down_and_trigger_are() {
+    let xdg = tempfile::tempdir().unwrap();
+    for args in [&["status"][..], &["status", "--json"], &["down"]] {
+        let out = bin()
+            .env("XDG_RUNTIME_DIR", xdg.path())
+            .args(args)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = streams(&out);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {stdout}{stderr}");
+        assert!(
+            stderr.starts_with("error: no") && stderr.contains("`triggers-lab up`"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn filter_is_repeatable_and_skip_leaves_out() {
+    let dir = docs_fixture("checks2");
+    let list = |extra: &[&str]| {
+        let out = bin()
+            .arg("run")
+            .arg(&dir)
+            .arg("--list")
+            .args(extra)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = streams(&out);
+        (out.status.code(), stdout, stderr)
+    };
+    let (code, stdout, stderr) = list(&["--filter", "an order", "--filter", "twice"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("an order is charged") && stdout.contains("charged twice"),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = list(&["--filter", "charged", "--skip", "twice"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("an order is charged") && !stdout.contains("charged twice"),
+        "{stdout}"
+    );
+    let (code, _, stderr) = list(&["--skip", "charged"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--skip left out all"), "{stderr}");
+}
