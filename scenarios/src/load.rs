@@ -110,6 +110,20 @@ fn dlq_filter_problem(d: &crate::model::ExpectDlqStep, services: &[ServiceSpec])
     }
     let rest = subject.strip_prefix(subject::DLQ_PREFIX)?;
     let (service, last) = rest.split_once('.')?;
+    // `triggers.v2.dlq.source.<id>` is the orchestrator's, not a service's.
+    if service == "*" || service == ">" || service == "source" {
+        return None;
+    }
+    // A misspelt service segment matches nothing either: only the services of the file publish.
+    if !services.iter().any(|s| s.name == service) {
+        let names: Vec<&str> = services.iter().map(|s| s.name.as_str()).collect();
+        let hint = crate::flowfile::did_you_mean(service, &names)
+            .map(|n| format!(" (did you mean `{}{n}.{last}`?)", subject::DLQ_PREFIX))
+            .unwrap_or_default();
+        return Some(format!(
+            "subject `{subject}` names service {service:?}, which is not in `services`{hint}: no entry can arrive there"
+        ));
+    }
     let spec = services
         .iter()
         .find(|s| s.name == service && !s.is_external())?;
@@ -326,6 +340,26 @@ impl<'a> Checker<'a> {
         LoadError::at(self.file, at.0, at.1, message)
     }
 
+    /// A step's service must be one of the file's `services`.
+    fn declared(
+        &self,
+        name: &str,
+        ctx: &StepCtx<'_>,
+        at: (u64, u64),
+        step: &str,
+    ) -> Result<(), LoadError> {
+        if ctx.services.iter().any(|s| s.name == name) {
+            return Ok(());
+        }
+        Err(self.err(
+            at,
+            format!(
+                "{step}: no service {name:?} in `services`{}",
+                mean(name, self.service_names(ctx))
+            ),
+        ))
+    }
+
     /// The services' names, with those of services that could not be read.
     fn service_names<'s>(&'s self, ctx: &'s StepCtx<'_>) -> impl Iterator<Item = &'s str> {
         ctx.services
@@ -382,9 +416,20 @@ impl<'a> Checker<'a> {
         }
         let mut flows: Vec<FlowDef> = Vec::new();
         let mut flow_ids: BTreeSet<String> = BTreeSet::new();
+        // Each flow's node ids, and the flow of each named run: a step's node must be one of
+        // its run's flow (a typo would wait its whole timeout, or pass vacuously).
+        let mut flow_nodes: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        let mut run_flow: std::collections::BTreeMap<String, String> = Default::default();
         for f in &raw.flows {
             match self.check_flow(f, &stub_names) {
                 Ok(def) => {
+                    let nodes = node_ids(&def.value);
+                    errors.extend(
+                        edge_problems(&def, &nodes)
+                            .into_iter()
+                            .map(|m| self.err(pos(f), m)),
+                    );
+                    flow_nodes.insert(def.id.clone(), nodes);
                     if !flow_ids.insert(def.id.clone()) {
                         errors
                             .push(self.err(pos(f), format!("a second flow with id {:?}", def.id)));
@@ -423,6 +468,40 @@ impl<'a> Checker<'a> {
             };
             if let Err(e) = self.check_step(&s.value, &ctx, &mut runs, &mut downed) {
                 errors.push(e);
+            }
+            let nodes_of = |run: &str| {
+                run_flow
+                    .get(run)
+                    .and_then(|f| flow_nodes.get(f).map(|n| (f.as_str(), n)))
+            };
+            let named: Vec<(&str, &str)> = match &s.value {
+                Step::WaitNode(w) => vec![(w.run.as_str(), w.node.as_str())],
+                Step::ExpectEvents(e) => e
+                    .events
+                    .iter()
+                    .map(|ev| (e.run.as_str(), ev.node.as_str()))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            for (run, node) in named {
+                if let Some((flow, nodes)) = nodes_of(run)
+                    && !node.contains("${")
+                    && !nodes.iter().any(|n| n == node)
+                {
+                    errors.push(self.err(
+                        pos(s),
+                        format!(
+                            "no node {node:?} in flow {flow:?} of run {run:?}{} (its nodes: {})",
+                            mean(node, nodes.iter().map(String::as_str)),
+                            nodes.join(", ")
+                        ),
+                    ));
+                }
+            }
+            if let Step::Trigger(t) = &s.value
+                && let Some(name) = &t.name
+            {
+                run_flow.insert(name.clone(), t.flow.clone());
             }
             steps.push(StepAt {
                 step: s.value.clone(),
@@ -850,7 +929,16 @@ impl<'a> Checker<'a> {
                     return Err(self.err(at, format!("expect_dlq: {problem}")));
                 }
             }
-            Step::ExpectRegistration(_) | Step::ExpectHeartbeat(_) | Step::ExpectService(_) => {}
+            Step::ExpectRegistration(_) => {}
+            // Only the services of the file heartbeat and have replicas: another name (a typo)
+            // would wait its whole timeout for nothing.
+            Step::ExpectHeartbeat(h) if !self.elided_names.contains(&h.service) => {
+                self.declared(&h.service, ctx, at, "expect_heartbeat")?;
+            }
+            Step::ExpectService(s) if !self.elided_names.contains(&s.service) => {
+                self.declared(&s.service, ctx, at, "expect_service")?;
+            }
+            Step::ExpectHeartbeat(_) | Step::ExpectService(_) => {}
             Step::Register(r) => {
                 let manifest: Result<Manifest, _> = serde_path_to_error::deserialize(&r.manifest);
                 if let Err(e) = manifest {
@@ -1016,6 +1104,44 @@ struct StepCtx<'a> {
     nats_nodes: usize,
 }
 
+/// The ids of a flow's nodes.
+fn node_ids(flow: &Value) -> Vec<String> {
+    flow.get("nodes")
+        .and_then(Value::as_array)
+        .map(|nodes| {
+            nodes
+                .iter()
+                .filter_map(|n| n.get("id").and_then(Value::as_str).map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Edges of a flow that start or end at a node it lacks.
+fn edge_problems(def: &FlowDef, nodes: &[String]) -> Vec<String> {
+    let Some(edges) = def.value.get("edges").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    let mut problems = Vec::new();
+    for edge in edges {
+        let id = edge.get("id").and_then(Value::as_str).unwrap_or("?");
+        for end in ["from", "to"] {
+            if let Some(node) = edge.get(end).and_then(Value::as_str)
+                && !node.contains("${")
+                && !nodes.iter().any(|n| n == node)
+            {
+                problems.push(format!(
+                    "flow {:?}: edge {id:?} goes {end} {node:?}, which is not a node of the flow{} (its nodes: {})",
+                    def.id,
+                    mean(node, nodes.iter().map(String::as_str)),
+                    nodes.join(", ")
+                ));
+            }
+        }
+    }
+    problems
+}
+
 /// ` (did you mean "x"?)` when one of `names` is close to `word`, else nothing.
 fn mean<'a>(word: &str, names: impl Iterator<Item = &'a str>) -> String {
     let names: Vec<&str> = names.collect();
@@ -1082,6 +1208,50 @@ mod tests {
         load_str("s.yaml", text, Path::new("."))
             .map(|_| "no error".to_owned())
             .unwrap_or_else(|e| e.to_string())
+    }
+
+    /// A name the file does not declare, in an edge, a step's node, a service an expectation
+    /// waits on or a DLQ subject's service segment: refused at load, at its place, with "did
+    /// you mean" (issue 33: each used to wait its whole timeout, or pass vacuously).
+    #[test]
+    fn names_the_file_lacks_are_refused_before_anything_runs() {
+        let head = "services:\n  - name: shop\n    actions: [{name: charge, behavior: {echo: true}}]\n\
+                    flows:\n  - id: order\n    nodes:\n      - {id: in, type: service-in, service: shop}\n\
+                    \x20     - {id: charge, type: action, service: shop, action: charge}\n";
+        let cases = [
+            (
+                "    edges: [{id: e1, from: in, to: chrage}]\nsteps:\n  - deploy: order\n",
+                "s.yaml:5:5: flow \"order\": edge \"e1\" goes to \"chrage\", which is not a node of the flow (did you mean \"charge\"?)",
+            ),
+            (
+                "    edges: [{id: e1, from: in, to: charge}]\nsteps:\n  - trigger: {flow: order, as: r1}\n  - wait_node: {run: r1, node: chage}\n",
+                "s.yaml:12:5: no node \"chage\" in flow \"order\" of run \"r1\" (did you mean \"charge\"?)",
+            ),
+            (
+                "    edges: [{id: e1, from: in, to: charge}]\nsteps:\n  - trigger: {flow: order, as: r1}\n  - expect_events: {run: r1, events: [{node: chareg}]}\n",
+                "s.yaml:12:5: no node \"chareg\" in flow \"order\" of run \"r1\" (did you mean \"charge\"?)",
+            ),
+            (
+                "    edges: []\nsteps:\n  - expect_heartbeat: {service: shp}\n",
+                "s.yaml:11:5: expect_heartbeat: no service \"shp\" in `services` (did you mean \"shop\"?)",
+            ),
+            (
+                "    edges: []\nsteps:\n  - expect_service: {service: shpo}\n",
+                "s.yaml:11:5: expect_service: no service \"shpo\" in `services` (did you mean \"shop\"?)",
+            ),
+            (
+                "    edges: []\nsteps:\n  - expect_dlq: {subject: triggers.v2.dlq.shpo.charge, count: 0}\n",
+                "s.yaml:11:5: expect_dlq: subject `triggers.v2.dlq.shpo.charge` names service \"shpo\", which is not in `services` (did you mean `triggers.v2.dlq.shop.charge`?)",
+            ),
+        ];
+        for (tail, want) in cases {
+            let text = format!("{head}{tail}");
+            let got = error(&text);
+            assert!(
+                got.contains(want),
+                "{text}\n---\n{got}\n--- wanted:\n{want}"
+            );
+        }
     }
 
     #[test]
