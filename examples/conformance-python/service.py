@@ -669,8 +669,12 @@ class Service:
         try:
             info = await self.js_mgr.consumer_info(stream, durable)
             if info.config.ack_wait != ack_wait:
-                # made by an earlier run with another TRIGGERS_ACK_WAIT_MS: update it
-                await self.js_mgr.add_consumer(stream, config=config)
+                # made by an earlier run with another TRIGGERS_ACK_WAIT_MS: update it if the
+                # server lets us, else go on with it and say so
+                try:
+                    await self.js_mgr.add_consumer(stream, config=config)
+                except Exception as e:  # noqa: BLE001
+                    log.warning("consumer %s keeps ack_wait %ss, not %ss: %s", durable, info.config.ack_wait, ack_wait, e)
         except nats.js.errors.NotFoundError:
             await self.js_mgr.add_consumer(stream, config=config)
         self.psub = await self.js.pull_subscribe_bind(durable=durable, stream=stream)
