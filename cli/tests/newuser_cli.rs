@@ -156,3 +156,22 @@ fn filter_is_repeatable_and_skip_leaves_out() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--skip left out all"), "{stderr}");
 }
+
+#[test]
+fn one_step_is_one_step() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("one.scenario.yaml"),
+        "name: one\nservices: [{name: shop}]\nsteps:\n  - expect_registration: {service: shop}\n",
+    )
+    .unwrap();
+    let out = bin()
+        .arg("run")
+        .arg(dir.path())
+        .arg("--list")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = streams(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stdout.contains(", 1 step)"), "{stdout}");
+}

@@ -54,7 +54,12 @@ pub fn label(step: &Step) -> String {
                 .map(|s| format!(" {s}"))
                 .unwrap_or_default()
         ),
-        Step::ExpectEvents(e) => format!("expect_events {} ({} events)", e.run, e.events.len()),
+        Step::ExpectEvents(e) => format!(
+            "expect_events {} ({} event{})",
+            e.run,
+            e.events.len(),
+            if e.events.len() == 1 { "" } else { "s" }
+        ),
         Step::ExpectDlq(d) => {
             let mut parts = vec!["expect_dlq".to_owned()];
             if let Some(s) = &d.subject {

@@ -333,7 +333,13 @@ fn list(paths: &[PathBuf], selection: &Selection) -> ExitCode {
         Err(code) => return code,
     };
     for s in &scenarios {
-        outln!("{}  ({}, {} steps)", s.name, s.file, s.steps.len());
+        let n = s.steps.len();
+        outln!(
+            "{}  ({}, {n} step{})",
+            s.name,
+            s.file,
+            if n == 1 { "" } else { "s" }
+        );
     }
     match &shard {
         Some(shard) => eprintln!("{}", shard_line(shard)),
