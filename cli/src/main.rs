@@ -239,7 +239,15 @@ fn main() -> ExitCode {
                 "triggers-lab",
                 &mut script,
             );
-            out::write_stdout(&String::from_utf8_lossy(&script));
+            let mut script = String::from_utf8_lossy(&script).into_owned();
+            if shell == clap_complete::Shell::Bash {
+                // clap_complete names the case labels of a hyphenated binary's subcommands
+                // `triggers__subcmd__lab__subcmd__run` but computes `triggers__lab__subcmd__run`,
+                // so no flag ever completed: the labels are made to match what it computes.
+                script =
+                    script.replace("triggers__subcmd__lab__subcmd__", "triggers__lab__subcmd__");
+            }
+            out::write_stdout(&script);
             ExitCode::SUCCESS
         }
         Command::Up(args) if args.detach => match detach::detach(args.instance.as_deref()) {

@@ -175,3 +175,31 @@ fn one_step_is_one_step() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stdout.contains(", 1 step)"), "{stdout}");
 }
+
+/// The bash completion script completes a subcommand's flags (its case labels used not to match
+/// the command it computed, so no flag ever completed).
+#[test]
+fn bash_completion_completes_a_subcommands_flags() {
+    let out = bin().args(["completions", "bash"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("triggers-lab.bash");
+    std::fs::write(&script, &out.stdout).unwrap();
+    let probe = format!(
+        "source '{}'\n\
+         COMP_WORDS=(triggers-lab run --fil); COMP_CWORD=2\n\
+         _triggers__lab triggers-lab --fil run\n\
+         printf '%s\\n' \"${{COMPREPLY[@]}}\"\n",
+        script.display()
+    );
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&probe)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = streams(&out);
+    assert!(
+        stdout.lines().any(|l| l == "--filter"),
+        "no --filter among the completions of `triggers-lab run --fil`:\n{stdout}{stderr}"
+    );
+}
