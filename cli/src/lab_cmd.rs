@@ -14,7 +14,9 @@ use triggers_emulator::control::{ControlAccess, ControlClient, ControlToken};
 use triggers_emulator::recorder::RunStatus;
 use triggers_emulator::recorder::{Record, RecordKind};
 use triggers_emulator::recording::RecordingHeader;
-use triggers_emulator::{ClockMode, Emulator, EmulatorConfig, HashMismatchPolicy, NatsServer};
+use triggers_emulator::{
+    ClockMode, Emulator, EmulatorConfig, HashMismatchPolicy, NatsServer, WireTap,
+};
 use triggers_sdk::transport::DropCounter;
 
 use crate::discovery::{self, Instance, Slot};
@@ -75,6 +77,11 @@ pub(crate) struct UpArgs {
     /// What to do with a registration whose manifest_hash is wrong.
     #[arg(long, value_enum, default_value = "reject")]
     hash_mismatch: HashArg,
+    /// Run without the wire tap: the emulator's second connection that reads the services'
+    /// events, DLQ entries, hops and acks in order, for the rules only order tells
+    /// (ack_before_reports, dlq_before_failed_event, handed_on_before_event, hop_not_jetstream).
+    #[arg(long)]
+    no_wire_tap: bool,
     /// Print nothing but the URL.
     #[arg(long, short)]
     quiet: bool,
@@ -191,6 +198,11 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
             max_followed_runs: args.max_followed_runs.get(),
             max_records: args.max_records.get(),
             max_services: args.max_services.get(),
+            wire_tap: if args.no_wire_tap {
+                WireTap::Off
+            } else {
+                WireTap::Auto.resolve(nats.url(), nats.orchestrator_credentials())
+            },
             ..Default::default()
         },
     )

@@ -387,6 +387,36 @@ pub const RULES: &[(&str, Severity, &str)] = &[
         "one idempotency key on distinct deliveries of a run (a node ran more times than its hops have keys): JetStream's dedup window drops all but the first",
     ),
     (
+        "hop_traceparent_missing",
+        Severity::Error,
+        "a hop without a traceparent though its run has a trace id: the trace breaks at the hop",
+    ),
+    (
+        "hop_version_mismatch",
+        Severity::Error,
+        "a hop whose flow_version is not its run's (the version of the delivery's envelope), e.g. the held flow's newest",
+    ),
+    (
+        "hop_not_jetstream",
+        Severity::Error,
+        "a hop published as a plain NATS publish (no reply subject: no JetStream ack awaited), seen by the wire tap",
+    ),
+    (
+        "handed_on_before_event",
+        Severity::Error,
+        "a hop published before the `succeeded` event of the node whose output it carries, seen by the wire tap",
+    ),
+    (
+        "dlq_before_failed_event",
+        Severity::Error,
+        "an action's DLQ entry published before the action's `failed` completion event, seen by the wire tap",
+    ),
+    (
+        "ack_before_reports",
+        Severity::Error,
+        "a delivery of the emulator's acked before all its reports (completion events, DLQ entries, hops) were published, seen by the wire tap",
+    ),
+    (
         "completion_node_unknown",
         Severity::Error,
         "a completion event for a node the run's flow does not have",

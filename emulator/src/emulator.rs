@@ -113,6 +113,49 @@ pub struct EmulatorConfig {
     /// then go to `triggerslab.v1.records.<token>` (default `None`: no token, records on
     /// `triggerslab.v1.records`). See [`crate::control`].
     pub control_token: Option<crate::control::ControlToken>,
+    /// The wire tap: a connection of its own that watches, in the order the server routes them,
+    /// the services' events, DLQ entries, hops and acks, for the rules only order can tell
+    /// (`ack_before_reports`, `dlq_before_failed_event`, `handed_on_before_event`,
+    /// `hop_not_jetstream`). Default [`WireTap::Auto`]: on where the emulator knows how to log in
+    /// to the server (the [`Harness`](crate::Harness) and `triggers-lab up` fill it in), else off.
+    pub wire_tap: WireTap,
+}
+
+/// Whether and how the emulator taps the wire ([`EmulatorConfig::wire_tap`]).
+#[derive(Debug, Clone, Default)]
+pub enum WireTap {
+    /// No tap: the rules that need order are not judged.
+    Off,
+    /// On where the emulator knows the server's URL and credentials: the [`Harness`](crate::Harness)
+    /// and `triggers-lab up` turn it into [`WireTap::Connect`]; [`Emulator::start`] given `Auto`
+    /// (it knows only a client) runs without one.
+    #[default]
+    Auto,
+    /// Tap with these options (the orchestrator's user: it must see `$JS.ACK.>` and the services'
+    /// subjects).
+    Connect(natsbox::tap::TapOptions),
+}
+
+impl WireTap {
+    /// `Auto` made concrete for a server at `url`, logged in as `credentials` if any; `Off` and
+    /// `Connect` as they are.
+    #[must_use]
+    pub fn resolve(
+        self,
+        url: &str,
+        credentials: Option<&natsbox::OrchestratorCredentials>,
+    ) -> WireTap {
+        match self {
+            WireTap::Auto => {
+                let mut options = natsbox::tap::TapOptions::new(url);
+                if let Some(c) = credentials {
+                    options = options.user_and_password(&c.user, &c.password);
+                }
+                WireTap::Connect(options)
+            }
+            other => other,
+        }
+    }
 }
 
 impl Default for EmulatorConfig {
@@ -138,9 +181,13 @@ impl Default for EmulatorConfig {
             slow_consumers: triggers_sdk::transport::DropCounter::new(),
             control_client: None,
             control_token: None,
+            wire_tap: WireTap::default(),
         }
     }
 }
+
+/// How long the emulator's start waits for its wire tap to connect.
+const TAP_PATIENCE: Duration = Duration::from_secs(10);
 
 /// How long a publish to a replicated stream is retried while the stream elects a leader.
 const CLUSTER_PUBLISH_PATIENCE: Duration = Duration::from_secs(30);
@@ -274,6 +321,8 @@ pub(crate) struct State {
     /// anyone else is a peer's, and judged.
     pub(crate) own_broadcasts: BoundedSet<Vec<u8>>,
     fences: u64,
+    /// What the wire tap saw, judged for order.
+    pub(crate) order: crate::order::Order,
 }
 
 /// What is registered, as the conformance checker needs it.
@@ -487,6 +536,13 @@ pub(crate) struct Shared {
     pub(crate) topics: crate::topics::Topics,
     records_tx: broadcast::Sender<Record>,
     pub(crate) tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The wire tap, when on.
+    pub(crate) tap: Option<natsbox::tap::Tap>,
+    /// The subject of the marks [`Emulator::sync_wire_tap`] sends through the tap, the last
+    /// mark sent and the last the tap read.
+    pub(crate) tap_mark_subject: String,
+    tap_mark_sent: std::sync::atomic::AtomicU64,
+    pub(crate) tap_marks: watch::Sender<u64>,
 }
 
 /// Aborts the emulator's tasks when the last handle goes.
@@ -535,6 +591,17 @@ impl Emulator {
         config: EmulatorConfig,
     ) -> Result<Self, EmulatorError> {
         let js = jetstream::new(client.clone());
+        let tap_mark_subject = format!("_TRIGGERS_LAB_TAP.{}", random_hex(8));
+        let (tap, tap_events) = match &config.wire_tap {
+            WireTap::Connect(options) => {
+                let (tap, events) = natsbox::tap::Tap::start(options.clone());
+                tap.subscribe(subject::ALL);
+                tap.subscribe("$JS.ACK.>");
+                tap.subscribe(&tap_mark_subject);
+                (Some(tap), Some(events))
+            }
+            WireTap::Off | WireTap::Auto => (None, None),
+        };
         let (changed, _) = watch::channel(0);
         let (records_tx, _) = broadcast::channel(4096);
         let shared = Arc::new(Shared {
@@ -561,12 +628,17 @@ impl Emulator {
                 resends: HashMap::new(),
                 own_broadcasts: BoundedSet::new(1024),
                 fences: 0,
+                order: crate::order::Order::default(),
             }),
             config,
             changed,
             topics: crate::topics::Topics::default(),
             records_tx,
             tasks: Mutex::new(Vec::new()),
+            tap,
+            tap_mark_subject,
+            tap_mark_sent: std::sync::atomic::AtomicU64::new(0),
+            tap_marks: watch::channel(0).0,
         });
         let emulator = Emulator {
             _tasks: Some(Arc::new(Tasks(shared.clone()))),
@@ -605,6 +677,15 @@ impl Emulator {
             events_from,
             crate::observe::record_event,
         ));
+        if let (Some(tap), Some(events)) = (&shared.tap, tap_events) {
+            emulator.spawn(crate::observe::tap(shared.clone(), events));
+            // Deliveries judged from the first: the tap is up before the emulator is.
+            if !tap.wait_connected(TAP_PATIENCE).await {
+                tracing::warn!(
+                    "the wire tap could not connect within {TAP_PATIENCE:?}: the rules that need the order of messages (ack_before_reports and others) are not judged until it does"
+                );
+            }
+        }
         if shared.config.control_api {
             let control = crate::control::serve(emulator.for_task()).await?;
             emulator.spawn(control);
@@ -658,6 +739,40 @@ impl Emulator {
             wait_timeout: Some(timeout),
             ..self.clone()
         }
+    }
+
+    /// Waits until the wire tap has read (and judged) everything the server routed before this
+    /// call: call it after a service's last ack (confirmed: `double_ack`, or the service's own
+    /// round trip) before reading [`Emulator::violations`], so the rules that need order
+    /// ([`EmulatorConfig::wire_tap`]) have seen it all. Returns whether it caught up within the
+    /// wait timeout (`false` at once when there is no tap).
+    pub async fn sync_wire_tap(&self) -> bool {
+        if self.shared.tap.is_none() {
+            return false;
+        }
+        let mark = self
+            .shared
+            .tap_mark_sent
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        let mut marks = self.shared.tap_marks.subscribe();
+        if self
+            .shared
+            .client
+            .publish(
+                self.shared.tap_mark_subject.clone(),
+                mark.to_string().into(),
+            )
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        let _ = self.shared.client.flush().await;
+        let timeout = self.wait_timeout.unwrap_or(self.shared.config.wait_timeout);
+        tokio::time::timeout(timeout, marks.wait_for(|m| *m >= mark))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// The configuration it runs with.
@@ -1214,6 +1329,7 @@ impl Shared {
                 },
             );
             state.settled(run_id, self.config.max_runs);
+            state.order.settled(run_id);
         }
     }
 
@@ -1234,6 +1350,7 @@ impl Shared {
         // times out, or nobody answers, for the second or two an election takes. The same
         // message again is safe (`Nats-Msg-Id` dedup), so it is retried until the wait timeout.
         let clustered = self.config.stream_replicas > 1;
+        let expected = self.expect_delivery(subject, &headers);
         // A leader's crash is noticed after a few missed heartbeats, and the client may have to
         // reconnect to another node first: elections have taken up to ~15 s on a busy machine.
         let deadline =
@@ -1284,6 +1401,11 @@ impl Shared {
                 }
             }
         };
+        if !ack.duplicate
+            && let Some(expected) = expected
+        {
+            self.stored(expected, &ack.stream, ack.sequence);
+        }
         // A duplicate after a retry is the earlier attempt, stored before its ack was lost.
         if ack.duplicate && attempt == 1 {
             // Every delivery of the emulator's has a key of its own: one that JetStream drops as
@@ -1291,6 +1413,34 @@ impl Shared {
             self.own_delivery_deduplicated(subject, &headers, payload_for_record);
         }
         Ok(())
+    }
+
+    /// A delivery of the emulator's about to be published on `subject`: the wire tap expects
+    /// it. Returns its run and index, for [`Shared::stored`].
+    fn expect_delivery(&self, subject: &str, headers: &Headers) -> Option<(String, usize)> {
+        self.tap.as_ref()?;
+        let envelope = Envelope::from_headers(headers).ok()?;
+        let mut state = self.lock();
+        let service = state.registry.inbound.get(subject).cloned()?;
+        let st = &mut *state;
+        let flow = st
+            .runs
+            .get(&envelope.flow_run_id)
+            .filter(|r| !r.followed)
+            .and_then(|r| r.flow.clone())?;
+        let index = st.order.expect(&flow, &service, subject, &envelope)?;
+        Some((envelope.flow_run_id, index))
+    }
+
+    /// The expected delivery `(run, index)` was stored as `seq` of `stream`: its ack is judged.
+    fn stored(&self, (run_id, index): (String, usize), stream: &str, seq: u64) {
+        let mut state = self.lock();
+        let found = state.order.stored(&run_id, index, stream, seq);
+        if !found.is_empty() {
+            self.add_violations(&mut state, found);
+            drop(state);
+            self.notify();
+        }
     }
 
     pub(crate) fn next_fence(state: &mut State) -> u64 {

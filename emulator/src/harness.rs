@@ -86,6 +86,9 @@ impl Harness {
                 })?;
             config.control_client = Some(control);
         }
+        config.wire_tap = config
+            .wire_tap
+            .resolve(nats.url(), nats.orchestrator_credentials());
         let emulator = Emulator::start(client.clone(), config).await?;
         Ok(Harness {
             emulator,

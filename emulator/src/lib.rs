@@ -38,6 +38,7 @@ mod emulator;
 mod error;
 mod harness;
 mod observe;
+mod order;
 pub mod recorder;
 pub mod recording;
 mod registration;
@@ -56,7 +57,7 @@ pub use natsbox::watchdog;
 pub use clock::ClockMode;
 pub use emulator::{
     DLQ_STREAM, Deployment, EVENTS_STREAM, Emulator, EmulatorConfig, FiredTimer,
-    HashMismatchPolicy, RunId, TriggerOptions, describe_violations,
+    HashMismatchPolicy, RunId, TriggerOptions, WireTap, describe_violations,
 };
 pub use error::{ControlError, EmulatorError, HarnessError, NatsError, RecordingError, WaitError};
 pub use harness::Harness;

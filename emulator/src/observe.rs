@@ -36,6 +36,83 @@ impl Emulator {
     }
 }
 
+/// The wire tap's messages, in the order the server routed them, judged for order
+/// ([`crate::order`]). Messages the tap lost (a reconnection, a full queue) are counted as
+/// missed, and the runs open then are judged no further by those rules.
+pub(crate) async fn tap(
+    shared: Arc<Shared>,
+    mut events: tokio::sync::mpsc::Receiver<natsbox::tap::TapEvent>,
+) {
+    let mut dropped = 0u64;
+    while let Some(event) = events.recv().await {
+        let now_dropped = shared.tap.as_ref().map_or(0, natsbox::tap::Tap::dropped);
+        let lost = now_dropped > dropped;
+        if lost {
+            tracing::error!(
+                "the wire tap fell behind and dropped {} message(s): counted as missed; runs open now are no longer judged for order",
+                now_dropped - dropped
+            );
+            shared.config.slow_consumers.add(now_dropped - dropped);
+            dropped = now_dropped;
+        }
+        let msg = match event {
+            natsbox::tap::TapEvent::Message(msg) => msg,
+            natsbox::tap::TapEvent::Reconnected => {
+                tracing::warn!(
+                    "the wire tap reconnected: what passed meanwhile was not seen; runs open now are no longer judged for order"
+                );
+                shared.lock().order.gap();
+                continue;
+            }
+        };
+        if msg.subject == shared.tap_mark_subject {
+            if let Ok(mark) = std::str::from_utf8(&msg.payload)
+                .unwrap_or_default()
+                .parse::<u64>()
+            {
+                shared.tap_marks.send_modify(|m| *m = (*m).max(mark));
+            }
+            continue;
+        }
+        let headers: Headers = msg.headers.into_iter().collect();
+        let inbound = {
+            let mut state = shared.lock();
+            if lost {
+                state.order.gap();
+            }
+            state.registry.inbound.get(&msg.subject).cloned()
+        };
+        let seen = crate::order::decode(
+            &msg.subject,
+            msg.reply.as_deref(),
+            &headers,
+            &msg.payload,
+            inbound.as_deref(),
+        );
+        if matches!(seen, crate::order::Seen::Other) {
+            continue;
+        }
+        let payload = Body::from(msg.payload);
+        let mut state = shared.lock();
+        let own = [names::NATS_MSG_ID, names::IDEMPOTENCY_KEY]
+            .iter()
+            .filter_map(|name| headers.get(name))
+            .any(|id| state.own_msg_ids.contains(id));
+        let st = &mut *state;
+        let runs = &st.runs;
+        let found = st
+            .order
+            .seen(seen, &msg.subject, &headers, &payload, own, |id| {
+                runs.get(id).filter(|r| !r.followed).and_then(Run::flow)
+            });
+        if !found.is_empty() {
+            shared.add_violations(&mut state, found);
+            drop(state);
+            shared.notify();
+        }
+    }
+}
+
 /// Follows a stream from `next_seq` on, through server restarts: whenever the ordered consumer
 /// fails or ends, it is made again from the sequence after the last message handled.
 pub(crate) async fn follow(
@@ -375,12 +452,11 @@ impl Shared {
                     },
                 );
                 if !from_emulator && let Some(env) = &envelope {
-                    let found = violations_of(
-                        runs::hop(&state.flows, env),
-                        subject,
-                        &shared_headers,
-                        &payload,
-                    );
+                    let mut findings = runs::hop(&state.flows, env);
+                    if let Some(run) = state.runs.get(&env.flow_run_id) {
+                        findings.extend(runs::hop_in_run(run, env));
+                    }
+                    let found = violations_of(findings, subject, &shared_headers, &payload);
                     self.add_violations(&mut state, found);
                 }
                 if !from_emulator && !key.is_empty() {

@@ -281,6 +281,9 @@ impl Shared {
             fresh
         };
         for s in new_subjects {
+            if let Some(tap) = &self.tap {
+                tap.subscribe(&s);
+            }
             match self.client.subscribe(s.clone()).await {
                 Ok(sub) => {
                     let handle = tokio::spawn(Emulator::observe_inbound(self.clone(), sub));

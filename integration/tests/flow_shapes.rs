@@ -31,6 +31,8 @@ async fn random_flows_run_every_node_exactly_as_often_as_it_is_reached() {
         tally.problems.join("\n")
     );
     assert_eq!(tally.runs, 48);
+    // The order rules (acks, events before hops and DLQ entries) judged on everything sent.
+    assert!(lab.sync_wire_tap().await, "the wire tap catches up");
     assert!(tally.executions > 48, "{tally:?}");
     for rule in [
         "idempotency_key_reused",

@@ -74,6 +74,7 @@ pub mod pinned;
 mod probe;
 pub mod proxy;
 pub mod survey;
+pub mod tap;
 pub mod watchdog;
 
 use std::time::Duration;

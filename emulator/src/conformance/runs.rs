@@ -199,6 +199,34 @@ pub(crate) fn hop(flows: &BTreeMap<String, Arc<Flow>>, envelope: &Envelope) -> V
     Vec::new()
 }
 
+/// A peer's hop against the run it belongs to (one the emulator started): the version of the
+/// run's envelope, and its trace.
+pub(crate) fn hop_in_run(run: &Run, envelope: &Envelope) -> Vec<Finding> {
+    let mut found = Vec::new();
+    if run.followed {
+        return found;
+    }
+    if envelope.flow_version != run.flow_version {
+        found.push((
+            "hop_version_mismatch",
+            format!(
+                "the hop of {:?} says flow_version {}; run {} runs version {} (the version of the delivery's envelope): a hop carries the run's version, never the held flow's newest (protocol.md §7)",
+                envelope.source_node_id, envelope.flow_version, run.id, run.flow_version
+            ),
+        ));
+    }
+    if !run.trace_id.is_empty() && envelope.traceparent.is_empty() {
+        found.push((
+            "hop_traceparent_missing",
+            format!(
+                "the hop of {:?} has no X-Triggers-Traceparent though run {} is trace {}: a hop carries `00-<trace_id>-<new span_id>-01` (protocol.md §7), else the trace breaks there",
+                envelope.source_node_id, run.id, run.trace_id
+            ),
+        ));
+    }
+    found
+}
+
 /// A heartbeat against its service's registration.
 pub(crate) fn heartbeat(manifests: &crate::conformance::Manifests, hb: &Heartbeat) -> Vec<Finding> {
     match manifests.get(&hb.service) {

@@ -414,4 +414,11 @@ pub(super) const STATEFUL: &[&str] = &[
     "hop_flow_unknown",
     "hop_node_unknown",
     "heartbeat_version_mismatch",
+    // Fired in `emulator/tests/order.rs` (the last four need the wire tap).
+    "hop_traceparent_missing",
+    "hop_version_mismatch",
+    "hop_not_jetstream",
+    "handed_on_before_event",
+    "dlq_before_failed_event",
+    "ack_before_reports",
 ];

@@ -1,0 +1,322 @@
+//! Order on the wire, judged by the emulator's wire tap: a "service" written with a raw
+//! async-nats client does in turn the right thing and a mistake the protocol forbids (an ack
+//! before the events, a DLQ entry before the failed event, a hop before its node's event, a hop
+//! as a plain publish, a hop without traceparent or with another version), and each rule fires
+//! on the mistake only.
+
+mod common;
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use futures::StreamExt;
+use serde_json::json;
+use triggers_emulator::Harness;
+use triggers_sdk::transport;
+use triggers_sdk::wire::header::names;
+use triggers_sdk::wire::json::RawJson;
+use triggers_sdk::wire::shapes::status;
+use triggers_sdk::wire::{DlqEntry, Envelope, GoTime, Headers, subject};
+
+use common::*;
+
+/// shop: in -> charge; then mail: in2 (service-in, reached by a hop) -> send.
+async fn world() -> (Harness, async_nats::Client) {
+    let lab = lab().await;
+    let client = connect(&lab).await;
+    register(&client, &manifest("shop", &["charge"], &[])).await;
+    register(&client, &manifest("mail", &["send"], &[])).await;
+    lab.deploy(flow(json!({"id": "order", "nodes": [
+        {"id": "in", "type": "service-in", "service": "shop"},
+        {"id": "charge", "type": "action", "service": "shop", "action": "charge"},
+        {"id": "in2", "type": "service-in", "service": "mail"},
+        {"id": "send", "type": "action", "service": "mail", "action": "send"}
+    ], "edges": [
+        {"id": "e1", "from": "in", "to": "charge"}, {"id": "e2", "from": "charge", "to": "in2"},
+        {"id": "e3", "from": "in2", "to": "send"}
+    ]})))
+    .await
+    .unwrap();
+    (lab, client)
+}
+
+/// Pulls the next delivery of `service` on the protocol's durable consumer, without acking it.
+async fn pull(client: &async_nats::Client, service: &str) -> jetstream::Message {
+    let js = jetstream::new(client.clone());
+    let inbound = format!("{service}.inbound");
+    let stream = js
+        .get_stream(subject::stream_name(service, None).unwrap())
+        .await
+        .unwrap();
+    let name = subject::consumer_name(service, &inbound).unwrap();
+    let consumer: jetstream::consumer::PullConsumer = stream
+        .get_or_create_consumer(
+            &name,
+            jetstream::consumer::pull::Config {
+                durable_name: Some(name.clone()),
+                filter_subject: inbound,
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                max_deliver: 5,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut messages = consumer.messages().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(15), messages.next())
+        .await
+        .expect("a delivery within 15 s")
+        .unwrap()
+        .unwrap()
+}
+
+fn envelope(msg: &jetstream::Message) -> Envelope {
+    Envelope::from_headers(&transport::from_nats(msg.headers.as_ref())).unwrap()
+}
+
+/// Acks and waits for the server's confirmation, as a careful SDK does at the end.
+async fn ack(msg: &jetstream::Message) {
+    msg.double_ack().await.unwrap();
+}
+
+/// A completion event through JetStream, its ack awaited (confirmed: seen by the tap).
+async fn event(client: &async_nats::Client, env: &Envelope, service: &str, node: &str, st: &str) {
+    let now = GoTime::now();
+    let e = triggers_sdk::wire::CompletionEvent {
+        flow_run_id: env.flow_run_id.clone(),
+        flow_id: env.flow_id.clone(),
+        flow_version: env.flow_version,
+        node_id: node.into(),
+        node_type: if node.starts_with("in") {
+            "service-in"
+        } else {
+            "action"
+        }
+        .into(),
+        service: service.into(),
+        started_at: now,
+        finished_at: now,
+        status: st.into(),
+        error: if st == status::FAILED {
+            "boom".into()
+        } else {
+            String::new()
+        },
+        trace_id: env.trace_id.clone(),
+    };
+    jetstream::new(client.clone())
+        .publish(
+            subject::flow_events(&env.flow_id).unwrap(),
+            e.to_json().unwrap().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
+async fn dlq(client: &async_nats::Client, env: &Envelope) {
+    let now = GoTime::now();
+    let entry = DlqEntry {
+        kind: "action_failed".into(),
+        envelope: env.clone(),
+        body: RawJson::from_text(r#"{"n":1}"#).unwrap(),
+        err_msg: "boom".into(),
+        occurred_at: now,
+    };
+    let mut headers = Headers::new();
+    headers.insert(names::NATS_MSG_ID, env.dlq_msg_id(now.unix_nanos()));
+    jetstream::new(client.clone())
+        .publish_with_headers(
+            "triggers.v2.dlq.shop.charge",
+            transport::to_nats(&headers).unwrap(),
+            entry.to_json().unwrap().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
+/// The hop of charge's output to mail, as the protocol has it; `edit` spoils it.
+fn hop_envelope(env: &Envelope, edit: impl FnOnce(&mut Envelope)) -> Envelope {
+    let span = "00f067aa0ba902b7";
+    let mut hop = Envelope {
+        source_node_id: "charge".into(),
+        idempotency_key: format!("{}:charge>mail:0123456789abcdef", env.flow_run_id),
+        span_id: span.into(),
+        traceparent: format!("00-{}-{span}-01", env.trace_id),
+        retry_count: 0,
+        emitted_at: GoTime::now(),
+        ..env.clone()
+    };
+    edit(&mut hop);
+    hop
+}
+
+/// Publishes a hop to mail: through JetStream (its ack awaited), or as a plain publish.
+async fn hop(client: &async_nats::Client, hop: &Envelope, through_jetstream: bool) {
+    let mut headers = hop.to_headers();
+    headers.insert(names::NATS_MSG_ID, hop.idempotency_key.clone());
+    let headers = transport::to_nats(&headers).unwrap();
+    if through_jetstream {
+        jetstream::new(client.clone())
+            .publish_with_headers("mail.inbound", headers, r#"{"ok":true}"#.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    } else {
+        client
+            .publish_with_headers("mail.inbound", headers, r#"{"ok":true}"#.into())
+            .await
+            .unwrap();
+        client.flush().await.unwrap();
+    }
+}
+
+/// The rules of the violations recorded so far, once the tap read everything sent before.
+async fn rules(lab: &Harness) -> Vec<&'static str> {
+    assert!(lab.sync_wire_tap().await, "the wire tap catches up");
+    lab.violations().into_iter().map(|v| v.rule).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_reports_then_hands_on_then_acks_breaks_no_order_rule() {
+    let (lab, client) = world().await;
+    let run = lab.trigger("order", &json!({"n": 1})).await.unwrap();
+    let d = pull(&client, "shop").await;
+    let env = envelope(&d);
+    // A retry in process, with in-progress acks (not acks).
+    event(&client, &env, "shop", "charge", status::RETRYING).await;
+    d.ack_with(jetstream::AckKind::Progress).await.unwrap();
+    event(&client, &env, "shop", "charge", status::SUCCEEDED).await;
+    hop(&client, &hop_envelope(&env, |_| {}), true).await;
+    ack(&d).await;
+    // The receiver: mail reports its service-in and its action, then acks.
+    let h = pull(&client, "mail").await;
+    let henv = envelope(&h);
+    event(&client, &henv, "mail", "in2", status::SUCCEEDED).await;
+    event(&client, &henv, "mail", "send", status::SUCCEEDED).await;
+    ack(&h).await;
+    lab.wait_run_settled(&run).await.unwrap();
+    assert_eq!(rules(&lab).await, Vec::<&str>::new());
+    lab.assert_conformant();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_before_the_events_is_ack_before_reports() {
+    let (lab, client) = world().await;
+    lab.trigger("order", &json!({"n": 1})).await.unwrap();
+    let d = pull(&client, "shop").await;
+    let env = envelope(&d);
+    ack(&d).await;
+    event(&client, &env, "shop", "charge", status::SUCCEEDED).await;
+    let v = lab.wait_for_violation("ack_before_reports").await.unwrap();
+    assert!(v.message.contains("\"charge\""), "{v}");
+    assert!(v.subject.starts_with("triggers.v2.flow.events."), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_action_dead_lettered_in_order_breaks_no_rule_and_out_of_order_does() {
+    let (lab, client) = world().await;
+    // In order: failed event, DLQ entry, ack.
+    let run = lab.trigger("order", &json!({"n": 1})).await.unwrap();
+    let d = pull(&client, "shop").await;
+    let env = envelope(&d);
+    event(&client, &env, "shop", "charge", status::FAILED).await;
+    dlq(&client, &env).await;
+    ack(&d).await;
+    lab.wait_run_settled(&run).await.unwrap();
+    assert_eq!(rules(&lab).await, Vec::<&str>::new());
+
+    // The DLQ entry first: dlq_before_failed_event; then acked before the event:
+    // ack_before_reports too.
+    lab.trigger("order", &json!({"n": 2})).await.unwrap();
+    let d = pull(&client, "shop").await;
+    let env = envelope(&d);
+    dlq(&client, &env).await;
+    ack(&d).await;
+    event(&client, &env, "shop", "charge", status::FAILED).await;
+    let v = lab
+        .wait_for_violation("dlq_before_failed_event")
+        .await
+        .unwrap();
+    assert!(v.message.contains(&env.flow_run_id), "{v}");
+    lab.wait_for_violation("ack_before_reports").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hop_before_its_nodes_event_is_handed_on_before_event() {
+    let (lab, client) = world().await;
+    lab.trigger("order", &json!({"n": 1})).await.unwrap();
+    let d = pull(&client, "shop").await;
+    let env = envelope(&d);
+    hop(&client, &hop_envelope(&env, |_| {}), true).await;
+    event(&client, &env, "shop", "charge", status::SUCCEEDED).await;
+    ack(&d).await;
+    let v = lab
+        .wait_for_violation("handed_on_before_event")
+        .await
+        .unwrap();
+    assert_eq!(v.subject, "mail.inbound");
+    assert_eq!(rules(&lab).await, vec!["handed_on_before_event"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hop_as_a_plain_publish_is_hop_not_jetstream() {
+    let (lab, client) = world().await;
+    lab.trigger("order", &json!({"n": 1})).await.unwrap();
+    let d = pull(&client, "shop").await;
+    let env = envelope(&d);
+    event(&client, &env, "shop", "charge", status::SUCCEEDED).await;
+    hop(&client, &hop_envelope(&env, |_| {}), false).await;
+    ack(&d).await;
+    lab.wait_for_violation("hop_not_jetstream").await.unwrap();
+    assert_eq!(rules(&lab).await, vec!["hop_not_jetstream"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hop_without_traceparent_or_of_another_version_is_flagged() {
+    let (lab, client) = world().await;
+    lab.trigger("order", &json!({"n": 1})).await.unwrap();
+    let d = pull(&client, "shop").await;
+    let env = envelope(&d);
+    assert!(!env.trace_id.is_empty(), "the emulator's runs have a trace");
+    event(&client, &env, "shop", "charge", status::SUCCEEDED).await;
+    hop(
+        &client,
+        &hop_envelope(&env, |h| h.traceparent = String::new()),
+        true,
+    )
+    .await;
+    let v = lab
+        .wait_for_violation("hop_traceparent_missing")
+        .await
+        .unwrap();
+    assert_eq!(v.subject, "mail.inbound");
+    // The flow redeployed meanwhile: the hop still carries the run's version, not the newest.
+    let newer = lab.flows().remove("order").unwrap();
+    lab.deploy(newer).await.unwrap();
+    hop(
+        &client,
+        &hop_envelope(&env, |h| {
+            h.flow_version += 1;
+            h.idempotency_key.push('2');
+        }),
+        true,
+    )
+    .await;
+    let v = lab
+        .wait_for_violation("hop_version_mismatch")
+        .await
+        .unwrap();
+    assert!(v.message.contains("runs version 1"), "{v}");
+    ack(&d).await;
+    let mut found = rules(&lab).await;
+    found.sort_unstable();
+    assert_eq!(
+        found,
+        vec!["hop_traceparent_missing", "hop_version_mismatch"]
+    );
+}
