@@ -224,7 +224,7 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     if args.tui {
         // The UI owns the terminal: no log lines while it is up. A signal ends it as `q` does.
         let result = tokio::select! {
-            r = triggers_tui::run_in_process(emulator.clone()) => r,
+            r = triggers_tui::run(triggers_tui::Source::InProcess(emulator.clone()), ui_options(None)) => r,
             _ = signals.recv() => Ok(()),
         };
         for services in scripted {
@@ -924,10 +924,26 @@ pub(crate) async fn advance(args: ControlArgs, by: Duration) -> Result<()> {
 pub(crate) async fn watch(args: ControlArgs, signals: Option<Signals>) -> Result<()> {
     let target = resolve(&args)?;
     let signals = signals.unwrap_or_else(Signals::listen);
-    // Dropping the UI on a signal restores the terminal (its guard does).
+    // Dropping the UI on a signal restores the terminal (its guard does). The UI does not listen
+    // for signals itself: had it quit on SIGTERM first, `watch` could end before hearing it, and
+    // exit 0 rather than 143.
+    let ui = async {
+        let source = triggers_tui::connect_with(&target.url, &target.access).await?;
+        triggers_tui::run(source, ui_options(Some(target.url.clone()))).await
+    };
     tokio::select! {
-        r = triggers_tui::watch_with(&target.url, &target.access) => r?,
+        r = ui => r?,
         _ = signals.recv() => {}
     }
     Ok(())
+}
+
+/// The terminal UI's options when the command listens for signals itself (and stops the UI on
+/// one): the UI does not.
+fn ui_options(source_label: Option<String>) -> triggers_tui::TuiOptions {
+    triggers_tui::TuiOptions {
+        source_label,
+        quit_on_signals: false,
+        ..Default::default()
+    }
 }

@@ -59,8 +59,11 @@ impl Signals {
     /// die with us: each has a watchdog.
     pub(crate) fn listen() -> Signals {
         let (tx, rx) = watch::channel(None);
+        // The handlers are in place when this returns, not when the task first runs: a signal
+        // in between would otherwise kill the process (the default action) or go unheard.
+        let stream = stream();
         tokio::spawn(async move {
-            let Some(mut next) = stream() else {
+            let Some(mut next) = stream else {
                 return;
             };
             let Some(first) = next.recv().await else {

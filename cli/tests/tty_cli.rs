@@ -143,3 +143,122 @@ fn the_progress_line_fits_columns_on_one_row() {
         );
     }
 }
+
+/// `watch` on a terminal, stopped by `sig` once its UI is on screen; its exit code.
+fn watch_stopped_by(url: &str, sig: rustix::process::Signal, dir: &std::path::Path) -> Option<i32> {
+    use std::io::Read;
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+    let bin = env!("CARGO_BIN_EXE_triggers-lab");
+    let pid_file = dir.join("pid");
+    let code_file = dir.join("code");
+    let _ = std::fs::remove_file(&pid_file);
+    let _ = std::fs::remove_file(&code_file);
+    let mut child = Command::new("script")
+        .args(["-qfc"])
+        .arg(format!(
+            "stty cols 100 rows 30 2>/dev/null; sh -c 'echo $$ > {pid}; exec env -u TRIGGERS_NATS_URL XDG_RUNTIME_DIR={dir} {bin} watch --nats {url}'; echo $? > {code}",
+            pid = pid_file.display(),
+            dir = dir.display(),
+            code = code_file.display(),
+        ))
+        .arg("/dev/null")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let screen = Arc::new(Mutex::new(Vec::new()));
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = {
+        let screen = screen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                screen.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // The UI is up once the alternate screen is entered and the header drawn.
+    let drawn = |screen: &[u8]| {
+        let screen = String::from_utf8_lossy(screen);
+        screen.contains("\x1b[?1049h") && screen.contains(url.trim_start_matches("nats://"))
+    };
+    while !drawn(&screen.lock().unwrap()) {
+        assert!(Instant::now() < deadline, "watch never drew its UI");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    rustix::process::kill_process(rustix::process::Pid::from_raw(pid).unwrap(), sig).unwrap();
+    while !std::fs::read_to_string(&code_file).is_ok_and(|c| c.ends_with('\n')) {
+        assert!(Instant::now() < deadline, "watch did not stop on {sig:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = reader.join();
+    std::fs::read_to_string(&code_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// `watch` exits 143 on SIGTERM and 130 on SIGINT every time: the UI used to quit on SIGTERM by
+/// itself, and `watch` then sometimes ended before it heard the signal, exiting 0.
+#[test]
+fn watch_exits_143_on_sigterm_and_130_on_sigint_every_time() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: `script` (util-linux) is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = Command::new("nats-server")
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nats-server on PATH");
+    let url = format!("nats://127.0.0.1:{port}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nats-server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut codes = Vec::new();
+    for _ in 0..8 {
+        codes.push(watch_stopped_by(
+            &url,
+            rustix::process::Signal::TERM,
+            dir.path(),
+        ));
+    }
+    for _ in 0..3 {
+        codes.push(watch_stopped_by(
+            &url,
+            rustix::process::Signal::INT,
+            dir.path(),
+        ));
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    let mut wanted = vec![Some(143); 8];
+    wanted.extend([Some(130); 3]);
+    assert_eq!(codes, wanted);
+}

@@ -36,6 +36,10 @@ pub struct TuiOptions {
     pub poll_interval: Duration,
     /// What the header names as the source (default: the server's address).
     pub source_label: Option<String>,
+    /// Quit on SIGTERM and SIGHUP (default on). Off for a caller that listens for them itself
+    /// and ends the app by dropping it: two listeners race, and the caller could find the app
+    /// ended before it heard the signal it must exit by (`watch` exited 0 on SIGTERM).
+    pub quit_on_signals: bool,
 }
 
 impl Default for TuiOptions {
@@ -47,6 +51,7 @@ impl Default for TuiOptions {
             mouse: true,
             poll_interval: Duration::from_millis(500),
             source_label: None,
+            quit_on_signals: true,
         }
     }
 }
@@ -79,7 +84,9 @@ pub async fn run(source: Source, options: TuiOptions) -> Result<(), TuiError> {
     let (tx, mut rx) = mpsc::channel(1024);
     // The set aborts its tasks when dropped, however this returns.
     let mut tasks = source.spawn(tx.clone(), options.poll_interval).await?;
-    tasks.spawn(quit_on_signal(tx.clone()));
+    if options.quit_on_signals {
+        tasks.spawn(quit_on_signal(tx.clone()));
+    }
 
     let mut terminal = TerminalGuard::enter(options.mouse)?;
     let _input = InputThread::start(tx.clone());
