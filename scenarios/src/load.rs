@@ -145,6 +145,9 @@ fn dlq_filter_problem(d: &crate::model::ExpectDlqStep, services: &[ServiceSpec])
 const YAML_MAX_NODES: usize = 2_000_000;
 /// The most parser events a file may produce.
 const YAML_MAX_EVENTS: usize = 4_000_000;
+/// The most text a file's values (scalars) may hold in all: 64 MiB, the parser's own default,
+/// named here so that a refusal can say it.
+const YAML_MAX_SCALAR_BYTES: usize = 64 * 1024 * 1024;
 
 /// YAML options: YAML 1.2 booleans only (`yes` is a string), duplicate keys refused.
 fn yaml_options() -> serde_saphyr::Options {
@@ -154,6 +157,7 @@ fn yaml_options() -> serde_saphyr::Options {
         budget: serde_saphyr::budget! {
             max_nodes: YAML_MAX_NODES,
             max_events: YAML_MAX_EVENTS,
+            max_total_scalar_bytes: YAML_MAX_SCALAR_BYTES,
         },
     }
 }
@@ -244,10 +248,28 @@ fn plain_words(message: &str) -> String {
                 depth.saturating_sub(1)
             );
         }
-        return format!(
-            "the file is too large to read (over {} YAML nodes or {} events): split it",
-            YAML_MAX_NODES, YAML_MAX_EVENTS
-        );
+        // Each bound in its own words: a file of five nodes holding one huge value is not
+        // "over 2000000 YAML nodes".
+        if rest.starts_with("ScalarBytes") {
+            return format!(
+                "the file's values hold more than {} MiB of text in all (one long string, or \
+                 many): a scenario or flow needs far less; move the data out of the file",
+                YAML_MAX_SCALAR_BYTES >> 20
+            );
+        }
+        if rest.starts_with("Nodes") {
+            return format!(
+                "the file holds more than {YAML_MAX_NODES} YAML nodes (values, lists and \
+                 mappings): split it"
+            );
+        }
+        if rest.starts_with("Events") {
+            return format!(
+                "the file is too large to read (more than {YAML_MAX_EVENTS} YAML parser events): \
+                 split it"
+            );
+        }
+        return format!("the file is too large to read ({rest}): split it");
     }
     message.to_owned()
 }
@@ -1483,6 +1505,24 @@ mod tests {
     }
 
     #[cfg(unix)]
+    #[test]
+    fn one_huge_value_is_refused_by_the_text_bound_not_the_node_count() {
+        // Five nodes, one of them 100 MiB long: the audit's file.
+        let text = format!(
+            "name: big\ndescription: {}\nsteps: []\n",
+            "x".repeat(100 << 20)
+        );
+        let e = error(&text);
+        assert!(
+            e.contains(
+                "the file's values hold more than 64 MiB of text in all (one long string, or many)"
+            ),
+            "{}",
+            &e[..e.len().min(400)]
+        );
+        assert!(!e.contains("nodes"), "{}", &e[..e.len().min(400)]);
+    }
+
     #[test]
     fn a_flow_file_that_is_no_regular_file_is_refused_without_reading_it() {
         let dir = tempfile::tempdir().unwrap();
