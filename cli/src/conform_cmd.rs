@@ -177,7 +177,7 @@ fn write_file(path: &std::path::Path, text: &str) {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         let _ = std::fs::create_dir_all(dir);
     }
-    if let Err(e) = std::fs::write(path, text) {
+    if let Err(e) = triggers_scenarios::write_output(path, text.as_bytes()) {
         eprintln!("error: cannot write {}: {e}", path.display());
     }
 }

@@ -2,7 +2,6 @@
 //! in a log file beside its discovery entry; this process waits until it is up (or says why it
 //! is not) and returns. `triggers-lab down` stops it.
 
-use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,6 +18,9 @@ pub(crate) const DEFAULT_NAME: &str = "default";
 /// How long `up` may take to be ready (a Docker image may be started).
 const READY_WITHIN: Duration = Duration::from_secs(90);
 
+/// The most of the log of an `up` that stopped at once that is shown.
+const LOG_SHOWN: u64 = 1 << 20;
+
 /// Starts `up` again without `--detach`, in the background; returns once its discovery entry is
 /// written.
 pub(crate) fn detach(instance: Option<&str>) -> Result<()> {
@@ -26,20 +28,13 @@ pub(crate) fn detach(instance: Option<&str>) -> Result<()> {
     // Refused now (a running `up` of that name, a bad name) rather than in the log.
     drop(discovery::Slot::prepare(&name).map_err(|e| EnvironmentError(format!("{e:#}")))?);
     let log_path = discovery::log_path(&name)?;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     drop(
-        options
-            .open(&log_path)
+        triggers_scenarios::create_output(&log_path, 0o600, false)
             .with_context(|| format!("cannot create {}", log_path.display()))?,
     );
     // Appending: when the log is cut back to its start (`lab_cmd::keep_log_bounded`), the next
     // line lands there rather than at the old offset, past a hole.
-    let log = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&log_path)
+    let log = triggers_scenarios::create_output(&log_path, 0o600, true)
         .with_context(|| format!("cannot open {}", log_path.display()))?;
     let mut args: Vec<std::ffi::OsString> = std::env::args_os()
         .skip(1)
@@ -65,8 +60,9 @@ pub(crate) fn detach(instance: Option<&str>) -> Result<()> {
     let started = Instant::now();
     loop {
         if let Some(status) = child.try_wait()? {
-            let mut text = String::new();
-            let _ = std::fs::File::open(&log_path).and_then(|mut f| f.read_to_string(&mut text));
+            // An `up` that stopped at once wrote a few lines; a log grown larger is not shown.
+            let bytes = triggers_scenarios::read_own_file(&log_path, LOG_SHOWN).unwrap_or_default();
+            let text = String::from_utf8_lossy(&bytes);
             return Err(EnvironmentError(format!(
                 "`up` stopped at once ({status}); its log ({}):\n{}",
                 log_path.display(),

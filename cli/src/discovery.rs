@@ -9,7 +9,7 @@
 //! second `up` does not overwrite the first, and stopping one removes its file only.
 
 use std::fs::{self, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -144,25 +144,15 @@ fn check_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Opens a file for reading without following a symlink at its path.
-fn open_nofollow(path: &Path) -> std::io::Result<fs::File> {
-    let mut options = OpenOptions::new();
-    options.read(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::custom_flags(
-        &mut options,
-        rustix::fs::OFlags::NOFOLLOW.bits() as i32,
-    );
-    options.open(path)
-}
+/// The most a discovery file may hold: one is a few hundred bytes.
+const MAX_FILE_BYTES: u64 = 64 * 1024;
 
+/// One discovery file. Anything else found under its name (a symbolic link, a FIFO that would
+/// hold the read forever, a file of hundreds of megabytes) is refused without being read.
 fn read(path: &Path) -> Result<Instance> {
-    if fs::symlink_metadata(path)?.file_type().is_symlink() {
-        bail!("{} is a symbolic link; it is ignored", path.display());
-    }
-    let mut text = String::new();
-    open_nofollow(path)?.read_to_string(&mut text)?;
-    Ok(serde_json::from_str(&text)?)
+    let bytes = triggers_scenarios::read_own_file(path, MAX_FILE_BYTES)
+        .with_context(|| format!("{} is ignored", path.display()))?;
+    Ok(serde_json::from_slice(&bytes)?)
 }
 
 /// Whether process `pid` still runs.

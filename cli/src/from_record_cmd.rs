@@ -93,7 +93,7 @@ fn from_record(args: &FromRecordArgs) -> Result<()> {
     let text = scenario(&name, &recording, &services)?;
     match &args.output {
         Some(out) => {
-            std::fs::write(out, &text)
+            triggers_scenarios::write_output(out, text.as_bytes())
                 .map_err(|e| UsageError(format!("cannot write {}: {e}", out.display())))?;
             eprintln!("wrote {}", out.display());
         }

@@ -69,7 +69,8 @@ fn write(path: &Path, text: &str, force: bool) -> Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+    triggers_scenarios::write_output(path, text.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 pub(crate) fn init(args: InitArgs) -> Result<()> {

@@ -130,6 +130,15 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     // Before anything starts: a refused discovery file, or a malformed scenario, costs nothing
     // yet.
     let mut slot = Slot::prepare(&name)?;
+    if let Some(path) = &args.record
+        && let Err(e) = triggers_scenarios::check_output(path)
+    {
+        return Err(UsageError(format!(
+            "--record {}: {e}; name a file for the recording",
+            path.display()
+        ))
+        .into());
+    }
     let service_scenarios = service_scenarios(&args.services)?;
     let choice = nats_choice::choose(args.backend, args.nats.as_deref(), "up");
     if args.nats.is_none() && args.port != 0 {
@@ -281,8 +290,8 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     let record_file = match &args.record {
         Some(path) => {
             let mut f = std::io::LineWriter::new(
-                std::fs::File::create(path)
-                    .with_context(|| format!("cannot create {}", path.display()))?,
+                triggers_scenarios::create_output(path, 0o666, false)
+                    .map_err(|e| UsageError(format!("cannot write {}: {e}", path.display())))?,
             );
             // The header first, so that a reader knows the format before the first record
             // (triggers_emulator::recording).

@@ -275,3 +275,87 @@ fn standard_input_is_read_up_to_the_same_limit() {
         assert!(out.stdout.is_empty(), "{}", out.stdout);
     }
 }
+
+#[test]
+fn every_command_that_writes_a_file_refuses_fifos_and_devices_before_it_starts() {
+    let xdg = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let fifo = root.path().join("out.fifo");
+    mkfifo(&fifo);
+    let scenario = root.path().join("s.scenario.yaml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    for (path, what) in [
+        (fifo.as_path(), "is a FIFO"),
+        (Path::new("/dev/null"), "is a device"),
+    ] {
+        let p = path.as_os_str();
+        let s = scenario.as_os_str();
+        // No reader ever opens the FIFO: `up --record` and `run --json` waited in `open()`.
+        let commands: Vec<Vec<&std::ffi::OsStr>> = vec![
+            vec!["run".as_ref(), "--json".as_ref(), p, s],
+            vec!["run".as_ref(), "--junit".as_ref(), p, s],
+            vec!["run".as_ref(), "--coverage".as_ref(), p, s],
+            vec!["run".as_ref(), "--coverage-md".as_ref(), p, s],
+            vec![
+                "up".as_ref(),
+                "--port".as_ref(),
+                "0".as_ref(),
+                "--record".as_ref(),
+                p,
+            ],
+        ];
+        for args in commands {
+            let out = ended(lab(xdg.path(), &args), None);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {}", out.stderr);
+            assert!(
+                out.stderr.contains(&format!(
+                    "{}: {what}, not a regular file; only regular files are written",
+                    path.display()
+                )),
+                "{args:?}: {}",
+                out.stderr
+            );
+            // Refused before anything started.
+            assert!(!out.stderr.contains("starting"), "{args:?}: {}", out.stderr);
+        }
+    }
+}
+
+/// The discovery folder holds what no `up` wrote: a FIFO named `*.json` (reading it waited for
+/// a writer: every command that looks for an `up` hung) and a 300 MB file (read whole). Both are
+/// passed over without being read.
+#[test]
+fn commands_that_look_for_an_up_pass_over_a_fifo_or_a_huge_file_in_the_discovery_folder() {
+    let xdg = tempfile::tempdir().unwrap();
+    let dir = xdg.path().join("triggers-lab");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    mkfifo(&dir.join("stuck.json"));
+    // Sparse: it says 300 MB without the disk holding them.
+    std::fs::File::create(dir.join("huge.json"))
+        .unwrap()
+        .set_len(300 << 20)
+        .unwrap();
+    let out = ended(lab(xdg.path(), &["status".as_ref()]), None);
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("no `triggers-lab up` is running"),
+        "{}",
+        out.stdout
+    );
+    for args in [
+        vec!["runs", "list"],
+        vec!["advance", "--instance", "x", "1s"],
+    ] {
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+        let out = ended(lab(xdg.path(), &args), None);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("no running `triggers-lab up`"),
+            "{}",
+            out.stderr
+        );
+    }
+    // Nothing was taken for an instance, nor removed.
+    assert!(dir.join("stuck.json").exists() && dir.join("huge.json").exists());
+}

@@ -54,7 +54,10 @@ pub use error::{
     write_capped,
 };
 pub use flowfile::{did_you_mean, read_flow, suggest_in_message};
-pub use input::{MAX_INPUT_BYTES, read_input, read_stdin, read_text_file};
+pub use input::{
+    MAX_INPUT_BYTES, check_output, create_output, read_input, read_own_file, read_stdin,
+    read_text_file, write_output,
+};
 pub use interrupt::Interrupt;
 pub use load::{
     DEFAULT_STEP_TIMEOUT, DEFAULT_TIMEOUT, FlowDef, Scenario, StepAt, load_file, load_str,

@@ -187,6 +187,24 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
         );
         return ExitCode::from(exit::USAGE);
     }
+    // A report that could not be written would be found out only at the end, after the run; a
+    // FIFO there would hold the end forever.
+    for (flag, path) in [
+        ("--junit", &args.junit),
+        ("--json", &args.json),
+        ("--coverage", &args.coverage),
+        ("--coverage-md", &args.coverage_md),
+    ] {
+        if let Some(path) = path.as_deref().filter(|p| p.as_os_str() != "-")
+            && let Err(e) = triggers_scenarios::check_output(path)
+        {
+            eprintln!(
+                "error: {flag} {}: {e}; name a file (or `-` for standard output)",
+                path.display()
+            );
+            return ExitCode::from(exit::USAGE);
+        }
+    }
     let filter: Vec<Filter> = args.filter.iter().map(|f| Filter::new(f)).collect();
     let skip: Vec<Filter> = args.skip.iter().map(|f| Filter::new(f)).collect();
     let durations = match &args.durations {
@@ -694,7 +712,7 @@ fn write_output<E: std::fmt::Display>(path: &Path, text: Result<String, E>) -> b
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
-        std::fs::write(path, text)
+        triggers_scenarios::write_output(path, text.as_bytes())
     })();
     match written {
         Ok(()) => {
