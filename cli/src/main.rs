@@ -219,6 +219,15 @@ fn main() -> ExitCode {
         Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
     };
     logging();
+    // The commands that start services: every descendant of a service, `setsid` or not, stays
+    // below this process, where stopping the service finds and kills it (scenarios'
+    // external.rs), rather than going to init.
+    if matches!(
+        cli.command,
+        Command::Run(_) | Command::Demo(_) | Command::Conform(_) | Command::Up(_)
+    ) {
+        triggers_emulator::watchdog::become_child_subreaper();
+    }
     match cli.command {
         Command::Manifest(cmd) => manifest_cmd::run(cmd),
         Command::Scenario(cmd) => from_record_cmd::run(cmd),

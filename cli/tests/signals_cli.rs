@@ -555,3 +555,55 @@ fn run_watch_runs_again_on_a_change_and_ctrl_c_stops_it() {
     assert_eq!(status.code(), Some(130), "{}", seen.join("\n"));
     assert!(children_of(pid).is_empty());
 }
+
+/// A service whose child leaves its session (`setsid`) and then keeps changing pid: each
+/// generation ignores SIGTERM, writes a heartbeat, starts the next one in a session of its own,
+/// and exits. A single scan of the process table kills a pid that has already handed over to
+/// the next.
+const HOPPING: &str = r#"cat > "$PIDS/hop.sh" <<'HOP'
+trap '' TERM
+while :; do
+  date +%s%N > "$PIDS/beat.tmp"; mv "$PIDS/beat.tmp" "$PIDS/beat"
+  setsid sh "$PIDS/hop.sh" once &
+  exit 0
+done
+HOP
+setsid sh "$PIDS/hop.sh" &
+echo $$ > "$PIDS/leader"; sleep 600 & echo $! > "$PIDS/child"; echo "$TRIGGERS_NATS_URL" > "$PIDS/url"; wait"#;
+
+/// Found by an audit: the heartbeat of a re-forking, `setsid`-ing descendant still beat after
+/// `run` exited. `run` is its subreaper and kills its tree pass after pass until nothing of it
+/// runs.
+#[test]
+fn a_service_descendant_that_keeps_reforking_in_new_sessions_does_not_outlive_run() {
+    if std::process::Command::new("setsid")
+        .arg("true")
+        .status()
+        .is_err()
+    {
+        eprintln!("no setsid on this machine: skipping");
+        return;
+    }
+    let setup = Setup::new(HOPPING);
+    let mut run = setup.spawn_run();
+    setup.started();
+    let beat = setup.pids.join("beat");
+    wait_until("the first heartbeat", || beat.exists());
+    signal(&run, Signal::INT);
+    let status = wait_exit(&mut run);
+    assert_eq!(status.code(), Some(130), "{}", setup.output("stderr"));
+    // Nothing of it runs: its heartbeat file stops changing. A chain that survived hops
+    // hundreds of times a second: 200 reads 10 ms apart see it. (The first read comes a moment
+    // after the exit, so that a write already in the kernel when the last hop died is not taken
+    // for a beat.)
+    std::thread::sleep(Duration::from_millis(100));
+    let last = std::fs::read_to_string(&beat).unwrap_or_default();
+    for _ in 0..200 {
+        std::thread::sleep(Duration::from_millis(10));
+        assert_eq!(
+            std::fs::read_to_string(&beat).unwrap_or_default(),
+            last,
+            "the service's descendant still beats after `run` exited"
+        );
+    }
+}

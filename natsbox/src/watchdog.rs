@@ -234,6 +234,235 @@ pub fn marked_processes(mark: &str) -> Vec<u32> {
     }
 }
 
+/// Makes this process the "child subreaper" of everything it starts (Linux): a process whose
+/// parent exits is then given to this process, not to init, so a service's descendant that
+/// detached (`setsid`, a double fork) stays below the process that started the service, where
+/// [`TreeKiller`] finds it by its parent even if it dropped the [`TREE_MARK_VAR`] mark.
+/// Returns whether it took effect (false elsewhere than Linux, or if the kernel refused).
+pub fn become_child_subreaper() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        rustix::process::set_child_subreaper(Some(rustix::process::getpid())).is_ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
+/// Kills one process tree for good: its process group, every process carrying its mark, and
+/// every descendant of any of them (found by parent), again and again until none is left. One
+/// pass is not enough: a process that forks and exits over and over (a re-forking daemon) has a
+/// new pid by the time a single scan's kill arrives. What is killed and given to this process
+/// (a subreaper: [`become_child_subreaper`]) is reaped here, not left a zombie.
+#[derive(Debug)]
+pub struct TreeKiller {
+    pgid: Option<u32>,
+    mark: String,
+    /// The process this one started and waits for itself (its exit status is someone else's to
+    /// collect): never reaped here.
+    leader: Option<u32>,
+    /// Every pid seen in the tree so far: a descendant of one is in the tree even when its
+    /// parent has exited since.
+    seen: std::collections::BTreeSet<u32>,
+}
+
+/// How many pids a [`TreeKiller`] remembers: a bound for a tree that forks without end.
+const MAX_SEEN: usize = 100_000;
+
+/// How many passes in a row must find nothing of a tree for [`TreeKiller::kill_all`] to call it
+/// gone.
+pub const QUIET_PASSES: usize = 5;
+
+impl TreeKiller {
+    /// The tree of process group `pgid` (its leader, `leader`, excepted from reaping) and mark
+    /// `mark`.
+    #[must_use]
+    pub fn new(pgid: Option<u32>, mark: &str, leader: Option<u32>) -> TreeKiller {
+        TreeKiller {
+            pgid,
+            mark: mark.to_owned(),
+            leader,
+            seen: leader.into_iter().collect(),
+        }
+    }
+
+    /// One pass: SIGKILLs (SIGTERM unless `kill`) every running process of the tree found now,
+    /// and reaps the tree's zombies that are this process's children. Returns how many running
+    /// processes it signalled: 0 means none is left.
+    pub fn pass(&mut self, kill: bool) -> usize {
+        self.scan(Some(kill))
+    }
+
+    /// A pass that signals nothing: it learns the tree's processes as they are now and reaps
+    /// the tree's zombies given to this process (a subreaper adopts every orphan of the tree,
+    /// and must collect their exits, or they pile up as zombies while the service runs).
+    /// Returns how many processes of the tree run.
+    pub fn reap(&mut self) -> usize {
+        self.scan(None)
+    }
+
+    fn scan(&mut self, signal: Option<bool>) -> usize {
+        #[cfg(target_os = "linux")]
+        {
+            let table = process_table();
+            let wanted = format!("{TREE_MARK_VAR}={}", self.mark);
+            let me = std::process::id();
+            // To a fixed point: a child of a process found in this pass is in the tree too.
+            loop {
+                let before = self.seen.len();
+                for p in &table {
+                    if p.pid == me || self.seen.contains(&p.pid) || self.seen.len() >= MAX_SEEN {
+                        continue;
+                    }
+                    // The mark is looked for everywhere when killing; when only reaping, in
+                    // the processes this one adopted (it reads every process's environment).
+                    let in_tree = self.pgid.is_some_and(|g| g == p.pgrp)
+                        || self.seen.contains(&p.ppid)
+                        || (!p.zombie
+                            && (signal.is_some() || p.ppid == me)
+                            && has_env(p.pid, &wanted));
+                    if in_tree {
+                        self.seen.insert(p.pid);
+                    }
+                }
+                if self.seen.len() == before {
+                    break;
+                }
+            }
+            // What has gone is forgotten (its children, if any, have a new parent by now): the
+            // set holds what runs, not every pid the tree ever had.
+            let present: std::collections::BTreeSet<u32> = table.iter().map(|p| p.pid).collect();
+            self.seen
+                .retain(|pid| present.contains(pid) || Some(*pid) == self.leader);
+            let mut signalled = 0;
+            for p in &table {
+                if !self.seen.contains(&p.pid) || p.pid == me {
+                    continue;
+                }
+                if p.zombie {
+                    if p.ppid == me && Some(p.pid) != self.leader {
+                        reap(p.pid);
+                    }
+                    continue;
+                }
+                if let Some(kill) = signal {
+                    signal_pid(p.pid, kill);
+                }
+                signalled += 1;
+            }
+            signalled
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            if signal.is_none() {
+                return usize::from(self.pgid.is_some_and(process_group_alive));
+            }
+            if let Some(pgid) = self.pgid
+                && process_group_alive(pgid)
+            {
+                #[cfg(unix)]
+                if let Some(pid) = i32::try_from(pgid)
+                    .ok()
+                    .and_then(rustix::process::Pid::from_raw)
+                {
+                    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+                }
+                return 1;
+            }
+            0
+        }
+    }
+
+    /// SIGKILL passes until [`QUIET_PASSES`] in a row find no running process of the tree, or
+    /// `bound` has passed; whether the tree is gone. Blocks (a few milliseconds a pass).
+    ///
+    /// One empty pass is no proof: a process caught between fork and exec, or whose environment
+    /// could not be read at that instant, and whose parent had just exited, is in no pass's
+    /// view for a moment.
+    pub fn kill_all(&mut self, bound: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + bound;
+        let mut quiet = 0;
+        loop {
+            if self.pass(true) == 0 {
+                quiet += 1;
+                if quiet >= QUIET_PASSES {
+                    return true;
+                }
+            } else {
+                quiet = 0;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(if quiet > 0 {
+                20
+            } else {
+                2
+            }));
+        }
+    }
+}
+
+/// One process of the table: its pid, parent, group and whether it is a zombie.
+#[cfg(target_os = "linux")]
+struct Proc {
+    pid: u32,
+    ppid: u32,
+    pgrp: u32,
+    zombie: bool,
+}
+
+#[cfg(target_os = "linux")]
+fn process_table() -> Vec<Proc> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // After the command's closing parenthesis: state, ppid, pgrp, ...
+            let mut fields = stat.rsplit(')').next()?.split_whitespace();
+            let state = fields.next()?;
+            let ppid = fields.next()?.parse().ok()?;
+            let pgrp = fields.next()?.parse().ok()?;
+            Some(Proc {
+                pid,
+                ppid,
+                pgrp,
+                zombie: state == "Z" || state == "X",
+            })
+        })
+        .collect()
+}
+
+#[cfg(target_os = "linux")]
+fn has_env(pid: u32, wanted: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .is_ok_and(|environ| environ.split(|b| *b == 0).any(|v| v == wanted.as_bytes()))
+}
+
+#[cfg(unix)]
+fn signal_pid(pid: u32, kill: bool) {
+    use rustix::process::{Pid, Signal, kill_process};
+    if let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+        let _ = kill_process(pid, if kill { Signal::KILL } else { Signal::TERM });
+    }
+}
+
+/// Collects the exit of `pid`, a child of this process that has exited (without waiting).
+#[cfg(target_os = "linux")]
+fn reap(pid: u32) {
+    if let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG);
+    }
+}
+
 /// Sends SIGTERM (or SIGKILL, `kill`) to every process [`marked_processes`] finds; returns how
 /// many there were.
 pub fn signal_marked(mark: &str, kill: bool) -> usize {

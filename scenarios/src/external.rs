@@ -15,7 +15,8 @@ use tokio::process::Command;
 use tokio::sync::watch;
 
 use triggers_emulator::watchdog::{
-    TREE_MARK_VAR, Watchdog, marked_processes, new_tree_mark, process_group_alive, signal_marked,
+    TREE_MARK_VAR, TreeKiller, Watchdog, marked_processes, new_tree_mark, process_group_alive,
+    signal_marked,
 };
 
 use crate::model::ServiceSpec;
@@ -24,6 +25,10 @@ use crate::model::ServiceSpec;
 const KEPT_LINES: usize = 400;
 /// How long a stopped service may take to exit before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(10);
+/// How long the kill passes after the grace period may go on: each finds and SIGKILLs what
+/// runs of the service's tree, until a pass finds nothing (a process that keeps re-forking
+/// escapes a single pass).
+const KILL_BOUND: Duration = Duration::from_secs(10);
 
 /// The end of a process's output, stdout and stderr interleaved as they arrived.
 #[derive(Clone, Default)]
@@ -60,7 +65,29 @@ pub(crate) struct External {
     /// starts: what finds a descendant that left the process group (`setsid`).
     mark: String,
     watchdog: Option<Watchdog>,
+    /// Reaps the zombies of the service's processes given to this process (the subreaper, in
+    /// `run`) while it runs; aborted when it stops.
+    reaper: Option<tokio::task::JoinHandle<()>>,
     pub(crate) output: Output,
+}
+
+/// How often the zombies of a running service's adopted processes are reaped.
+const REAP_EVERY: Duration = Duration::from_secs(1);
+
+/// Reaps, every [`REAP_EVERY`], the zombies of the tree that this process adopted.
+async fn reap_while_running(mut tree: TreeKiller) {
+    loop {
+        tokio::time::sleep(REAP_EVERY).await;
+        tree = match tokio::task::spawn_blocking(move || {
+            tree.reap();
+            tree
+        })
+        .await
+        {
+            Ok(tree) => tree,
+            Err(_) => return,
+        };
+    }
 }
 
 impl External {
@@ -164,6 +191,9 @@ impl External {
             };
             let _ = tx.send(Some(status));
         });
+        let reaper = Some(tokio::spawn(reap_while_running(TreeKiller::new(
+            pgid, &mark, pgid,
+        ))));
         Ok(External {
             name: name.to_owned(),
             running: true,
@@ -171,6 +201,7 @@ impl External {
             pgid,
             mark,
             watchdog,
+            reaper,
             output,
         })
     }
@@ -228,9 +259,21 @@ impl External {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        signal(self.pgid, true);
-        signal_marked(&self.mark, true);
+        if let Some(reaper) = self.reaper.take() {
+            reaper.abort();
+        }
+        let mut killer = TreeKiller::new(self.pgid, &self.mark, self.pgid);
+        let gone = tokio::task::spawn_blocking(move || killer.kill_all(KILL_BOUND))
+            .await
+            .unwrap_or(false);
         self.watchdog = None;
+        if !gone {
+            return Err(format!(
+                "service {:?}: processes of its own were still starting after {KILL_BOUND:?} of \
+                 SIGKILL passes (a fork loop?); some may outlive this run",
+                self.name
+            ));
+        }
         if matches!(leader, Ok(Ok(_))) && rest_gone {
             Ok(())
         } else {
@@ -244,9 +287,13 @@ impl External {
 
 impl Drop for External {
     fn drop(&mut self) {
+        if let Some(reaper) = self.reaper.take() {
+            reaper.abort();
+        }
         if self.running {
             signal(self.pgid, true);
-            signal_marked(&self.mark, true);
+            // Bounded: a drop must not hold its thread long.
+            TreeKiller::new(self.pgid, &self.mark, self.pgid).kill_all(Duration::from_secs(1));
         }
     }
 }
