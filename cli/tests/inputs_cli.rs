@@ -336,14 +336,8 @@ fn commands_that_look_for_an_up_pass_over_a_fifo_or_a_huge_file_in_the_discovery
         .unwrap()
         .set_len(300 << 20)
         .unwrap();
-    let out = ended(lab(xdg.path(), &["status".as_ref()]), None);
-    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
-    assert!(
-        out.stdout.contains("no `triggers-lab up` is running"),
-        "{}",
-        out.stdout
-    );
     for args in [
+        vec!["status"],
         vec!["runs", "list"],
         vec!["advance", "--instance", "x", "1s"],
     ] {
