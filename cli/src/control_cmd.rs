@@ -95,7 +95,7 @@ pub(crate) async fn status(json: JsonArg) -> Result<()> {
                     "instance": i.instance, "pid": i.pid, "url": i.url, "backend": i.backend,
                     "answers": answers,
                     "error": error,
-                    "services": s.map(|s| s.services.len()),
+                    "services": s.map(|s| s.services_total.max(s.services.len())),
                     "flows": s.map(|s| s.flows_total.max(s.flows.len())),
                     "runs": s.map(|s| s.runs_total.max(s.runs.len())),
                     "violations": s.map(|s| s.violations),
@@ -104,6 +104,7 @@ pub(crate) async fn status(json: JsonArg) -> Result<()> {
                     "dropped_records": s.map(|s| s.dropped_records),
                     "evicted_runs": s.map(|s| s.evicted_runs),
                     "unfollowed_runs": s.map(|s| s.unfollowed_runs),
+                    "streams_lost": s.map(|s| s.streams_lost),
                 })
             })
             .collect();
@@ -117,7 +118,7 @@ pub(crate) async fn status(json: JsonArg) -> Result<()> {
             Ok(s) => {
                 outln!(
                     "  {} service(s), {} flow(s), {} run(s), {} violation(s); clock {}",
-                    s.services.len(),
+                    s.services_total.max(s.services.len()),
                     s.flows_total.max(s.flows.len()),
                     s.runs_total.max(s.runs.len()),
                     s.violations,
@@ -149,6 +150,12 @@ fn losses(s: &StateSummary) -> Vec<String> {
         lines.push(format!(
             "MISSED: the emulator lost its NATS connection {} time(s): messages on plain subjects published meanwhile (triggers, heartbeats) were not seen",
             s.connection_losses
+        ));
+    }
+    if s.streams_lost > 0 {
+        lines.push(format!(
+            "LOST: the emulator's stream TRIGGERS_EVENTS or TRIGGERS_DLQ disappeared {} time(s) (deleted by a client?) and was made again: what was published meanwhile is lost, and runs waiting on it may never settle (`violations`: emulator_stream_lost)",
+            s.streams_lost
         ));
     }
     if s.dropped_records > 0 {

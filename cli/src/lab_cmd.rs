@@ -212,6 +212,8 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
             } else {
                 WireTap::Auto.resolve(nats.url(), nats.orchestrator_credentials())
             },
+            // A used server holds a dead instance's deliveries: never hand them out as new work.
+            clean_start: true,
             ..Default::default()
         },
     )
@@ -272,6 +274,9 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
             }
         );
         outln!("  instance: {name} ({})", slot.path().display());
+        for found in emulator.found_at_start() {
+            outln!("  found:    {found}");
+        }
         outln!();
         outln!(
             "Point a service at it:   export TRIGGERS_NATS_URL={}",

@@ -154,6 +154,11 @@ pub const RULES: &[(&str, Severity, &str)] = &[
         Severity::Warning,
         "a peer published on triggers.v2.flow.broadcast.*, which only the orchestrator publishes",
     ),
+    (
+        "emulator_stream_lost",
+        Severity::Error,
+        "one of the emulator's streams (TRIGGERS_EVENTS, TRIGGERS_DLQ) disappeared (a client deleted it through the JetStream API): what was published meanwhile is lost; the emulator made it again",
+    ),
     // Headers.
     (
         "header_spelling",

@@ -31,6 +31,7 @@
 //! | `services` | `{}` | every registered service by name, with its whole manifest (schemas included) |
 //! | `follow` | `{"lease_ms"?}` | `{"subject", "lease_ms"}`: records are published on `subject` for the lease |
 
+use crate::reply_fit::{self, json_len};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -66,6 +67,10 @@ pub const TOKEN_HEADER: &str = "Triggers-Lab-Token";
 pub const STATE_RUNS: usize = 1000;
 /// The most run summaries a `run_page` reply holds (fewer when they would not fit in one message).
 pub const RUN_PAGE: usize = 1000;
+/// Services [`ControlClient::services`] asks for at a time.
+const SERVICES_PAGE: usize = 500;
+/// Violations [`ControlClient::violations`] asks for at a time.
+const VIOLATIONS_PAGE: usize = 1000;
 
 /// A per-instance secret for the control API: requests carry it in [`TOKEN_HEADER`], and the
 /// records go to a subject that includes it. Its `Debug` form hides it.
@@ -181,8 +186,13 @@ pub struct StateSummary {
     pub clock: GoTime,
     /// Virtual or real.
     pub clock_mode: ClockMode,
-    /// Registered services.
+    /// Registered services, by name: those that fit in one NATS message with the rest of the
+    /// summary ([`StateSummary::services_total`] counts them all; `services` pages through them).
     pub services: Vec<ServiceSummary>,
+    /// Services registered in all. 0 from an emulator older than this field: take
+    /// `services.len()`.
+    #[serde(default)]
+    pub services_total: usize,
     /// Deployed flows, whole: those that fit in one NATS message with the rest of the summary
     /// (the largest are left out first when not all do; [`StateSummary::flows_total`] counts
     /// them all, and `flow` reads one).
@@ -227,6 +237,14 @@ pub struct StateSummary {
     /// subjects published meanwhile were not seen; the streams it follows lose nothing.
     #[serde(default)]
     pub connection_losses: u64,
+    /// Records, violations and services sent cut to an excerpt by the control API, because one
+    /// alone was larger than a NATS message (each cut says so in its text).
+    #[serde(default)]
+    pub cut_in_replies: u64,
+    /// Times one of the emulator's streams (`TRIGGERS_EVENTS`, `TRIGGERS_DLQ`) was found gone
+    /// (deleted by a client), and made again: what was published meanwhile is lost.
+    #[serde(default)]
+    pub streams_lost: u64,
 }
 
 /// A deployed flow at a glance (`flow_list`).
@@ -292,6 +310,7 @@ impl Emulator {
                     replicas: s.replicas.len(),
                 })
                 .collect(),
+            services_total: state.services.len(),
             flows: state.flows.values().map(|f| Flow::clone(f)).collect(),
             flows_total: state.flows.len(),
             runs: state
@@ -311,6 +330,8 @@ impl Emulator {
             trimmed_violations: state.trimmed_violations,
             dropped_messages: self.dropped_messages(),
             connection_losses: self.connection_losses(),
+            cut_in_replies: state.cut_in_replies,
+            streams_lost: state.streams_lost,
         }
     }
 
@@ -476,6 +497,52 @@ fn run_reply(run: Run, req: &RunRequest, max: usize) -> Result<Vec<u8>, Value> {
     }
 }
 
+/// A page of a list: the items after the first `after`, at most `limit` of them.
+#[derive(Deserialize, Default)]
+struct PageRequest {
+    #[serde(default)]
+    after: Option<usize>,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// A page of the services: those named after `after`, at most `limit` of them.
+#[derive(Deserialize, Default)]
+struct ServicesRequest {
+    #[serde(default)]
+    after: Option<String>,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// Counts the items sent cut (`cut_in_replies` in the state).
+fn note_cuts(emulator: &Emulator, cuts: usize) {
+    if cuts > 0 {
+        emulator.lock().cut_in_replies += cuts as u64;
+    }
+}
+
+/// The first of `items` that fit in a reply, each cut to fit on its own if it must (counted).
+/// With `whole`, the request asked for every item: if they do not all fit, that error instead.
+fn page_reply(
+    emulator: &Emulator,
+    items: Vec<Value>,
+    max: usize,
+    whole: Option<&str>,
+) -> Result<Vec<u8>, Value> {
+    let total = items.len();
+    let (page, cuts) = reply_fit::fit_page(items, max);
+    note_cuts(emulator, cuts);
+    if let Some(error) = whole
+        && page.len() < total
+    {
+        return Err(Value::from(format!(
+            "{total} items are more than one reply holds (the server's max_payload is {max} bytes): {error}"
+        )));
+    }
+    to_json(&page, max, "")
+}
+
 #[derive(Deserialize)]
 struct RecordsRequest {
     #[serde(default)]
@@ -516,23 +583,6 @@ impl std::io::Write for Limited {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-}
-
-/// How many bytes `v` takes as JSON, counted without keeping them.
-fn json_len<T: Serialize + ?Sized>(v: &T) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    let _ = serde_json::to_writer(&mut count, v);
-    count.0
 }
 
 /// `v` as JSON in at most `max` bytes; else an error that says how to ask for less.
@@ -597,10 +647,15 @@ async fn handle(
                             over = over.saturating_sub(json_len(&names));
                         }
                     }
+                    // Then the services that fit, the first by name (`services` pages them all).
+                    Err(_) if !summary.services.is_empty() => {
+                        let keep = summary.services.len() / 2;
+                        summary.services.truncate(keep);
+                    }
                     other => {
                         break other.map_err(|_| {
                             err(format!(
-                                "the state is larger than the server's max_payload ({max} bytes) even without its runs and flows: read its parts with `services`, `flow_list`, `violations` and `run_page`"
+                                "the state is larger than the server's max_payload ({max} bytes) even without its runs, flows and services: read its parts with `services`, `flow_list`, `violations` and `run_page`"
                             ))
                         });
                     }
@@ -712,22 +767,62 @@ async fn handle(
         }
         "records" => {
             let req: RecordsRequest = parse(payload).map_err(err)?;
-            to_json(
-                &emulator.records_since(req.since, req.limit),
-                max,
-                "ask for fewer with a smaller `limit`",
-            )
+            let records = emulator.records_since(req.since, req.limit);
+            let items = records
+                .iter()
+                .map(serde_json::to_value)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| err(e.to_string()))?;
+            // The first records that fit: the requester asks again after the last seq it got.
+            page_reply(emulator, items, max, None)
         }
-        "violations" => to_json(
-            &emulator.violations(),
-            max,
-            "read them from `records` (kind `violation`) a page at a time with a small `limit`",
-        ),
-        "services" => to_json(
-            &emulator.services(),
-            max,
-            "the manifests are too large to send at once; read them from the records (kind `registration`)",
-        ),
+        "violations" => {
+            // As `state`: a body it cannot read asks for everything, as before paging.
+            let req: PageRequest = parse(payload).unwrap_or_default();
+            let all = emulator.violations();
+            let from = req.after.unwrap_or(0).min(all.len());
+            let items = all[from..]
+                .iter()
+                .take(req.limit.unwrap_or(usize::MAX))
+                .map(serde_json::to_value)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| err(e.to_string()))?;
+            let whole = req.limit.is_none().then_some(
+                "the violations do not fit in one reply: read them a page at a time with `after` \
+                 (how many you have) and `limit` (ControlClient::violations does)",
+            );
+            page_reply(emulator, items, max, whole)
+        }
+        "services" => {
+            let req: ServicesRequest = parse(payload).unwrap_or_default();
+            let services = emulator.services_after(req.after.as_deref(), req.limit);
+            let items = services
+                .iter()
+                .map(|(name, s)| serde_json::to_value((name, s)))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| err(e.to_string()))?;
+            let (page, cuts) = reply_fit::fit_page(items, max);
+            note_cuts(emulator, cuts);
+            if req.limit.is_none() && page.len() < services.len() {
+                return Err(err(format!(
+                    "the {} services do not fit in one reply (the server's max_payload is {max} \
+                     bytes): read them a page at a time with `after` (the last name you have) \
+                     and `limit` (ControlClient::services does)",
+                    services.len()
+                )));
+            }
+            let map: serde_json::Map<String, Value> = page
+                .into_iter()
+                .filter_map(|pair| match pair {
+                    Value::Array(mut kv) if kv.len() == 2 => {
+                        let v = kv.pop()?;
+                        Some((kv.pop()?.as_str()?.to_owned(), v))
+                    }
+                    _ => None,
+                })
+                .collect();
+            to_json(&map, max, "")
+        }
         other => Err(err(format!(
             "unknown control op {other:?}; ops: state, deploy, check_release, trigger, resend_dlq, advance, runs, run_page, run, flow, flow_list, records, violations, services, follow"
         ))),
@@ -1231,7 +1326,19 @@ impl ControlClient {
         &self,
     ) -> Result<std::collections::BTreeMap<String, crate::recorder::ServiceState>, ControlError>
     {
-        self.call("services", json!({})).await
+        // A page at a time: however many registered, every one can be read.
+        let mut all = std::collections::BTreeMap::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page: std::collections::BTreeMap<String, crate::recorder::ServiceState> = self
+                .call("services", json!({"after": after, "limit": SERVICES_PAGE}))
+                .await?;
+            let Some(last) = page.keys().next_back().cloned() else {
+                return Ok(all);
+            };
+            after = Some(last);
+            all.extend(page);
+        }
     }
 
     /// Every conformance violation, as JSON (`severity`, `rule`, `message`, ...).
@@ -1239,7 +1346,21 @@ impl ControlClient {
     /// # Errors
     /// When the call fails.
     pub async fn violations(&self) -> Result<Vec<Value>, ControlError> {
-        self.call("violations", json!({})).await
+        // A page at a time, so that however large, every one can be read (one too large alone
+        // comes cut, and says so).
+        let mut all: Vec<Value> = Vec::new();
+        loop {
+            let page: Vec<Value> = self
+                .call(
+                    "violations",
+                    json!({"after": all.len(), "limit": VIOLATIONS_PAGE}),
+                )
+                .await?;
+            if page.is_empty() {
+                return Ok(all);
+            }
+            all.extend(page);
+        }
     }
 
     /// Re-sends the DLQ entry whose `Nats-Msg-Id` is `msg_id` to its service

@@ -119,6 +119,13 @@ pub struct EmulatorConfig {
     /// `hop_not_jetstream`). Default [`WireTap::Auto`]: on where the emulator knows how to log in
     /// to the server (the [`Harness`](crate::Harness) and `triggers-lab up` fill it in), else off.
     pub wire_tap: WireTap,
+    /// Before serving, empty the services' inbound streams (`triggers-sources-*`) of the
+    /// deliveries an earlier emulator left on the server (default off; `triggers-lab up` turns it
+    /// on). Without it, a new emulator on a used server hands the services the dead one's work:
+    /// runs it never started, DLQ entries for flows nobody deployed. What was removed, and what
+    /// the DLQ and events streams held from before (never replayed), is in
+    /// [`Emulator::found_at_start`]. Off for tests, where several emulators may share a server.
+    pub clean_start: bool,
 }
 
 /// Whether and how the emulator taps the wire ([`EmulatorConfig::wire_tap`]).
@@ -182,6 +189,7 @@ impl Default for EmulatorConfig {
             control_client: None,
             control_token: None,
             wire_tap: WireTap::default(),
+            clean_start: false,
         }
     }
 }
@@ -204,7 +212,7 @@ pub const EVENTS_STREAM: &str = "TRIGGERS_EVENTS";
 
 /// Creates (or reuses) a stream over `subjects`; returns the sequence its next message will
 /// get, from which the emulator follows it.
-async fn stream_end(
+pub(crate) async fn stream_end(
     js: &jetstream::Context,
     name: &str,
     subjects: &str,
@@ -234,6 +242,69 @@ async fn stream_end(
     .await
     .map_err(|e| EmulatorError::nats("read a stream", format!("{name}: {e}")))?;
     Ok(info + 1)
+}
+
+/// What an earlier emulator left on the server, found when this one started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FoundAtStart {
+    /// The stream.
+    pub stream: String,
+    /// How many messages it held (for the DLQ and events streams, the last sequence: what an
+    /// earlier emulator saw, never replayed).
+    pub messages: u64,
+    /// Whether they were removed (the deliveries waiting in a service's inbound stream, with
+    /// [`EmulatorConfig::clean_start`]), or only skipped.
+    pub removed: bool,
+}
+
+impl std::fmt::Display for FoundAtStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.removed {
+            write!(
+                f,
+                "removed {} delivery(ies) an earlier emulator left waiting in stream {}",
+                self.messages, self.stream
+            )
+        } else {
+            write!(
+                f,
+                "stream {} holds {} message(s) from before this emulator: not replayed",
+                self.stream, self.messages
+            )
+        }
+    }
+}
+
+/// Empties every service's inbound stream (`triggers-sources-*`) of what waits in it; returns
+/// what was removed.
+async fn clean_inbound_streams(js: &jetstream::Context) -> Vec<FoundAtStart> {
+    let mut names = js.stream_names();
+    let mut found = Vec::new();
+    while let Some(name) = futures::StreamExt::next(&mut names).await {
+        let Ok(name) = name else { break };
+        if !name.starts_with("triggers-sources-") {
+            continue;
+        }
+        let Ok(mut stream) = js.get_stream(&name).await else {
+            continue;
+        };
+        let held = stream.info().await.map(|i| i.state.messages).unwrap_or(0);
+        if held == 0 {
+            continue;
+        }
+        match stream.purge().await {
+            Ok(purged) => found.push(FoundAtStart {
+                stream: name,
+                messages: purged.purged,
+                removed: true,
+            }),
+            Err(e) => tracing::warn!(
+                stream = name,
+                "cannot empty stream {name} of an earlier emulator's deliveries: {e}"
+            ),
+        }
+    }
+    found
 }
 
 /// The result of a deploy.
@@ -313,6 +384,12 @@ pub(crate) struct State {
     /// Violations kept with an excerpt of their message (its first bytes and headers) because
     /// the violations' bytes had reached `max_record_bytes`.
     pub(crate) trimmed_violations: u64,
+    /// Items the control API sent cut to an excerpt (one alone was larger than a message).
+    pub(crate) cut_in_replies: u64,
+    /// Times one of the emulator's streams (DLQ, events) was found gone, and made again.
+    pub(crate) streams_lost: u64,
+    /// What an earlier emulator left on the server, found at the start.
+    pub(crate) found_at_start: Vec<FoundAtStart>,
     /// `Nats-Msg-Id`s of the emulator's own publishes on inbound subjects.
     pub(crate) own_msg_ids: BoundedSet<String>,
     /// How many times each idempotency key was re-sent from the DLQ (`:resend:<n>`).
@@ -624,6 +701,9 @@ impl Emulator {
                 dropped_violations: 0,
                 violation_bytes: 0,
                 trimmed_violations: 0,
+                cut_in_replies: 0,
+                streams_lost: 0,
+                found_at_start: Vec::new(),
                 own_msg_ids: BoundedSet::new(OWN_IDS_KEPT),
                 resends: HashMap::new(),
                 own_broadcasts: BoundedSet::new(1024),
@@ -661,6 +741,23 @@ impl Emulator {
         let dlq_from = stream_end(&js, DLQ_STREAM, subject::DLQ_ALL, &shared.config).await?;
         let events_from =
             stream_end(&js, EVENTS_STREAM, subject::FLOW_EVENTS_ALL, &shared.config).await?;
+        let mut found = Vec::new();
+        for (stream, from) in [(DLQ_STREAM, dlq_from), (EVENTS_STREAM, events_from)] {
+            if from > 1 {
+                found.push(FoundAtStart {
+                    stream: stream.to_owned(),
+                    messages: from - 1,
+                    removed: false,
+                });
+            }
+        }
+        if shared.config.clean_start {
+            found.extend(clean_inbound_streams(&js).await);
+        }
+        for f in &found {
+            tracing::warn!(stream = f.stream, "{f}");
+        }
+        shared.lock().found_at_start = found;
 
         emulator.spawn(Self::serve_register(shared.clone(), register));
         emulator.spawn(Self::serve_fetch(shared.clone(), fetch));
@@ -723,6 +820,14 @@ impl Emulator {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(handle);
+    }
+
+    /// What an earlier emulator left on the server, found when this one started: the messages
+    /// its DLQ and events streams held (skipped, never replayed) and, with
+    /// [`EmulatorConfig::clean_start`], the deliveries removed from the services' inbound streams.
+    #[must_use]
+    pub fn found_at_start(&self) -> Vec<FoundAtStart> {
+        self.lock().found_at_start.clone()
     }
 
     /// The NATS connection the emulator uses.
@@ -1063,6 +1168,24 @@ impl Emulator {
     #[must_use]
     pub fn services(&self) -> BTreeMap<String, ServiceState> {
         self.lock().services.clone()
+    }
+
+    /// The services named after `after` (all with `None`), at most `limit` of them, by name.
+    #[must_use]
+    pub fn services_after(
+        &self,
+        after: Option<&str>,
+        limit: Option<usize>,
+    ) -> Vec<(String, ServiceState)> {
+        use std::ops::Bound;
+        let state = self.lock();
+        let from = after.map_or(Bound::Unbounded, |a| Bound::Excluded(a.to_owned()));
+        state
+            .services
+            .range((from, Bound::Unbounded))
+            .take(limit.unwrap_or(usize::MAX))
+            .map(|(name, s)| (name.clone(), s.clone()))
+            .collect()
     }
 
     /// Deployed flows (as released), the latest version of each.

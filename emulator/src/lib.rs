@@ -43,6 +43,7 @@ pub mod recorder;
 pub mod recording;
 mod registration;
 pub mod release;
+mod reply_fit;
 mod resend;
 mod run;
 mod timers;
@@ -56,7 +57,7 @@ pub use natsbox::watchdog;
 
 pub use clock::ClockMode;
 pub use emulator::{
-    DLQ_STREAM, Deployment, EVENTS_STREAM, Emulator, EmulatorConfig, FiredTimer,
+    DLQ_STREAM, Deployment, EVENTS_STREAM, Emulator, EmulatorConfig, FiredTimer, FoundAtStart,
     HashMismatchPolicy, RunId, TriggerOptions, WireTap, describe_violations,
 };
 pub use error::{ControlError, EmulatorError, HarnessError, NatsError, RecordingError, WaitError};
@@ -100,5 +101,14 @@ mod guide_tests {
         assert_eq!(subject::EMULATOR_INBOX_PREFIX, natsbox::ORCHESTRATOR_INBOX);
         let inbox = format!("{}.>", natsbox::ORCHESTRATOR_INBOX);
         assert!(subject::RESERVED_SOURCES.iter().any(|(p, _)| *p == inbox));
+    }
+
+    /// The server `up` starts denies the services' user the removal of these streams.
+    #[test]
+    fn the_protected_streams_are_the_emulators() {
+        assert_eq!(
+            natsbox::PROTECTED_STREAMS,
+            [crate::DLQ_STREAM, crate::EVENTS_STREAM]
+        );
     }
 }

@@ -140,6 +140,16 @@ pub(crate) async fn follow(
             next_seq += 1;
             stuck = 0;
         }
+        // The stream is gone (a client deleted it through the JetStream API): said loudly, made
+        // again, and followed from its start.
+        if let Err(e) = shared.js.get_stream(name).await
+            && is_not_found(&e)
+        {
+            next_seq = shared.stream_lost(name).await;
+            stuck = 0;
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            continue;
+        }
         let messages = async {
             let stream = shared
                 .js
@@ -170,7 +180,7 @@ pub(crate) async fn follow(
                         Ok(Some(next)) => next,
                         Ok(None) => break,
                         Err(_) => {
-                            if behind(&shared, name, next_seq).await {
+                            if behind(&shared, name, next_seq).await || gone(&shared, name).await {
                                 tracing::debug!(
                                     stream = name,
                                     "the follower stalled; starting over from {next_seq}"
@@ -229,6 +239,62 @@ const STUCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// How long a follower waits for a message before checking it is not stalled.
 const IDLE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether `e` says the stream does not exist.
+fn is_not_found(e: &jetstream::context::GetStreamError) -> bool {
+    matches!(
+        e.kind(),
+        jetstream::context::GetStreamErrorKind::JetStream(j)
+            if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND
+    )
+}
+
+/// Whether the stream no longer exists.
+async fn gone(shared: &Shared, name: &str) -> bool {
+    matches!(shared.js.get_stream(name).await, Err(e) if is_not_found(&e))
+}
+
+impl Shared {
+    /// One of the emulator's streams is gone: a violation says so (and `state` counts it), and
+    /// it is made again. Returns the sequence to follow it from.
+    pub(crate) async fn stream_lost(&self, name: &'static str) -> u64 {
+        let subjects = if name == crate::DLQ_STREAM {
+            subject::DLQ_ALL
+        } else {
+            subject::FLOW_EVENTS_ALL
+        };
+        tracing::error!(
+            stream = name,
+            "the emulator's stream {name} is gone (deleted through the JetStream API?): what was \
+             published on {subjects} meanwhile is lost; making it again"
+        );
+        {
+            let mut state = self.lock();
+            state.streams_lost += 1;
+            let v = Violation::new(
+                "emulator_stream_lost",
+                subjects,
+                format!(
+                    "the emulator's stream {name} (over {subjects}) disappeared: a client deleted it \
+                     through the JetStream API, or the server lost it. What was published on \
+                     {subjects} meanwhile is lost, so runs waiting on it may never settle; the \
+                     emulator made it again and follows it from there"
+                ),
+                share_headers(&Headers::default()),
+                Body::default(),
+            );
+            self.add_violations(&mut state, vec![v]);
+        }
+        self.notify();
+        match crate::emulator::stream_end(&self.js, name, subjects, &self.config).await {
+            Ok(next) => next,
+            Err(e) => {
+                tracing::error!(stream = name, "cannot make the stream {name} again: {e}");
+                1
+            }
+        }
+    }
+}
 
 /// Whether the stream holds a message at or after `next_seq` that the follower has not seen.
 async fn behind(shared: &Shared, name: &str, next_seq: u64) -> bool {

@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::Serialize;
 use serde_json::Value;
-use triggers_sdk::flow::{Flow, FlowIssueKind, NodeType};
+use triggers_sdk::flow::{Flow, FlowIssueKind, MAX_EXECUTIONS_PER_TRIGGER, NodeType};
 use triggers_sdk::wire::manifest::{DURABLE_TIMER_V1, TRANSPORT_NATS};
 use triggers_sdk::wire::{Manifest, subject};
 
@@ -49,6 +49,10 @@ pub enum ReleaseCode {
     /// An output or a hop would publish on a subject no flow may send to (a locked subject, a
     /// NATS system subject, the control namespace, or a malformed one).
     LockedTarget,
+    /// One trigger would owe more node executions than a flow may
+    /// ([`triggers_sdk::flow::MAX_EXECUTIONS_PER_TRIGGER`]): parallel edges, or fan-ins without
+    /// a join, multiply along a path.
+    TooManyExecutions,
 }
 
 impl ReleaseCode {
@@ -72,11 +76,12 @@ impl ReleaseCode {
             ReleaseCode::TimerResumeInvalid => "timer_resume_invalid",
             ReleaseCode::TimerOutOfRange => "timer_out_of_range",
             ReleaseCode::LockedTarget => "locked_target",
+            ReleaseCode::TooManyExecutions => "too_many_executions",
         }
     }
 
     /// Every code, for docs and for parsing scenario files.
-    pub const ALL: [ReleaseCode; 16] = [
+    pub const ALL: [ReleaseCode; 17] = [
         ReleaseCode::InvalidFlow,
         ReleaseCode::UnknownService,
         ReleaseCode::UnknownAction,
@@ -93,6 +98,7 @@ impl ReleaseCode {
         ReleaseCode::TimerResumeInvalid,
         ReleaseCode::TimerOutOfRange,
         ReleaseCode::LockedTarget,
+        ReleaseCode::TooManyExecutions,
     ];
 
     /// The code named `s`.
@@ -176,6 +182,8 @@ pub fn check_release(
             message: i.to_string(),
         })
         .collect();
+    // Only a flow without structural problems is counted (a cycle is reported as one).
+    let owed = problems.is_empty().then(|| flow.executions_per_trigger());
     let mut problem = |code, node: Option<&str>, service: Option<&str>, message: String| {
         problems.push(ReleaseProblem {
             code,
@@ -185,6 +193,26 @@ pub fn check_release(
         });
     };
 
+    if let Some(owed) = owed
+        && owed > MAX_EXECUTIONS_PER_TRIGGER
+    {
+        problem(
+            ReleaseCode::TooManyExecutions,
+            None,
+            None,
+            format!(
+                "one trigger would owe {} node executions, more than the {MAX_EXECUTIONS_PER_TRIGGER} a flow may: \
+                     every node runs once per path that reaches it (two parallel edges are two \
+                     arrivals, and a fan-in has no join), so they multiply along a path; remove \
+                     the parallel edges, or fan out fewer branches into one node",
+                if owed == u64::MAX {
+                    "more than 18 446 744 073 709 551 615".to_owned()
+                } else {
+                    owed.to_string()
+                }
+            ),
+        );
+    }
     for service in flow.services() {
         match manifests.get(service) {
             None => problem(
@@ -499,5 +527,46 @@ mod tests {
             &registry(&[("a", &["durable_timer.v1"])]),
         ));
         assert_eq!(c, ["unknown_service", "unknown_action"]);
+    }
+
+    /// Found by an audit: a 31-node flow, each node joined to the next by two parallel edges,
+    /// was released; one trigger owed 2^31 executions, run at some 4 000 a second for days.
+    #[test]
+    fn flows_whose_executions_multiply_beyond_the_bound_are_refused() {
+        let chain = |n: usize, parallel: usize| -> Flow {
+            let mut nodes = vec![json!({"id": "n0", "type": "service-in", "service": "a"})];
+            let mut edges = Vec::new();
+            for i in 1..n {
+                nodes.push(
+                    json!({"id": format!("n{i}"), "type": "mapping", "service": "a",
+                                  "config": {"fields": {}}}),
+                );
+                for p in 0..parallel {
+                    edges.push(
+                        json!({"id": format!("e{i}_{p}"), "from": format!("n{}", i - 1),
+                                      "to": format!("n{i}")}),
+                    );
+                }
+            }
+            serde_json::from_value(json!({"id": "f", "nodes": nodes, "edges": edges})).unwrap()
+        };
+        let reg = registry(&[("a", &[])]);
+        assert_eq!(chain(31, 1).executions_per_trigger(), 31);
+        assert!(check_release(&chain(31, 1), &reg).is_ok());
+        assert_eq!(chain(31, 2).executions_per_trigger(), (1 << 31) - 1);
+        let problems = check_release(&chain(31, 2), &reg).unwrap_err();
+        assert_eq!(
+            problems.iter().map(|p| p.code.as_str()).collect::<Vec<_>>(),
+            ["too_many_executions"]
+        );
+        assert!(
+            problems[0].message.contains("2147483647"),
+            "{}",
+            problems[0].message
+        );
+        // Saturates rather than overflows.
+        assert_eq!(chain(100, 2).executions_per_trigger(), u64::MAX);
+        // A few parallel edges stay within the bound.
+        assert!(check_release(&chain(10, 2), &reg).is_ok());
     }
 }

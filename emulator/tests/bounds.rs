@@ -452,12 +452,15 @@ async fn a_control_reply_too_large_for_nats_is_an_error_not_silence() {
     let error = reply["error"].as_str().unwrap();
     assert!(error.contains("max_payload"), "{error}");
     assert!(error.contains("`limit`"), "{error}");
+    // Records come a page at a time: the first that fit, whatever the limit asked.
     let reply = ask("records", json!({"since": 0, "limit": 1000})).await;
-    assert_eq!(reply["ok"], json!(false), "{reply}");
-    assert!(reply["error"].as_str().unwrap().contains("smaller `limit`"));
-    // A page that fits is served, and the API answers on.
+    assert_eq!(reply["ok"], json!(true), "{reply}");
+    let page = reply["result"].as_array().unwrap().len();
+    assert!(page >= 1 && page < lab.records().0.len(), "{page}");
     let reply = ask("records", json!({"since": 0, "limit": 1})).await;
     assert_eq!(reply["ok"], json!(true), "{reply}");
+    // Violations, whole, do not fit; a page at a time they all do.
+    assert!(control.violations().await.unwrap().len() >= 4);
     assert!(control.state().await.unwrap().violations >= 4);
     // A request too large for the server is not sent, and says so: not "nothing answers".
     let big = json!({"text": "x".repeat(2 << 20)});
@@ -571,6 +574,176 @@ async fn any_number_of_runs_flows_and_actions_is_read_through_the_control_api() 
     assert_eq!(shop.actions, ["charge"], "the shortest list stays");
     let after_first = control.run_page(last.next, 1000).await.unwrap();
     assert_eq!(after_first.runs[0].id, all[1]);
+}
+
+/// Found by an audit: above some 2 600 registered services neither `state` nor `services` could
+/// be read (each error pointed to the other); one record was unreadable even with `limit: 1`; one
+/// message with 3 000 junk headers broke `violations` for good. Now `state` carries the services
+/// that fit (and counts them all), `services` and `violations` are read a page at a time, and an
+/// item too large for a message on its own comes cut, saying so, counted. A 16 KB max_payload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_control_list_is_readable_whatever_was_registered_or_recorded() {
+    let (_server, lab, client) = shop_lab_with_small_messages().await;
+    let control = triggers_emulator::control::ControlClient::connect(lab.url())
+        .await
+        .unwrap();
+    // Services whose summaries do not fit in one state (a 5 KB service_version each).
+    for n in 0..5 {
+        let mut m = manifest(&format!("wide{n}"), &["x"], &[]);
+        m.service_version = "v".repeat(5000);
+        m.seal().unwrap();
+        assert_eq!(register(&client, &m).await.error, "");
+    }
+    let state = control.state().await.expect("the state is readable");
+    assert_eq!(state.services_total, 6);
+    assert!(state.services.len() < 6, "{}", state.services.len());
+    let services = control.services().await.expect("the services are readable");
+    assert_eq!(services.len(), 6);
+    assert_eq!(services["wide4"].manifest.service_version.len(), 5000);
+    // Whole, they do not fit, and the error says how to page.
+    let whole = control_reply(&client, "services", b"{}").await;
+    assert!(
+        whole["error"].as_str().unwrap().contains("`after`"),
+        "{whole}"
+    );
+
+    // One message larger than a reply once written as JSON (quotes escape to two bytes).
+    let quotes = "\"".repeat(12 * 1024);
+    client
+        .publish("triggers.v2.bulky", quotes.clone().into())
+        .await
+        .unwrap();
+    // One with hundreds of junk headers: its violations hold them all.
+    let mut headers = async_nats::HeaderMap::new();
+    for h in 0..300 {
+        headers.insert(format!("X-Triggers-Junk-{h}").as_str(), "junk");
+    }
+    client
+        .publish_with_headers(
+            subject::HEARTBEAT,
+            headers,
+            "\"".repeat(6 * 1024).into_bytes().into(),
+        )
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+    let seq = eventually(&lab, "the bulky message recorded", |lab| {
+        lab.records()
+            .0
+            .iter()
+            .find(|r| r.subject == "triggers.v2.bulky")
+            .map(|r| r.seq)
+    })
+    .await;
+    eventually(&lab, "the junk headers judged", |lab| {
+        lab.violations()
+            .iter()
+            .any(|v| v.headers.len() >= 300)
+            .then_some(())
+    })
+    .await;
+    let records = control.records(seq - 1, 1).await.expect("one record, cut");
+    assert_eq!(records[0].seq, seq);
+    let text = records[0].payload.text();
+    assert!(text.contains("[cut for the reply: "), "{}", &text[..100]);
+    let violations = control
+        .violations()
+        .await
+        .expect("the violations are readable");
+    assert_eq!(violations.len(), lab.violations().len());
+    let junk = violations
+        .iter()
+        .find(|v| v["headers"].as_array().is_some_and(|h| h.len() > 16))
+        .expect("a violation of the junk message");
+    let last = junk["headers"].as_array().unwrap().last().unwrap();
+    assert_eq!(last[0], "Triggers-Lab-Cut", "{last}");
+    assert!(control.state().await.unwrap().cut_in_replies >= 2);
+}
+
+async fn control_reply(client: &async_nats::Client, op: &str, body: &[u8]) -> serde_json::Value {
+    let reply = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.request(format!("triggerslab.v1.control.{op}"), body.to_vec().into()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{op}: no reply within 10 s"))
+    .unwrap();
+    serde_json::from_slice(&reply.payload).unwrap()
+}
+
+/// Found by an audit: a client deleted `TRIGGERS_EVENTS` (any client may, on a server whose
+/// permissions are not `up`'s), the emulator never noticed, and every later run stayed
+/// `running`. Now it says so (a violation, `streams_lost` in the state), makes the stream again,
+/// and runs settle again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_stream_of_the_emulator_is_said_and_made_again() {
+    let (lab, client) = shop_lab(EmulatorConfig::default()).await;
+    let js = async_nats::jetstream::new(client.clone());
+    js.delete_stream(triggers_emulator::EVENTS_STREAM)
+        .await
+        .unwrap();
+    let lost = eventually(&lab, "the loss said", |lab| {
+        lab.violations()
+            .into_iter()
+            .find(|v| v.rule == "emulator_stream_lost")
+    })
+    .await;
+    assert!(lost.message.contains("TRIGGERS_EVENTS"), "{}", lost.message);
+    assert!(lab.summary().streams_lost >= 1);
+    // Made again, and followed: a run settles.
+    let run = lab.trigger("order", &json!({})).await.unwrap();
+    let envelope = Envelope::from_headers(&next_delivery(&client, "shop").await.headers).unwrap();
+    succeed(&client, &envelope, "shop", "step").await;
+    lab.wait_run_settled(&run)
+        .await
+        .expect("a run settles after the stream was made again");
+}
+
+/// Found by an audit: `up` restarted on the same external server imported the dead instance's
+/// work: 56 runs it never triggered and 2 752 `unknown_flow` DLQ entries, with no note. With
+/// `clean_start` (what `up` sets) the deliveries left waiting in the services' inbound streams
+/// are removed, and what was found is said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_emulator_on_a_used_server_starts_clean_and_says_what_it_removed() {
+    let server = small_server("100GB", "").await;
+    let first = lab_on(&server).await;
+    let client = connect(&first).await;
+    register(&client, &manifest("shop", &["charge"], &[])).await;
+    first
+        .deploy(one_step_flow("order", "shop", "charge"))
+        .await
+        .unwrap();
+    for n in 0..3 {
+        first.trigger("order", &json!({"n": n})).await.unwrap();
+    }
+    drop(first);
+    let second = triggers_emulator::Harness::start_with(
+        triggers_emulator::NatsConfig {
+            backend: triggers_emulator::Backend::External,
+            url: Some(server.url.clone()),
+            ..Default::default()
+        },
+        EmulatorConfig {
+            clean_start: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let found = second.found_at_start();
+    assert!(
+        found.contains(&triggers_emulator::FoundAtStart {
+            stream: "triggers-sources-shop".into(),
+            messages: 3,
+            removed: true,
+        }),
+        "{found:?}"
+    );
+    let mut stream = async_nats::jetstream::new(client.clone())
+        .get_stream("triggers-sources-shop")
+        .await
+        .unwrap();
+    assert_eq!(stream.info().await.unwrap().state.messages, 0);
 }
 
 /// Found by an audit: a run whose timeline outgrew max_payload could not be read through the

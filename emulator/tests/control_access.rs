@@ -184,6 +184,42 @@ async fn services_cannot_answer_the_emulators_jetstream_requests(lab: Harness) {
     );
 }
 
+/// Found by an audit: a service deleted `TRIGGERS_EVENTS` through the JetStream API, and every
+/// later run stayed `running` for good, with nothing said. On the server `up` starts, the
+/// services' user may not delete, purge or reconfigure the emulator's streams.
+#[tokio::test]
+async fn services_cannot_delete_or_purge_the_emulators_streams() {
+    let lab = private_lab(Backend::Binary).await;
+    let service = async_nats::connect(lab.url()).await.unwrap();
+    let js = async_nats::jetstream::new(service.clone());
+    for stream in [
+        triggers_emulator::EVENTS_STREAM,
+        triggers_emulator::DLQ_STREAM,
+    ] {
+        let deleted = tokio::time::timeout(Duration::from_secs(3), js.delete_stream(stream)).await;
+        assert!(!matches!(deleted, Ok(Ok(_))), "a service deleted {stream}");
+        let purged = tokio::time::timeout(
+            Duration::from_secs(3),
+            service.request(format!("$JS.API.STREAM.PURGE.{stream}"), "".into()),
+        )
+        .await;
+        assert!(
+            !matches!(purged, Ok(Ok(_))),
+            "a service purged {stream}: {purged:?}"
+        );
+    }
+    let own = async_nats::jetstream::new(lab.emulator().client().clone());
+    for stream in [
+        triggers_emulator::EVENTS_STREAM,
+        triggers_emulator::DLQ_STREAM,
+    ] {
+        own.get_stream(stream)
+            .await
+            .unwrap_or_else(|e| panic!("{stream} is gone: {e}"));
+    }
+    assert_eq!(lab.emulator().summary().streams_lost, 0);
+}
+
 #[tokio::test]
 async fn binary_with_a_private_control_account_keeps_services_out() {
     services_cannot_reach_a_private_control_api(private_lab(Backend::Binary).await).await;

@@ -120,6 +120,29 @@ const ORCHESTRATOR_USER: &str = "orchestrator";
 /// (`triggers_sdk::wire::subject::EMULATOR_INBOX_PREFIX`), so no service stream captures it.
 pub const ORCHESTRATOR_INBOX: &str = "_TRIGGERS_LAB_INBOX";
 
+/// The emulator's own streams, which the services' user may not delete, purge, reconfigure,
+/// delete messages from, nor delete the consumers of (the emulator follows each with a consumer).
+/// The names are the emulator's `DLQ_STREAM` and `EVENTS_STREAM` (a test there keeps them equal).
+pub const PROTECTED_STREAMS: [&str; 2] = ["TRIGGERS_DLQ", "TRIGGERS_EVENTS"];
+
+/// The JetStream API subjects the services' user may not publish on: every request that would
+/// remove or change one of [`PROTECTED_STREAMS`] or what it holds.
+fn protected_api() -> Vec<String> {
+    let mut subjects = Vec::new();
+    for stream in PROTECTED_STREAMS {
+        for op in [
+            "STREAM.DELETE",
+            "STREAM.PURGE",
+            "STREAM.UPDATE",
+            "STREAM.MSG.DELETE",
+        ] {
+            subjects.push(format!("$JS.API.{op}.{stream}"));
+        }
+        subjects.push(format!("$JS.API.CONSUMER.DELETE.{stream}.*"));
+    }
+    subjects
+}
+
 /// 32 random bytes as hex, from the thread's CSPRNG.
 pub(crate) fn secret() -> String {
     let mut bytes = [0u8; 32];
@@ -149,13 +172,18 @@ pub(crate) fn config() -> (String, Private) {
            SERVICES: {{ jetstream: enabled, users: [\n    \
              {{ user: \"{SERVICES_USER}\", password: \"{services}\", permissions: {{\n      \
                subscribe: {{ deny: [\"$JS.API.>\", \"{ORCHESTRATOR_INBOX}.>\"] }},\n      \
-               publish: {{ deny: [\"{ORCHESTRATOR_INBOX}.>\"] }} }} }},\n    \
+               publish: {{ deny: [\"{ORCHESTRATOR_INBOX}.>\", {protected}] }} }} }},\n    \
              {{ user: \"{orchestrator_user}\", password: \"{orchestrator_password}\" }}\n  \
            ] }}\n  \
            LAB: {{ users: [ {{ user: \"{user}\", password: \"{password}\" }} ] }}\n\
          }}\n\
          no_auth_user: \"{SERVICES_USER}\"\n",
         services = secret(),
+        protected = protected_api()
+            .iter()
+            .map(|s| format!("\"{s}\""))
+            .collect::<Vec<_>>()
+            .join(", "),
         orchestrator_user = orchestrator.user,
         orchestrator_password = orchestrator.password,
         user = credentials.user,
@@ -184,6 +212,10 @@ mod tests {
         assert_eq!(pa.control.password.len(), 64);
         assert!(a.contains(&pa.control.password) && a.contains(&pa.orchestrator.password));
         assert!(a.contains("no_auth_user"));
+        assert!(
+            a.contains("\"$JS.API.STREAM.DELETE.TRIGGERS_EVENTS\""),
+            "{a}"
+        );
         assert!(!format!("{pa:?}").contains(&pa.control.password));
         assert!(!format!("{pa:?}").contains(&pa.orchestrator.password));
     }

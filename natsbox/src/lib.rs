@@ -79,7 +79,9 @@ pub mod watchdog;
 
 use std::time::Duration;
 
-pub use accounts::{ControlCredentials, ORCHESTRATOR_INBOX, OrchestratorCredentials};
+pub use accounts::{
+    ControlCredentials, ORCHESTRATOR_INBOX, OrchestratorCredentials, PROTECTED_STREAMS,
+};
 pub use choice::{ChosenBackend, SkippedBackend};
 pub use config::{
     Backend, ENV_BACKEND, ENV_IMAGE, ENV_MONITOR_URL, ENV_SERVER_BIN, ENV_URL, LOCAL_IMAGE,

@@ -463,6 +463,9 @@ pub fn summary() -> StateSummary {
     StateSummary {
         evicted_runs: 0,
         unfollowed_runs: 0,
+        services_total: 0,
+        cut_in_replies: 0,
+        streams_lost: 0,
         dropped_violations: 0,
         trimmed_violations: 0,
         clock: at_ms(62_000),

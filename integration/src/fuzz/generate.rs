@@ -306,8 +306,30 @@ pub(super) fn generate(rng: &mut StdRng, n: u64, lab: &Harness, version: i64) ->
         0..=9 => {
             let mut m = manifest_value(lab);
             m["service"] = json!(format!("fz-{}", rng.random_range(0..5)));
+            // Names the server cannot carry in one request line (found by an audit: the
+            // emulator was cut off, and every registration stalled).
+            if rng.random_bool(0.03) {
+                m["service"] = json!("s".repeat(rng.random_range(129..5000)));
+            }
             if let Some(src) = m["service_sources"].get_mut(0) {
-                src["default"] = json!(format!("fzx{}.inbound", rng.random_range(0..5)));
+                src["default"] = json!(match rng.random_range(0..20) {
+                    // Sources over what the server, the platform or the emulator own.
+                    0 => [
+                        "$KV.>",
+                        "$JS.API.>",
+                        "_TRIGGERS_LAB_INBOX.>",
+                        "_INBOX.*",
+                        "triggerslab.>",
+                        ">",
+                        "*.>",
+                        "triggers.v2.dlq.>",
+                        "triggers.v2.flow.*.x"
+                    ][rng.random_range(0..9)]
+                    .to_owned(),
+                    // Longer than a subscription line the server takes.
+                    1 => format!("fzl.{}", "l".repeat(rng.random_range(1000..5000))),
+                    _ => format!("fzx{}.inbound", rng.random_range(0..5)),
+                });
             }
             Message {
                 target: "register",

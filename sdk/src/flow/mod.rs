@@ -277,6 +277,35 @@ impl Flow {
             .filter(move |n| n.node_type == NodeType::ServiceIn && !targets.contains(n.id.as_str()))
     }
 
+    /// How many node executions one trigger can owe at most: every node runs once per path
+    /// that reaches it (there is no join: each arrival of a fan-in is an execution, and two
+    /// parallel edges are two arrivals), a timer's successors once per occurrence. Counted from
+    /// every entry point at once, saturating; nodes on a cycle are not counted (a cycle is
+    /// refused on its own).
+    #[must_use]
+    pub fn executions_per_trigger(&self) -> u64 {
+        let graph = Graph::new(self);
+        let mut reach = vec![0u64; self.body.nodes.len()];
+        let mut total = 0u64;
+        for i in graph.topological_order() {
+            if graph.incoming[i].is_empty() {
+                reach[i] = 1;
+            }
+            total = total.saturating_add(reach[i]);
+            let node = &self.body.nodes[i];
+            let fires = if node.node_type == NodeType::Timer {
+                reach[i].saturating_mul(timer_repeat(node))
+            } else {
+                reach[i]
+            };
+            for &e in &graph.outgoing[i] {
+                let to = graph.edge_to[e];
+                reach[to] = reach[to].saturating_add(fires);
+            }
+        }
+        total
+    }
+
     /// Gives every node without a service the service of the node before it (timers excepted):
     /// the first predecessor, in edge order, that has one. Nodes are visited in topological
     /// order, so a chain of inheriting nodes resolves in one pass: linear in the flow's size.
@@ -553,6 +582,10 @@ pub const MAX_NODES: usize = 20_000;
 pub const MAX_EDGES: usize = 40_000;
 /// The longest id (of a flow, node or edge), in bytes.
 pub const MAX_ID_LEN: usize = 128;
+/// The most node executions one trigger may owe ([`Flow::executions_per_trigger`]): a release
+/// refuses a flow above it (parallel edges, or fan-ins without a join, multiplying along a path:
+/// thirty-one pairs of parallel edges owe 2^31).
+pub const MAX_EXECUTIONS_PER_TRIGGER: u64 = 100_000;
 /// The most occurrences of a repeating timer.
 pub const MAX_TIMER_REPEAT: u64 = 10_000;
 /// The longest timer delay: ten years, in milliseconds.

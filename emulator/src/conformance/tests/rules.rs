@@ -421,4 +421,6 @@ pub(super) const STATEFUL: &[&str] = &[
     "handed_on_before_event",
     "dlq_before_failed_event",
     "ack_before_reports",
+    // Fired by the emulator's stream follower (emulator/tests/bounds.rs).
+    "emulator_stream_lost",
 ];
