@@ -160,7 +160,7 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
         }
         eprintln!("starting a nats-server with JetStream; {}", choice.said);
     }
-    let nats = NatsServer::start(nats_config)
+    let mut nats = NatsServer::start(nats_config)
         .await
         .map_err(|e| EnvironmentError(e.to_string()))?;
     // The emulator's connection counts what NATS drops for its slow subscriptions; the log
@@ -234,9 +234,14 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
 
     if args.tui {
         // The UI owns the terminal: no log lines while it is up. A signal ends it as `q` does.
+        let mut died = None;
         let result = tokio::select! {
             r = triggers_tui::run(triggers_tui::Source::InProcess(emulator.clone()), ui_options(None)) => r,
             _ = signals.recv() => Ok(()),
+            how = server_died(&mut nats) => {
+                died = Some(how);
+                Ok(())
+            }
         };
         for services in scripted {
             services.stop().await;
@@ -244,6 +249,9 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
         drop(slot);
         drop(emulator);
         nats.stop().await?;
+        if let Some(how) = died {
+            return Err(server_died_error(&how).into());
+        }
         return result.map_err(Into::into);
     }
     if args.quiet {
@@ -323,10 +331,15 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     let mut drop_check = tokio::time::interval(Duration::from_secs(1));
     let mut drops_told = 0;
     let mut losses_told = 0;
+    let mut died = None;
     loop {
         tokio::select! {
             _ = signals.recv() => break,
             _ = drop_check.tick() => {
+                if let Some(how) = nats.exited() {
+                    died = Some(how);
+                    break;
+                }
                 let dropped = emulator.dropped_messages();
                 if dropped > drops_told {
                     eprintln!(
@@ -372,7 +385,33 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     drop(slot);
     drop(emulator);
     nats.stop().await?;
-    Ok(())
+    match died {
+        Some(how) => Err(server_died_error(&how).into()),
+        None => Ok(()),
+    }
+}
+
+/// Returns once the nats-server `up` started has ended by itself (killed, crashed): how it
+/// ended. Checked every second; never returns for a server it cannot watch (an external one,
+/// a container), whose loss the emulator's connection reports.
+async fn server_died(nats: &mut NatsServer) -> String {
+    let mut check = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        check.tick().await;
+        if let Some(how) = nats.exited() {
+            return how;
+        }
+    }
+}
+
+/// `up`'s error when its nats-server died: it serves nothing any more, so it stops rather than
+/// stay up answering no one.
+fn server_died_error(how: &str) -> EnvironmentError {
+    EnvironmentError(format!(
+        "the nats-server this `up` started has exited ({how}): services and commands had \
+         nothing to talk to, so `up` stopped too (its discovery entry is removed); start it \
+         again with `triggers-lab up` (a killed server's store is gone with it)"
+    ))
 }
 
 /// The scenario files of `--services`, read (and checked) before anything starts.

@@ -388,3 +388,92 @@ fn up_takes_the_emulators_bounds_as_flags() {
     );
     assert_eq!(interrupt(&mut up).code(), Some(130));
 }
+
+/// The children of `pid`, from the process table.
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let child: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let ppid: u32 = stat
+                .rsplit(')')
+                .next()?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            (ppid == pid).then_some(child)
+        })
+        .collect()
+}
+
+/// Found by an audit: the nats-server `up` started was SIGKILLed, and `up` stayed up serving
+/// nothing (a zombie child, one DISCONNECTED line) while the CLI said no emulator answered.
+/// `up` now says its server died and exits 3, its discovery entry gone.
+#[cfg(target_os = "linux")]
+#[test]
+fn up_whose_nats_server_is_killed_says_so_and_exits_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let xdg = dir.path();
+    let mut up = bin_in(xdg)
+        .args([
+            "up",
+            "--backend",
+            "binary",
+            "--port",
+            "0",
+            "--quiet",
+            "--instance",
+            "dies",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(up.stdout.take().unwrap());
+    let mut url = String::new();
+    stdout.read_line(&mut url).unwrap();
+    assert!(url.starts_with("nats://"), "{url:?}");
+    let mut up = Up(up);
+    let server = children_of(up.id())
+        .into_iter()
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("nats-server"))
+        })
+        .expect("the nats-server child of up");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(server as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = up.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "up stayed up without its nats-server"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut up.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the nats-server this `up` started has exited (pid {server}, signal: 9 (SIGKILL))"
+        )),
+        "{stderr}"
+    );
+    // Its entry is gone: the CLI says no `up` runs, not that one does not answer.
+    let out = run(xdg, &["status"]);
+    assert!(
+        text(&out).contains("no running `triggers-lab up`"),
+        "{}",
+        text(&out)
+    );
+}

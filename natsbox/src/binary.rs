@@ -339,6 +339,16 @@ impl BinaryServer {
         self.watchdog = None;
     }
 
+    /// How the process ended, once it has (it is reaped then: no zombie is left); `None` while
+    /// it runs, or after [`BinaryServer::stop`].
+    pub(crate) fn exited(&mut self) -> Option<String> {
+        let child = self.child.as_mut()?;
+        match child.try_wait() {
+            Ok(Some(status)) => Some(format!("pid {}, {status}", child.id())),
+            Ok(None) | Err(_) => None,
+        }
+    }
+
     /// SIGKILL and reap: synchronous, so the ports are free when it returns.
     pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

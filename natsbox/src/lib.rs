@@ -281,6 +281,17 @@ impl NatsServer {
         }
     }
 
+    /// How the server this handle started ended, if it has ended by itself (killed, crashed):
+    /// e.g. `pid 4242, signal: 9 (SIGKILL)`. The process is reaped then, so no zombie is left.
+    /// `None` while it runs, and for what cannot be watched this way (an external server, a
+    /// container, a cluster): a client sees those through its connection.
+    pub fn exited(&mut self) -> Option<String> {
+        match &mut self.running {
+            Running::Binary(server) => server.exited(),
+            _ => None,
+        }
+    }
+
     /// Stops the server gracefully and removes what it left behind (an external server is left
     /// running). Dropping the handle does the same, less gracefully.
     pub async fn stop(mut self) -> Result<(), NatsError> {
