@@ -163,6 +163,11 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     let mut nats = NatsServer::start(nats_config)
         .await
         .map_err(|e| EnvironmentError(e.to_string()))?;
+    if nats.control_credentials().is_none() {
+        // A server `up` did not start may have an emulator already: two would both answer the
+        // control API and registrations, each half the time.
+        refuse_a_second_emulator(nats.url()).await?;
+    }
     // The emulator's connection counts what NATS drops for its slow subscriptions; the log
     // below says so as it happens, and `state` shows the count.
     let slow_consumers = DropCounter::new();
@@ -389,6 +394,47 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
         Some(how) => Err(server_died_error(&how).into()),
         None => Ok(()),
     }
+}
+
+/// How long `up` waits for an emulator already on its server to answer.
+const OTHER_EMULATOR_PROBE: Duration = Duration::from_secs(5);
+
+/// Refuses to start a second emulator on the server at `url`: anything that answers the control
+/// API there (an emulator, whatever its token) holds it. Named when a discovery entry of this
+/// user's says which `up` it is. Two `up`s starting at the same instant can both pass.
+async fn refuse_a_second_emulator(url: &str) -> Result<()> {
+    let probe = tokio::time::timeout(OTHER_EMULATOR_PROBE, ControlClient::connect(url)).await;
+    let found = match probe {
+        Ok(Err(triggers_emulator::ControlError::NoEmulator { .. })) => return Ok(()),
+        Ok(Ok(_) | Err(triggers_emulator::ControlError::Refused(_))) => {
+            "an emulator answers its control API"
+        }
+        Ok(Err(_)) => "something answers its control API",
+        Err(_) => "something listens on its control API (and does not answer)",
+    };
+    let holders: Vec<String> = discovery::running()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|i| i.url == url && i.pid != std::process::id())
+        .map(|i| {
+            format!(
+                "`triggers-lab up` {} (pid {}; `triggers-lab down --instance {}` stops it)",
+                i.instance, i.pid, i.instance
+            )
+        })
+        .collect();
+    let who = if holders.is_empty() {
+        "no `up` of yours on this machine names it: another user's, or another machine's".into()
+    } else {
+        format!("it is {}", holders.join(", "))
+    };
+    Err(EnvironmentError(format!(
+        "{url} already has a triggers-lab emulator ({found}; {PREFIX}.*): {who}. One emulator per \
+         server: two would each answer half of the control requests and registrations. Use that \
+         one (`--instance`), stop it, or give this `up` a server of its own (leave out --nats)",
+        PREFIX = triggers_emulator::control::PREFIX
+    ))
+    .into())
 }
 
 /// Returns once the nats-server `up` started has ended by itself (killed, crashed): how it

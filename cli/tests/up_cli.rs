@@ -477,3 +477,54 @@ fn up_whose_nats_server_is_killed_says_so_and_exits_3() {
         text(&out)
     );
 }
+
+/// Found by an audit: two `up --nats URL` on one external server both started, and every
+/// command and registration then reached one or the other. The second refuses, naming the
+/// first.
+#[test]
+fn a_second_up_on_a_server_that_has_one_refuses_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let xdg = dir.path();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = Command::new("nats-server")
+        .args([
+            "-a",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-js",
+            "--store_dir",
+        ])
+        .arg(xdg.join("store"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nats-server on PATH");
+    let url = format!("nats://127.0.0.1:{port}");
+    let (mut first, printed) = up(xdg, &["--nats", &url, "--instance", "first"]);
+    assert_eq!(printed, url);
+    let second = bin_in(xdg)
+        .args(["up", "--quiet", "--nats", &url, "--instance", "second"])
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(3), "{}", text(&second));
+    assert!(
+        text(&second).contains(&format!("{url} already has a triggers-lab emulator"))
+            && text(&second).contains("`triggers-lab up` first (pid"),
+        "{}",
+        text(&second)
+    );
+    // The first still has the server to itself.
+    let out = run(xdg, &["advance", "--instance", "first", "1m"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(interrupt(&mut first).code(), Some(130));
+    // Once it is gone, an `up` may take the server.
+    let (mut third, _) = up(xdg, &["--nats", &url, "--instance", "third"]);
+    assert_eq!(interrupt(&mut third).code(), Some(130));
+    let _ = server.kill();
+    let _ = server.wait();
+}
