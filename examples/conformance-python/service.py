@@ -580,7 +580,7 @@ class Service:
             flow_run_id=env.flow_run_id,
             flow_id=env.flow_id,
             # the run's version, never the held flow's newest (protocol.md section 6)
-            flow_version=flow.version if BREAK == "redeploy_mid_run" else env.flow_version,
+            flow_version=max(self.flows.flows.get(env.flow_id) or {0: None}) if BREAK == "redeploy_mid_run" else env.flow_version,
             node_id=node_id,
             node_type=ntype,
             service=SERVICE,
@@ -924,7 +924,7 @@ class Service:
             emitted_at=go_time_ns(now_ns()),
             idempotency_key=key,
             # the run's version (the envelope's), never the held flow's newest (protocol.md 7)
-            flow_version=ctx.flow.version if BREAK == "redeploy_mid_run" else env.flow_version,
+            flow_version=max(self.flows.flows.get(env.flow_id) or {0: None}) if BREAK == "redeploy_mid_run" else env.flow_version,
         )
         if BREAK == "hop_traceparent":
             hop_env.traceparent = ""  # broken: the run's trace ends here

@@ -214,6 +214,13 @@ impl External {
         signal_marked(&self.mark, false);
     }
 
+    /// SIGKILL to its process group and to its processes that left the group, at once: a crash,
+    /// for the conformance kit's fault checks. [`External::stop`] still reaps what is left.
+    pub(crate) fn kill(&self) {
+        signal(self.pgid, true);
+        signal_marked(&self.mark, true);
+    }
+
     /// Waits up to `patience` for the process to exit; its status text when it did.
     pub(crate) async fn wait_exit(&mut self, patience: Duration) -> Option<String> {
         let mut exit = self.exit.clone();

@@ -19,6 +19,16 @@ use triggers_sdk::wire::{CompletionEvent, Envelope, GoTime, Headers, idempotency
 use super::peer::PEER;
 use crate::external::External;
 
+mod faults;
+mod hard;
+
+/// How the kit started the service: what starts it again (the fault checks).
+pub(crate) struct Launch {
+    pub(crate) command: Vec<String>,
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) cwd: std::path::PathBuf,
+}
+
 /// The name the conformance service registers under.
 pub(crate) const SERVICE: &str = "conformance";
 
@@ -93,6 +103,67 @@ pub const CHECKS: &[(&str, &str)] = &[
         "a bad Durable Timer triplet: durable_timer_rejected",
     ),
     (
+        "hop_traceparent",
+        "a hop of a traced run carries a traceparent of the run's trace",
+    ),
+    (
+        "traceparent_invalid",
+        "an invalid inbound traceparent is ignored, not dead-lettered",
+    ),
+    (
+        "hop_keys",
+        "a node run twice before a hop (fan-in): two hop keys",
+    ),
+    (
+        "timer_strip",
+        "an output after a timer's delivery: no Durable Timer triplet",
+    ),
+    (
+        "redeploy_mid_run",
+        "a redeploy mid-run: the run's events and hops keep its version",
+    ),
+    (
+        "retry_backoff",
+        "retries wait initial_backoff_ms, times backoff_factor",
+    ),
+    (
+        "unknown_flow_wait",
+        "a flow broadcast late: the delivery waits for it, then runs",
+    ),
+    (
+        "heartbeat_interval",
+        "heartbeats every 5 s, started_at fixed",
+    ),
+    (
+        "consumer",
+        "the durable consumer is configured as protocol.md §4 says",
+    ),
+    (
+        "ack_order",
+        "a delivery is acked after its reports, never before",
+    ),
+    ("dlq_order", "a DLQ entry follows the node's failed event"),
+    (
+        "handoff_order",
+        "an output or hop follows the node's succeeded event",
+    ),
+    (
+        "hop_jetstream",
+        "hops are JetStream publishes, the PubAck awaited",
+    ),
+    (
+        "crash_redelivery",
+        "SIGKILL mid-action, restart: the delivery runs once, to the end",
+    ),
+    (
+        "replicas",
+        "two replicas: both hold the flows, each delivery runs once",
+    ),
+    (
+        "server_restart",
+        "the nats-server restarts under it: later work still runs",
+    ),
+    (
         "conformant",
         "the conformance checker found no error in anything sent",
     ),
@@ -135,6 +206,8 @@ pub(crate) struct Ctx {
     pub(crate) strict: bool,
     /// Set by a check that failed only because of `--strict`.
     pub(crate) strict_only: bool,
+    /// How the service was started.
+    pub(crate) launch: Launch,
 }
 
 /// How many times its patience a check waits, at most, while the service shows progress.
@@ -397,6 +470,22 @@ pub(crate) async fn run(name: &str, ctx: &mut Ctx) -> Result<(), Failure> {
         "hop_in" => hop_in(ctx).await,
         "timer" => timer(ctx).await,
         "timer_rejected" => timer_rejected(ctx).await,
+        "hop_traceparent" => hard::hop_traceparent(ctx).await,
+        "traceparent_invalid" => hard::traceparent_invalid(ctx).await,
+        "hop_keys" => hard::hop_keys(ctx).await,
+        "timer_strip" => hard::timer_strip(ctx).await,
+        "redeploy_mid_run" => hard::redeploy_mid_run(ctx).await,
+        "retry_backoff" => hard::retry_backoff(ctx).await,
+        "unknown_flow_wait" => hard::unknown_flow_wait(ctx).await,
+        "heartbeat_interval" => hard::heartbeat_interval(ctx).await,
+        "consumer" => hard::consumer(ctx).await,
+        "ack_order" => hard::ack_order(ctx).await,
+        "dlq_order" => hard::dlq_order(ctx).await,
+        "handoff_order" => hard::handoff_order(ctx).await,
+        "hop_jetstream" => hard::hop_jetstream(ctx).await,
+        "crash_redelivery" => faults::crash_redelivery(ctx).await,
+        "replicas" => faults::replicas(ctx).await,
+        "server_restart" => faults::server_restart(ctx).await,
         "conformant" => conformant(ctx).await,
         "shutdown" => shutdown(ctx).await,
         other => fail(format!("a check named {other}"), "no such check"),

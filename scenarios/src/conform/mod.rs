@@ -40,6 +40,9 @@ pub struct ConformOptions {
     pub strict: bool,
 }
 
+/// The `ack_wait` the kit gives the service (`TRIGGERS_ACK_WAIT_MS`), in milliseconds.
+pub const ACK_WAIT_MS: u64 = 2000;
+
 /// The shortest `timeout` the kit takes: a correct service may wait 2 s for a flow's broadcast
 /// before it answers (`docs/protocol.md` §5), and a check must outlast that with room to spare.
 pub const MIN_TIMEOUT: Duration = Duration::from_secs(3);
@@ -312,9 +315,17 @@ pub async fn conform(
     let mut env = options.env.clone();
     env.insert("TRIGGERS_SERVICE".into(), checks::SERVICE.into());
     env.insert("CONFORM_OUT_SUBJECT".into(), "conform.out.>".into());
+    // Short, so that a lost ack redelivers within a check's patience (docs/conform.md).
+    env.entry("TRIGGERS_ACK_WAIT_MS".into())
+        .or_insert_with(|| ACK_WAIT_MS.to_string());
     let cwd = options.cwd.clone().unwrap_or_else(|| PathBuf::from("."));
     let service = External::spawn(checks::SERVICE, &options.command, &env, &cwd, lab.url())
         .map_err(ConformError::Start)?;
+    let launch = checks::Launch {
+        command: options.command.clone(),
+        env,
+        cwd,
+    };
     let client = async_nats::connect(lab.url())
         .await
         .map_err(|e| ConformError::Harness(format!("cannot connect to {}: {e}", lab.url())))?;
@@ -326,6 +337,7 @@ pub async fn conform(
         versions: BTreeMap::new(),
         strict: options.strict,
         strict_only: false,
+        launch,
     };
     let mut results = Vec::new();
     let mut registered = true;
@@ -407,7 +419,7 @@ async fn run_watching_exit(name: &str, ctx: &mut checks::Ctx) -> Result<(), chec
         Ok(status) = exit.wait_for(Option::is_some) => {
             let status = status.clone().unwrap_or_default();
             Err(checks::Failure {
-                expected: format!("the service to stay up while the kit checks that it {about}"),
+                expected: format!("the service to stay up through the check ({about})"),
                 arrived: format!("the service has exited ({status}); nothing more can arrive"),
             })
         }
