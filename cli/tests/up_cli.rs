@@ -382,7 +382,8 @@ fn up_takes_the_emulators_bounds_as_flags() {
     let out = run(xdg, &["trigger", "inapp", r#"{"tenant_id":"t1"}"#]);
     assert!(!out.status.success(), "a third open run was started");
     assert!(
-        text(&out).contains("2 runs are open") && text(&out).contains("--max-open-runs"),
+        text(&out).contains("2 runs the emulator started are open")
+            && text(&out).contains("--max-open-runs"),
         "{}",
         text(&out)
     );
