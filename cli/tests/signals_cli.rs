@@ -607,3 +607,42 @@ fn a_service_descendant_that_keeps_reforking_in_new_sessions_does_not_outlive_ru
         );
     }
 }
+
+/// Found by an audit: `run` blocked writing its report ignored SIGTERM. Here the report goes to
+/// standard output, a pipe no one reads, and is larger than the pipe holds: once `run` waits in
+/// that write, SIGTERM still ends it, with 143.
+#[test]
+fn a_run_blocked_writing_its_report_still_exits_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut scenario = String::from("name: many steps\nsteps:\n");
+    for _ in 0..3000 {
+        scenario.push_str("  - sleep: 1ms\n");
+    }
+    let file = dir.path().join("many.scenario.yaml");
+    std::fs::write(&file, scenario).unwrap();
+    let err = std::fs::File::create(dir.path().join("stderr")).unwrap();
+    let mut run = bin()
+        .args(["run", "--backend", "binary", "--json", "-"])
+        .arg(&file)
+        .env("TMPDIR", dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(err)
+        .spawn()
+        .unwrap();
+    // Kept open and never read: the report's write fills the pipe and waits.
+    let _stdout = run.stdout.take();
+    let pid = run.id();
+    wait_until("run to wait on its full standard output", || {
+        std::fs::read_to_string(format!("/proc/{pid}/wchan"))
+            .is_ok_and(|w| w.contains("pipe_write"))
+    });
+    signal(&run, Signal::TERM);
+    let status = wait_exit(&mut run);
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap_or_default();
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(
+        stderr.contains("SIGTERM: exiting without finishing the reports and summary"),
+        "{stderr}"
+    );
+}

@@ -587,7 +587,7 @@ fn execute(
         coverage: (outputs.coverage.is_some() || outputs.coverage_md.is_some())
             .then(|| Arc::new(Mutex::new(Coverage::new()))),
     };
-    let (report, signal) = runtime.block_on(async {
+    let (report, signal, signals) = runtime.block_on(async {
         // The first signal interrupts the run: steps stop, services and servers are stopped as
         // at a scenario's end, and the reports are still written.
         let signals = Signals::listen();
@@ -608,16 +608,31 @@ fn execute(
         )
         .await;
         forward.abort();
-        (report, signals.received())
+        (report, signals.received(), signals)
     });
-    // Services and servers are stopped; give the runtime's leftovers a moment, not forever.
-    runtime.shutdown_timeout(Duration::from_secs(2));
+    // Writing the reports can block (standard output a pipe whose reader stopped reading): a
+    // signal must still end the process then. The runtime stays up meanwhile, so its workers
+    // hear it: a first signal now exits at once (the run is over, only its reports are left);
+    // after one during the run, the listener forces the exit on the next.
+    if signal.is_none() {
+        runtime.spawn(async move {
+            let sig = signals.recv().await;
+            eprintln!(
+                "{}: exiting without finishing the reports and summary",
+                sig.name()
+            );
+            std::process::exit(i32::from(sig.code()));
+        });
+    }
     let report = SuiteReport { shard, ..report };
     let coverage = options
         .coverage
         .as_ref()
         .map(|c| c.lock().unwrap_or_else(|p| p.into_inner()).clone());
-    finish(&report, coverage.as_ref(), outputs, machine_stdout, signal)
+    let code = finish(&report, coverage.as_ref(), outputs, machine_stdout, signal);
+    // Services and servers are stopped; give the runtime's leftovers a moment, not forever.
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    code
 }
 
 /// Writes the reports and prints the summary; the exit code of the run.
