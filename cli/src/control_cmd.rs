@@ -288,6 +288,23 @@ pub(crate) async fn runs(args: ControlArgs, command: RunsCommand) -> Result<()> 
                 outln!("  timer {} due {}", t.node_id, t.due);
             }
             print_timeline(&run);
+            // The run's DLQ entries in full: what failed, with what, and why.
+            if !run.dlq.is_empty() {
+                let client = control(&args).await?;
+                outln!(
+                    "  {} DLQ entr{}:",
+                    run.dlq.len(),
+                    if run.dlq.len() == 1 { "y" } else { "ies" }
+                );
+                for seq in &run.dlq {
+                    match client.records(seq.saturating_sub(1), 1).await?.first() {
+                        Some(r) if r.seq == *seq => print_dlq_entry(r, "    "),
+                        _ => outln!(
+                            "    DLQ entry #{seq}: no longer held (beyond `up --max-records`)"
+                        ),
+                    }
+                }
+            }
         }
     }
     Ok(())
@@ -377,4 +394,136 @@ mod tests {
             "{lines:?}"
         );
     }
+}
+
+/// `dlq`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum DlqCommand {
+    /// The DLQ entries the emulator holds, oldest first: subject, kind, run, message id, error.
+    List {
+        /// Only the entries of this run (its id, as `trigger` printed it).
+        #[arg(long, value_name = "ID")]
+        run: Option<String>,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// One DLQ entry in full: kind, subject, envelope, body, error.
+    Show {
+        /// Its message id (`Nats-Msg-Id`, as `dlq list` prints it).
+        msg_id: String,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+}
+
+/// Records read a page at a time.
+const RECORD_PAGE: usize = 500;
+/// The most records read looking for DLQ entries: the emulator keeps 100 000 by default
+/// (`up --max-records`); a bound all the same.
+const MAX_RECORDS_READ: u64 = 10_000_000;
+
+/// Every DLQ record the emulator holds, oldest first.
+pub(crate) async fn dlq_records(
+    client: &ControlClient,
+) -> Result<Vec<triggers_emulator::recorder::Record>> {
+    let mut out = Vec::new();
+    let mut since = 0;
+    loop {
+        let page = client.records(since, RECORD_PAGE).await?;
+        let Some(last) = page.last() else { break };
+        since = last.seq;
+        out.extend(
+            page.into_iter()
+                .filter(|r| matches!(r.kind, triggers_emulator::recorder::RecordKind::Dlq { .. })),
+        );
+        if since >= MAX_RECORDS_READ {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// A DLQ record's run id, kind and error (what the entry says; empty when it does not decode).
+fn dlq_fields(r: &triggers_emulator::recorder::Record) -> (String, String, String, String) {
+    match &r.kind {
+        triggers_emulator::recorder::RecordKind::Dlq { entry, msg_id } => match entry {
+            Some(e) => (
+                e.envelope.flow_run_id.clone(),
+                e.kind.clone(),
+                e.err_msg.clone(),
+                msg_id.clone(),
+            ),
+            None => (
+                String::new(),
+                "(does not decode)".into(),
+                String::new(),
+                msg_id.clone(),
+            ),
+        },
+        _ => Default::default(),
+    }
+}
+
+/// One DLQ entry in full, indented by `indent`.
+pub(crate) fn print_dlq_entry(r: &triggers_emulator::recorder::Record, indent: &str) {
+    let (run, kind, error, msg_id) = dlq_fields(r);
+    outln!("{indent}DLQ entry #{} {}", r.seq, r.subject);
+    outln!("{indent}  kind:     {kind}");
+    outln!("{indent}  msg id:   {msg_id}");
+    if !run.is_empty() {
+        outln!("{indent}  run:      {run}");
+    }
+    outln!("{indent}  error:    {error}");
+    if let triggers_emulator::recorder::RecordKind::Dlq { entry: Some(e), .. } = &r.kind {
+        let envelope = serde_json::to_string(&e.envelope).unwrap_or_default();
+        outln!("{indent}  envelope: {envelope}");
+        outln!("{indent}  body:     {}", e.body.get());
+        outln!("{indent}  at:       {}", e.occurred_at);
+    } else {
+        outln!(
+            "{indent}  payload:  {}",
+            String::from_utf8_lossy(r.payload.as_ref())
+        );
+    }
+}
+
+/// `triggers-lab dlq list|show`.
+pub(crate) async fn dlq(args: ControlArgs, command: DlqCommand) -> Result<()> {
+    let client = control(&args).await?;
+    let records = dlq_records(&client).await?;
+    match command {
+        DlqCommand::List { run, json } => {
+            let records: Vec<_> = records
+                .into_iter()
+                .filter(|r| run.as_ref().is_none_or(|id| dlq_fields(r).0 == *id))
+                .collect();
+            if json.json {
+                return print_json(&records);
+            }
+            if records.is_empty() {
+                outln!(
+                    "no DLQ entries{}",
+                    run.map(|r| format!(" of run {r}")).unwrap_or_default()
+                );
+            }
+            for r in &records {
+                let (run, kind, error, msg_id) = dlq_fields(r);
+                outln!("#{}  {}  {kind}  {run}  {msg_id}", r.seq, r.subject);
+                outln!("    {}", error.lines().next().unwrap_or(""));
+            }
+        }
+        DlqCommand::Show { msg_id, json } => {
+            let Some(r) = records.iter().find(|r| dlq_fields(r).3 == msg_id) else {
+                return Err(UsageError(format!(
+                    "no DLQ entry with message id {msg_id:?} (`triggers-lab dlq list` lists them)"
+                ))
+                .into());
+            };
+            if json.json {
+                return print_json(r);
+            }
+            print_dlq_entry(r, "");
+        }
+    }
+    Ok(())
 }

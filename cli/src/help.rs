@@ -116,6 +116,18 @@ const EXAMPLES: &[(&str, &str)] = &[
     ),
     ("flows", "triggers-lab flows\ntriggers-lab flows --json"),
     (
+        "dlq",
+        "triggers-lab dlq list --run run-05a2265a75928d7c\ntriggers-lab dlq show run-05a2265a75928d7c:in:dlq:1796028352414030586",
+    ),
+    (
+        "dlq list",
+        "triggers-lab dlq list\ntriggers-lab dlq list --run run-05a2265a75928d7c --json",
+    ),
+    (
+        "dlq show",
+        "triggers-lab dlq show run-05a2265a75928d7c:in:dlq:1796028352414030586",
+    ),
+    (
         "services",
         "triggers-lab services\ntriggers-lab services --json",
     ),

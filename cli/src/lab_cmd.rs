@@ -910,6 +910,12 @@ pub(crate) enum Payload {
     Raw(String),
 }
 
+/// How long `trigger --wait` waits for a failed run's DLQ entry after the run settled.
+const DLQ_GRACE: Duration = Duration::from_secs(3);
+/// How long a run idle on the virtual clock is watched (an auto-advancing clock moves at once)
+/// before `trigger --wait` says what it waits for.
+const IDLE_GRACE: Duration = Duration::from_secs(1);
+
 pub(crate) async fn trigger(
     args: ControlArgs,
     flow: String,
@@ -950,11 +956,32 @@ pub(crate) async fn trigger(
     };
     let deadline = tokio::time::Instant::now() + limit;
     let mut follow = client.follow().await?;
+    // On the virtual clock a run waiting on a timer, with nothing pending, is idle until
+    // someone advances the clock: no use waiting the whole --wait-timeout for it.
+    let virtual_clock =
+        client.state_with_runs(0).await?.clock_mode == triggers_emulator::ClockMode::Virtual;
+    let mut idle_since: Option<tokio::time::Instant> = None;
     loop {
-        let run = client.run(&run_id).await?;
+        let mut run = client.run(&run_id).await?;
         if run.status.is_settled() {
+            // A failed run's DLQ entry may be stored a moment after the run settled: wait for
+            // it (a bounded grace), so that what is printed, and a recording, holds it.
+            let grace = tokio::time::Instant::now() + DLQ_GRACE;
+            while run.status == RunStatus::Failed
+                && run.dlq.is_empty()
+                && tokio::time::timeout_at(grace, follow.next()).await.is_ok()
+            {
+                run = client.run(&run_id).await?;
+            }
             print_timeline(&run);
             outln!("run {run_id}: {}", status_word(run.status));
+            if !run.dlq.is_empty() {
+                outln!(
+                    "run {run_id} ended in the DLQ: {} entr{} (`triggers-lab dlq list --run {run_id}`, or `runs show {run_id}`, shows them)",
+                    run.dlq.len(),
+                    if run.dlq.len() == 1 { "y" } else { "ies" }
+                );
+            }
             let missed = client.missed().await?;
             let before = missed_before.unwrap_or(missed);
             if missed > before {
@@ -971,10 +998,18 @@ pub(crate) async fn trigger(
             }
             return Ok(());
         }
-        if tokio::time::timeout_at(deadline, follow.next())
-            .await
-            .is_err()
-        {
+        let idle = virtual_clock && run.status == RunStatus::Waiting && run.pending.is_empty();
+        // Idle since when (other records, heartbeats among them, keep arriving meanwhile).
+        let until = if idle {
+            let since = *idle_since.get_or_insert_with(tokio::time::Instant::now);
+            deadline.min(since + IDLE_GRACE)
+        } else {
+            idle_since = None;
+            deadline
+        };
+        let timed_out = tokio::time::Instant::now() >= until
+            || tokio::time::timeout_at(until, follow.next()).await.is_err();
+        if timed_out {
             let pending: Vec<&str> = run.pending.keys().map(String::as_str).collect();
             let timers: Vec<&str> = run.timers.iter().map(|t| t.node_id.as_str()).collect();
             let mut waiting_on = Vec::new();
@@ -986,6 +1021,13 @@ pub(crate) async fn trigger(
                     "timers armed: {} (`triggers-lab advance` fires them)",
                     timers.join(", ")
                 ));
+            }
+            if idle {
+                return Err(VerdictFailed(format!(
+                    "run {run_id} is waiting on the virtual clock and will not settle by itself; {}",
+                    waiting_on.join("; ")
+                ))
+                .into());
             }
             return Err(VerdictFailed(format!(
                 "run {run_id} did not settle within {} (--wait-timeout); it is {}{}",

@@ -156,6 +156,13 @@ enum Command {
         #[command(subcommand)]
         command: control_cmd::RunsCommand,
     },
+    /// The DLQ entries of a running `up`: `dlq list [--run ID]`, `dlq show MSG_ID`.
+    Dlq {
+        #[command(flatten)]
+        control: lab_cmd::ControlArgs,
+        #[command(subcommand)]
+        command: control_cmd::DlqCommand,
+    },
     /// The flows deployed on a running `up`.
     Flows {
         #[command(flatten)]
@@ -300,6 +307,7 @@ fn main() -> ExitCode {
                     Command::Status { json } => control_cmd::status(json).await,
                     Command::Down { instance, all } => control_cmd::down(instance, all).await,
                     Command::Runs { control, command } => control_cmd::runs(control, command).await,
+                    Command::Dlq { control, command } => control_cmd::dlq(control, command).await,
                     Command::Flows { control, json } => control_cmd::flows(control, json).await,
                     Command::Services { control, json } => {
                         control_cmd::services(control, json).await
