@@ -422,6 +422,16 @@ pub const RULES: &[(&str, Severity, &str)] = &[
         "a delivery of the emulator's acked before all its reports (completion events, DLQ entries, hops) were published, seen by the wire tap",
     ),
     (
+        "consumer_missing",
+        Severity::Error,
+        "a service heartbeats (its start-up done) without the durable consumer triggers-<service>-<safe-subject> on a NATS source subject",
+    ),
+    (
+        "consumer_config",
+        Severity::Error,
+        "a service's durable consumer not as protocol.md §4 asks (ack_policy explicit, max_deliver and max_ack_pending bounded, ack_wait 1 s to a day, filtered on its source subject)",
+    ),
+    (
         "completion_node_unknown",
         Severity::Error,
         "a completion event for a node the run's flow does not have",

@@ -400,6 +400,10 @@ pub(crate) struct State {
     fences: u64,
     /// What the wire tap saw, judged for order.
     pub(crate) order: crate::order::Order,
+    /// Services whose consumers were read, with the registration they were read at.
+    pub(crate) consumers_checked: HashMap<String, u32>,
+    /// Services whose consumers have been read (judged) so far.
+    pub(crate) consumers_read: u64,
 }
 
 /// What is registered, as the conformance checker needs it.
@@ -620,6 +624,8 @@ pub(crate) struct Shared {
     pub(crate) tap_mark_subject: String,
     tap_mark_sent: std::sync::atomic::AtomicU64,
     pub(crate) tap_marks: watch::Sender<u64>,
+    /// Services whose consumers are to be read ([`crate::consumers`]).
+    pub(crate) consumer_checks: tokio::sync::mpsc::Sender<(String, Vec<String>)>,
 }
 
 /// Aborts the emulator's tasks when the last handle goes.
@@ -680,6 +686,7 @@ impl Emulator {
             WireTap::Off | WireTap::Auto => (None, None),
         };
         let (changed, _) = watch::channel(0);
+        let (consumer_checks, consumer_queue) = tokio::sync::mpsc::channel(crate::consumers::QUEUE);
         let (records_tx, _) = broadcast::channel(4096);
         let shared = Arc::new(Shared {
             client: client.clone(),
@@ -709,6 +716,8 @@ impl Emulator {
                 own_broadcasts: BoundedSet::new(1024),
                 fences: 0,
                 order: crate::order::Order::default(),
+                consumers_checked: HashMap::new(),
+                consumers_read: 0,
             }),
             config,
             changed,
@@ -719,6 +728,7 @@ impl Emulator {
             tap_mark_subject,
             tap_mark_sent: std::sync::atomic::AtomicU64::new(0),
             tap_marks: watch::channel(0).0,
+            consumer_checks,
         });
         let emulator = Emulator {
             _tasks: Some(Arc::new(Tasks(shared.clone()))),
@@ -762,6 +772,7 @@ impl Emulator {
         emulator.spawn(Self::serve_register(shared.clone(), register));
         emulator.spawn(Self::serve_fetch(shared.clone(), fetch));
         emulator.spawn(Self::observe_all(shared.clone(), all));
+        emulator.spawn(crate::consumers::serve(shared.clone(), consumer_queue));
         emulator.spawn(crate::observe::follow(
             shared.clone(),
             DLQ_STREAM,

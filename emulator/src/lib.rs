@@ -32,6 +32,7 @@
 
 mod clock;
 pub mod conformance;
+mod consumers;
 pub mod control;
 pub mod drops;
 mod emulator;

@@ -432,7 +432,7 @@ enum Seen<'a> {
 impl Shared {
     /// Everything seen on `triggers.v2.>` and on inbound subjects: judged (outside the lock, on a
     /// snapshot of the registry), then recorded.
-    pub(crate) fn observe(&self, subject: &str, headers: &Headers, payload: Body) {
+    pub(crate) fn observe(self: &Arc<Self>, subject: &str, headers: &Headers, payload: Body) {
         let Judged {
             registry,
             origin,
@@ -478,6 +478,7 @@ impl Shared {
         match seen {
             Seen::Heartbeat(hb, found) => {
                 self.add_violations(&mut state, found);
+                self.heartbeat_seen(&mut state, &hb.service);
                 if let Some(s) = state.services.get_mut(&hb.service) {
                     s.last_seen = Some(GoTime::now());
                     s.heartbeats += 1;

@@ -40,8 +40,13 @@ async fn world() -> (Harness, async_nats::Client) {
     (lab, client)
 }
 
-/// Pulls the next delivery of `service` on the protocol's durable consumer, without acking it.
-async fn pull(client: &async_nats::Client, service: &str) -> jetstream::Message {
+/// The protocol's durable consumer of `service` (`triggers-<service>-<safe-subject>` on
+/// `<service>.inbound`), made with `edit` applied to the settings protocol.md §4 asks for.
+async fn consumer(
+    client: &async_nats::Client,
+    service: &str,
+    edit: impl FnOnce(&mut jetstream::consumer::pull::Config),
+) -> jetstream::consumer::PullConsumer {
     let js = jetstream::new(client.clone());
     let inbound = format!("{service}.inbound");
     let stream = js
@@ -49,19 +54,21 @@ async fn pull(client: &async_nats::Client, service: &str) -> jetstream::Message 
         .await
         .unwrap();
     let name = subject::consumer_name(service, &inbound).unwrap();
-    let consumer: jetstream::consumer::PullConsumer = stream
-        .get_or_create_consumer(
-            &name,
-            jetstream::consumer::pull::Config {
-                durable_name: Some(name.clone()),
-                filter_subject: inbound,
-                ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                max_deliver: 5,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let mut config = jetstream::consumer::pull::Config {
+        durable_name: Some(name.clone()),
+        filter_subject: inbound,
+        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+        max_deliver: 5,
+        max_ack_pending: 16,
+        ..Default::default()
+    };
+    edit(&mut config);
+    stream.get_or_create_consumer(&name, config).await.unwrap()
+}
+
+/// Pulls the next delivery of `service` on the protocol's durable consumer, without acking it.
+async fn pull(client: &async_nats::Client, service: &str) -> jetstream::Message {
+    let consumer = consumer(client, service, |_| {}).await;
     let mut messages = consumer.messages().await.unwrap();
     tokio::time::timeout(Duration::from_secs(15), messages.next())
         .await
@@ -319,4 +326,67 @@ async fn a_hop_without_traceparent_or_of_another_version_is_flagged() {
         found,
         vec!["hop_traceparent_missing", "hop_version_mismatch"]
     );
+}
+
+async fn heartbeat(lab: &Harness, client: &async_nats::Client, service: &str) {
+    let hb = triggers_sdk::wire::Heartbeat {
+        service: service.into(),
+        service_version: "1.0.0".into(),
+        manifest_hash: lab.services()[service].manifest.manifest_hash.clone(),
+        started_at: GoTime::now(),
+        now: GoTime::now(),
+        shutting_down: false,
+    };
+    client
+        .publish(subject::HEARTBEAT, hb.to_json().unwrap().into())
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_are_read_once_a_service_heartbeats_and_held_to_the_protocol() {
+    let (lab, client) = world().await;
+    register(&client, &manifest("audit", &["log"], &[])).await;
+    // shop: as protocol.md §4 asks. mail: redelivers for ever, no bound on pending, an ack_wait
+    // of half a second (a work queue takes only explicit acks: that one the server enforces).
+    consumer(&client, "shop", |_| {}).await;
+    consumer(&client, "mail", |c| {
+        c.ack_wait = Duration::from_millis(500);
+        c.max_deliver = -1;
+        c.max_ack_pending = -1;
+    })
+    .await;
+    // Read one service after the other, in the order they heartbeat: once audit's missing
+    // consumer is reported, shop's and mail's were judged.
+    heartbeat(&lab, &client, "shop").await;
+    heartbeat(&lab, &client, "mail").await;
+    heartbeat(&lab, &client, "audit").await;
+    let v = lab.wait_for_violation("consumer_missing").await.unwrap();
+    assert!(v.message.contains("triggers-audit-audit_inbound"), "{v}");
+    let mut config: Vec<String> = lab
+        .violations()
+        .into_iter()
+        .filter(|v| v.rule == "consumer_config")
+        .map(|v| v.message)
+        .collect();
+    config.sort();
+    assert_eq!(config.len(), 3, "{config:#?}");
+    assert!(
+        config
+            .iter()
+            .all(|m| m.contains("triggers-mail-mail_inbound")),
+        "{config:#?}"
+    );
+    for field in ["ack_wait", "max_deliver", "max_ack_pending"] {
+        assert!(
+            config.iter().any(|m| m.contains(field)),
+            "{field}: {config:#?}"
+        );
+    }
+    // Read once per registration: another heartbeat adds nothing.
+    heartbeat(&lab, &client, "audit").await;
+    heartbeat(&lab, &client, "mail").await;
+    lab.wait_for_heartbeat("mail", |_| true).await.unwrap();
+    assert_eq!(lab.violations().len(), 4, "{:#?}", lab.violations());
 }

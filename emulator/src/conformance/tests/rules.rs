@@ -423,4 +423,7 @@ pub(super) const STATEFUL: &[&str] = &[
     "ack_before_reports",
     // Fired by the emulator's stream follower (emulator/tests/bounds.rs).
     "emulator_stream_lost",
+    // Read from the JetStream API: `emulator/tests/order.rs`.
+    "consumer_missing",
+    "consumer_config",
 ];
