@@ -343,7 +343,7 @@ pub const RULES: &[(&str, Severity, &str)] = &[
     (
         "dlq_envelope_invalid",
         Severity::Error,
-        "a DLQ entry's envelope with an empty run, flow, idempotency key or source node, a malformed trace or span id or traceparent",
+        "a DLQ entry's envelope with an empty run, flow, idempotency key or source node; for routing_failed (the hop's envelope, the service's own), a malformed trace or span id or traceparent (any other entry's envelope is the delivery's as read: a malformed trace it copied is not blamed)",
     ),
     (
         "dlq_body_double_encoded",

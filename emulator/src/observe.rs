@@ -659,11 +659,12 @@ impl Shared {
             state.run_order.push(event.flow_run_id.clone());
         }
         let registry = state.registry.clone();
+        let deployed = state.flows.get(&event.flow_id).cloned();
         let Some(run) = state.runs.get_mut(&event.flow_run_id) else {
             return;
         };
         let mut findings = if run.followed {
-            Vec::new()
+            runs::followed_completion(run, event, deployed.as_deref())
         } else {
             runs::completion(run, event)
         };

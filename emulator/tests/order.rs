@@ -390,3 +390,83 @@ async fn consumers_are_read_once_a_service_heartbeats_and_held_to_the_protocol()
     lab.wait_for_heartbeat("mail", |_| true).await.unwrap();
     assert_eq!(lab.violations().len(), 4, "{:#?}", lab.violations());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_of_runs_the_emulator_follows_are_judged_against_the_deployed_flow() {
+    let (lab, client) = world().await;
+    let env = |run: &str, version: i64| Envelope {
+        flow_run_id: run.into(),
+        flow_id: "order".into(),
+        flow_version: version,
+        trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
+        ..Default::default()
+    };
+    // A correct event of a run started elsewhere: nothing to say.
+    common::complete(
+        &client,
+        &env("elsewhere-1", 1),
+        "shop",
+        "charge",
+        "action",
+        status::SUCCEEDED,
+        "",
+    )
+    .await;
+    // A node the flow lacks, a node of another owner, a type that is not the node's, a version
+    // never deployed.
+    common::complete(
+        &client,
+        &env("elsewhere-2", 1),
+        "shop",
+        "refund",
+        "action",
+        status::SUCCEEDED,
+        "",
+    )
+    .await;
+    common::complete(
+        &client,
+        &env("elsewhere-3", 1),
+        "shop",
+        "send",
+        "action",
+        status::SUCCEEDED,
+        "",
+    )
+    .await;
+    common::complete(
+        &client,
+        &env("elsewhere-4", 1),
+        "shop",
+        "charge",
+        "mapping",
+        status::SUCCEEDED,
+        "",
+    )
+    .await;
+    common::complete(
+        &client,
+        &env("elsewhere-5", 7),
+        "shop",
+        "charge",
+        "action",
+        status::SUCCEEDED,
+        "",
+    )
+    .await;
+    for rule in [
+        "completion_node_unknown",
+        "completion_service_mismatch",
+        "completion_node_type_mismatch",
+        "completion_version_mismatch",
+    ] {
+        lab.wait_for_violation(rule).await.unwrap();
+    }
+    assert!(
+        lab.violations()
+            .iter()
+            .all(|v| !String::from_utf8_lossy(&v.payload).contains("elsewhere-1")),
+        "{:#?}",
+        lab.violations()
+    );
+}

@@ -86,6 +86,30 @@ pub(crate) fn completion(run: &Run, event: &CompletionEvent) -> Vec<Finding> {
     found
 }
 
+/// A completion event of a run the emulator follows (did not start) against the deployed flow:
+/// the node exists, its type, its owner (when the run's version is the one deployed), and a
+/// version never deployed. Runs of an older version than the deployed one are not judged (the
+/// emulator holds the newest version of each flow only).
+pub(crate) fn followed_completion(
+    run: &Run,
+    event: &CompletionEvent,
+    deployed: Option<&Flow>,
+) -> Vec<Finding> {
+    if run.flow().is_some() {
+        return completion(run, event);
+    }
+    match deployed {
+        Some(flow) if event.flow_version > flow.version => vec![(
+            "completion_version_mismatch",
+            format!(
+                "the event says flow {} v{}; the newest deployed is v{} (a version never deployed: a run carries the version of its delivery's envelope)",
+                flow.id, event.flow_version, flow.version
+            ),
+        )],
+        _ => Vec::new(),
+    }
+}
+
 /// The `max_attempts` (at least 1) of the action `event`'s node runs, where the run's flow, the
 /// node and its service's manifest are known: read once per event, for `Run::apply` (each
 /// execution's allowance of `retrying` events) and for [`after_completion`].

@@ -535,17 +535,21 @@ fn dlq_details(report: &mut Report<'_>, entry: &DlqEntry, full_envelope: bool) {
             }
         }
     }
+    // The trace fields are the delivery's as read (protocol.md §9), malformed or not: a service
+    // ignores a malformed one and goes on, and copies it into the entry. Only a routing
+    // failure's envelope is the service's own making (the hop's), and answers for them.
+    let own_trace = entry.kind == dlq_kind::ROUTING_FAILED;
     for (field, value, width) in [
         ("trace_id", &env.trace_id, 32),
         ("span_id", &env.span_id, 16),
     ] {
-        if !value.is_empty() && !is_lower_hex(value, width) {
+        if own_trace && !value.is_empty() && !is_lower_hex(value, width) {
             problems.push(format!(
                 "envelope.{field} is {value:?}, not {width} lowercase hex digits"
             ));
         }
     }
-    if !env.traceparent.is_empty() && Traceparent::parse(&env.traceparent).is_err() {
+    if own_trace && !env.traceparent.is_empty() && Traceparent::parse(&env.traceparent).is_err() {
         problems.push(format!(
             "envelope.traceparent {:?} is not W3C Trace Context",
             env.traceparent

@@ -725,3 +725,22 @@ fn a_go_exact_event_is_judged_as_the_field_by_field_path_judges_it() {
     // Every case but the first and the last breaks a rule of the value.
     assert_eq!(judged, 8);
 }
+
+#[test]
+fn a_dlq_entry_copying_a_malformed_trace_from_its_delivery_is_not_blamed() {
+    // protocol.md §9: the envelope is the delivery's as read; a service ignores a malformed
+    // trace field and goes on, so what it copies is not its mistake.
+    for kind in ["action_failed", "invalid_input"] {
+        let found = dlq_msg()
+            .map_payload(|p| {
+                let p = set(p, "kind", &format!("\"{kind}\""));
+                nested(&p, "envelope", |e| {
+                    let e = set(e, "trace_id", "\"XYZ\"");
+                    let e = set(&e, "span_id", "\"nope\"");
+                    set(&e, "traceparent", "\"garbage\"")
+                })
+            })
+            .check();
+        assert!(found.is_empty(), "{kind}: {found:#?}");
+    }
+}

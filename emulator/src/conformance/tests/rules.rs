@@ -308,8 +308,14 @@ rule_tests! {
         })),
     ];
     dlq_envelope_invalid => vec![
+        // A routing failure's envelope is the hop's, the service's own: its trace answers.
         case("dlq_envelope_invalid", Error, dlq_msg().map_payload(|p| {
-            nested(p, "envelope", |e| set(e, "trace_id", "\"XYZ\""))
+            let p = set(p, "kind", "\"routing_failed\"");
+            nested(&p, "envelope", |e| set(e, "trace_id", "\"XYZ\""))
+        })),
+        case("dlq_envelope_invalid", Error, dlq_msg().map_payload(|p| {
+            let p = set(p, "kind", "\"routing_failed\"");
+            nested(&p, "envelope", |e| set(e, "traceparent", "\"00-zz-zz-01\""))
         })),
         case("dlq_envelope_invalid", Error, dlq_msg().map_payload(|p| {
             nested(p, "envelope", |e| set(e, "source_node_id", "\"\""))
