@@ -414,8 +414,8 @@ impl RecordKind {
 /// A registered service as the emulator sees it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ServiceState {
-    /// Its current manifest.
-    pub manifest: Manifest,
+    /// Its current manifest (one copy, shared with the conformance checker's registry).
+    pub manifest: Arc<Manifest>,
     /// When it (last) registered, wall clock.
     pub registered_at: GoTime,
     /// How many times it registered.

@@ -243,11 +243,13 @@ impl Shared {
         let new_subjects: Vec<String> = {
             let mut state = self.lock();
             let now = GoTime::now();
+            // Parsed once, kept once: the service table and the checker's registry share it.
+            let manifest = Arc::new(manifest.clone());
             let entry = state
                 .services
                 .entry(service.clone())
                 .or_insert_with(|| ServiceState {
-                    manifest: manifest.clone(),
+                    manifest: Arc::clone(&manifest),
                     registered_at: now,
                     registrations: 0,
                     last_heartbeat: None,
@@ -255,7 +257,7 @@ impl Shared {
                     heartbeats: 0,
                     replicas: BTreeMap::new(),
                 });
-            entry.manifest = manifest.clone();
+            entry.manifest = Arc::clone(&manifest);
             entry.registered_at = now;
             entry.registrations += 1;
             // Subjects under triggers.v2. reach the catch-all subscription already.
@@ -271,9 +273,7 @@ impl Shared {
                 manifests: state.registry.manifests.clone(),
                 inbound: state.registry.inbound.clone(),
             };
-            registry
-                .manifests
-                .insert(service.clone(), Arc::new(manifest.clone()));
+            registry.manifests.insert(service.clone(), manifest);
             for s in &sources {
                 registry.inbound.insert(s.clone(), service.clone());
             }

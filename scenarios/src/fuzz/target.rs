@@ -36,7 +36,7 @@ impl FuzzTarget for Emulator {
         Ok(self
             .services()
             .into_iter()
-            .map(|(name, s)| (name, s.manifest))
+            .map(|(name, s)| (name, Manifest::clone(&s.manifest)))
             .collect())
     }
 
@@ -93,7 +93,7 @@ impl FuzzTarget for ControlClient {
             .await
             .map_err(|e| e.to_string())?
             .into_iter()
-            .map(|(name, s)| (name, s.manifest))
+            .map(|(name, s)| (name, Manifest::clone(&s.manifest)))
             .collect())
     }
 
