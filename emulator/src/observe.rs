@@ -94,10 +94,13 @@ pub(crate) async fn tap(
         }
         let payload = Body::from(msg.payload);
         let mut state = shared.lock();
-        let own = [names::NATS_MSG_ID, names::IDEMPOTENCY_KEY]
-            .iter()
-            .filter_map(|name| headers.get(name))
-            .any(|id| state.own_msg_ids.contains(id));
+        // The emulator's own publish carries its id as Nats-Msg-Id (the envelope's key); the same
+        // envelope under another Nats-Msg-Id is someone else's publish of it (a replay, a
+        // delivery forced again), judged as any client's.
+        let own = headers
+            .get(names::NATS_MSG_ID)
+            .or_else(|| headers.get(names::IDEMPOTENCY_KEY))
+            .is_some_and(|id| state.own_msg_ids.contains(id));
         let st = &mut *state;
         let runs = &st.runs;
         let found = st

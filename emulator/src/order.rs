@@ -16,11 +16,12 @@
 //! - `hop_not_jetstream`: a hop published without a reply subject (a plain publish: no
 //!   JetStream ack awaited).
 //!
-//! Deliveries the emulator did not publish (hops between services) are not judged by the ack
-//! rule; their reports are never blamed on one of the emulator's deliveries. Acks count only on
-//! the protocol's durable consumer (`triggers-<service>-<safe-subject>`); `+WPI` and `-NAK` are
-//! not acks. After the tap lost messages (a reconnection, a full queue) the runs open then are
-//! judged no further by these rules: a verdict on partial data is not one.
+//! Deliveries the emulator did not publish (hops between services, an entry's delivery published
+//! again by another client) are not judged by the ack rule; their reports are never blamed on one
+//! of the emulator's deliveries. Acks count only on the protocol's durable consumer
+//! (`triggers-<service>-<safe-subject>`); `+WPI` and `-NAK` are not acks. After the tap lost
+//! messages (a reconnection, a full queue) the runs open then are judged no further by these
+//! rules: a verdict on partial data is not one.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -507,23 +508,24 @@ impl Order {
                     ));
                 }
                 // The receiving service runs what follows: its reports are its own, never
-                // blamed on an earlier delivery.
-                if receiver != sender {
-                    let (nodes, _) = nodes_run(flow, &source, &receiver);
-                    let run = self.run(&run_id);
-                    if run.deliveries.len() < MAX_DELIVERIES {
-                        run.deliveries.push(DeliveryOrder {
-                            service: receiver,
-                            source: source.clone(),
-                            key: envelope.idempotency_key.clone(),
-                            consumer: String::new(),
-                            nodes,
-                            held: false,
-                            tracked: false,
-                            acked_at: None,
-                            blamed: false,
-                        });
-                    }
+                // blamed on an earlier delivery. The same holds for a delivery of the service's
+                // own entry published again by another client (a replay, a redelivery forced by
+                // hand): what it makes the service report again is that delivery's, not a late
+                // report of the acked one.
+                let (nodes, held) = nodes_run(flow, &source, &receiver);
+                let run = self.run(&run_id);
+                if run.deliveries.len() < MAX_DELIVERIES {
+                    run.deliveries.push(DeliveryOrder {
+                        service: receiver,
+                        source: source.clone(),
+                        key: envelope.idempotency_key.clone(),
+                        consumer: String::new(),
+                        nodes,
+                        held,
+                        tracked: false,
+                        acked_at: None,
+                        blamed: false,
+                    });
                 }
                 let run = self.runs.get(&run_id);
                 let held = run.is_some_and(|r| {

@@ -224,6 +224,41 @@ async fn an_ack_before_the_events_is_ack_before_reports() {
     assert!(v.subject.starts_with("triggers.v2.flow.events."), "{v}");
 }
 
+/// A delivery published again by another client after the first was handled and acked (a
+/// replay, a redelivery forced by hand, a replica that never saw the first): what the service
+/// reports for it again is that delivery's, not a late report of the acked one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_published_again_is_not_blamed_on_the_acked_one() {
+    let (lab, client) = world().await;
+    lab.trigger("order", &json!({"n": 1})).await.unwrap();
+    let d = pull(&client, "shop").await;
+    let env = envelope(&d);
+    event(&client, &env, "shop", "charge", status::FAILED).await;
+    dlq(&client, &env).await;
+    ack(&d).await;
+    assert_eq!(rules(&lab).await, Vec::<&str>::new());
+    // The same delivery again, under another Nats-Msg-Id, from a client that is not the
+    // emulator; handled again: its failed event is the stream's duplicate (not published
+    // again here), its DLQ entry is written again, then it is acked.
+    let mut headers = env.to_headers();
+    headers.insert(names::NATS_MSG_ID, format!("{}-again", env.idempotency_key));
+    jetstream::new(client.clone())
+        .publish_with_headers(
+            "shop.inbound",
+            transport::to_nats(&headers).unwrap(),
+            d.payload.clone(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let again = pull(&client, "shop").await;
+    assert_eq!(envelope(&again).idempotency_key, env.idempotency_key);
+    dlq(&client, &env).await;
+    ack(&again).await;
+    assert_eq!(rules(&lab).await, Vec::<&str>::new());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_action_dead_lettered_in_order_breaks_no_rule_and_out_of_order_does() {
     let (lab, client) = world().await;
