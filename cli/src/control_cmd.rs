@@ -40,6 +40,15 @@ pub(crate) enum RunsCommand {
         #[command(flatten)]
         json: JsonArg,
     },
+    /// Cancel an open run: the emulator drops what it still owes it (the nodes it waits on, its
+    /// armed timers) and it settles as `cancelled`; events that come later are recorded on its
+    /// timeline without reopening it. Exit 1 when it is unknown or settled already.
+    Cancel {
+        /// The run id (as `trigger` printed it).
+        id: String,
+        #[command(flatten)]
+        json: JsonArg,
+    },
 }
 
 fn print_json(value: &impl Serialize) -> Result<()> {
@@ -228,7 +237,7 @@ pub(crate) async fn down(instance: Option<String>, all: bool) -> Result<()> {
     Ok(())
 }
 
-/// `triggers-lab runs list|show`.
+/// `triggers-lab runs list|show|cancel`.
 pub(crate) async fn runs(args: ControlArgs, command: RunsCommand) -> Result<()> {
     match command {
         RunsCommand::List { last, json } => {
@@ -305,6 +314,13 @@ pub(crate) async fn runs(args: ControlArgs, command: RunsCommand) -> Result<()> 
                     }
                 }
             }
+        }
+        RunsCommand::Cancel { id, json } => {
+            let cancelled = control(&args).await?.cancel(&id).await?;
+            if json.json {
+                return print_json(&cancelled);
+            }
+            outln!("run {} {cancelled}", cancelled.run_id);
         }
     }
     Ok(())

@@ -104,7 +104,7 @@ const EXAMPLES: &[(&str, &str)] = &[
     ),
     (
         "runs",
-        "triggers-lab runs list --last 5\ntriggers-lab runs show run-05a2265a75928d7c",
+        "triggers-lab runs list --last 5\ntriggers-lab runs show run-05a2265a75928d7c\ntriggers-lab runs cancel run-05a2265a75928d7c",
     ),
     (
         "runs list",
@@ -113,6 +113,10 @@ const EXAMPLES: &[(&str, &str)] = &[
     (
         "runs show",
         "triggers-lab runs show run-05a2265a75928d7c\ntriggers-lab runs show run-05a2265a75928d7c --json",
+    ),
+    (
+        "runs cancel",
+        "triggers-lab runs cancel run-05a2265a75928d7c\ntriggers-lab runs cancel run-05a2265a75928d7c --json",
     ),
     ("flows", "triggers-lab flows\ntriggers-lab flows --json"),
     (

@@ -721,12 +721,7 @@ fn log_line(r: &Record) -> Option<String> {
 
 /// A run's status in a word, as the TUI writes it.
 pub(crate) fn status_word(status: RunStatus) -> &'static str {
-    match status {
-        RunStatus::Running => "running",
-        RunStatus::Waiting => "waiting",
-        RunStatus::Succeeded => "succeeded",
-        RunStatus::Failed => "failed",
-    }
+    status.as_str()
 }
 
 fn short_hash(h: &str) -> &str {

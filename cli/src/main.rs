@@ -149,7 +149,7 @@ enum Command {
         #[arg(long)]
         all: bool,
     },
-    /// The runs of a running `up`: `runs list`, `runs show ID`.
+    /// The runs of a running `up`: `runs list`, `runs show ID`, `runs cancel ID`.
     Runs {
         #[command(flatten)]
         control: lab_cmd::ControlArgs,

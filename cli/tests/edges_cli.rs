@@ -35,6 +35,7 @@ steps:
 const ONE_CALL: &str = r#"name: one call
 services:
   - name: shop
+    capabilities: [durable_timer.v1]
     actions:
       - name: charge
         behavior: {return: {ok: true}}
@@ -54,6 +55,10 @@ steps:
 
 /// The flow of ONE_CALL as a flow file, for `deploy`.
 const ORDER_FLOW: &str = "id: order\nnodes:\n  - {id: in, type: service-in, service: shop}\n  - {id: charge, type: action, service: shop, action: charge}\nedges:\n  - {id: e1, from: in, to: charge}\n";
+
+/// A flow of ONE_CALL's shop that waits a day after its charge: its runs stay open (waiting)
+/// until the clock is advanced.
+const LATER_FLOW: &str = "id: later\nnodes:\n  - {id: in, type: service-in, service: shop, config: {transport: nats, target: shop.inbound}}\n  - {id: charge, type: action, service: shop, action: charge}\n  - {id: wait, type: timer, config: {delay_ms: 86400000}}\n  - {id: in2, type: service-in, service: shop, config: {transport: nats, target: shop.inbound}}\n  - {id: again, type: action, service: shop, action: charge}\nedges:\n  - {id: e1, from: in, to: charge}\n  - {id: e2, from: charge, to: wait}\n  - {id: e3, from: wait, to: in2}\n  - {id: e4, from: in2, to: again}\n";
 
 /// Stops every `up` of a test's runtime directory when dropped, whatever its assertions did.
 struct DownAll<'a>(&'a dyn Fn(&[&str]) -> Output);
@@ -563,6 +568,69 @@ fn up_detaches_on_a_fixed_port_and_status_runs_flows_down_find_it() {
     let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(all.as_array().map(Vec::len), Some(2), "{all}");
     assert_eq!(last[0]["id"], all[1]["id"], "the newest: {all}");
+
+    // A run left waiting on a day's timer is cancelled by hand: its timer is dropped, it settles
+    // `cancelled`, and stays so when the clock passes the timer's due time.
+    std::fs::write(&flow, LATER_FLOW).unwrap();
+    let out = lab(&["deploy", flow.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", streams(&out).1);
+    let out = lab(&["trigger", "later", "{}"]);
+    let (stdout, stderr) = streams(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let run_id = stdout
+        .split_whitespace()
+        .find(|w| w.starts_with("run-"))
+        .unwrap_or_else(|| panic!("no run id in {stdout}"))
+        .to_owned();
+    // Waiting (the charge done, the timer armed): nothing is fired until `advance`.
+    let show = || {
+        let out = lab(&["runs", "show", &run_id, "--json"]);
+        assert_eq!(out.status.code(), Some(0), "{}", streams(&out).1);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let mut run = show();
+    for _ in 0..600 {
+        if run["status"] == "waiting" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        run = show();
+    }
+    assert_eq!(run["status"], "waiting", "{run}");
+    let out = lab(&["runs", "cancel", &run_id]);
+    let (stdout, stderr) = streams(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "run {run_id} cancelled by hand; dropped: timers wait"
+        )),
+        "{stdout}"
+    );
+    let run = show();
+    assert_eq!(run["status"], "cancelled", "{run}");
+    assert_eq!(run["timers"], serde_json::json!([]), "{run}");
+    // Cancelled already: a verdict, exit 1, saying so; an unknown run likewise.
+    let out = lab(&["runs", "cancel", &run_id, "--json"]);
+    let (_, stderr) = streams(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("it was cancelled already"), "{stderr}");
+    let out = lab(&["runs", "cancel", "run-nosuch"]);
+    let (_, stderr) = streams(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no such run is kept"), "{stderr}");
+    // The day passes: nothing fires for the cancelled run.
+    let out = lab(&["advance", "48h"]);
+    assert_eq!(out.status.code(), Some(0), "{}", streams(&out).1);
+    let run = show();
+    assert_eq!(run["status"], "cancelled", "{run}");
+    assert!(
+        !run["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["status"] == "fired"),
+        "{run}"
+    );
 
     let out = lab(&["down"]);
     let (stdout, stderr) = streams(&out);

@@ -21,6 +21,8 @@
 //! | `check_release` | `{"flow": Flow}` | the resolved flow |
 //! | `trigger` | `{"flow_id", "payload", "entry"?, "payload_json"?}` | `{"run_id"}`; `payload_json`, when given, is the payload's exact JSON text, sent as is (a 64-bit integer stays exact) instead of `payload` |
 //! | `advance` | `{"duration_ms"}` | the timers fired |
+//! | `cancel` | `{"run_id"}` | [`Cancelled`](crate::recorder::Cancelled): what the run still owed, dropped; it settles `cancelled` |
+//! | `resend_dlq` | `{"msg_id"}` | [`Resent`](crate::Resent) |
 //! | `runs` | `{}` | every run, whole (timelines included): fails once they outgrow one message; page with `run_page` |
 //! | `run_page` | `{"after"?, "limit"?}` | [`RunPage`]: the runs' summaries in start order after the place `after` (from the last page's `next`), at most `limit` ([`RUN_PAGE`]) |
 //! | `run` | `{"run_id", "timeline_from"?, "timeline_limit"?}` | the run; with either key, only the timeline entries from `timeline_from` that fit (at most `timeline_limit`), and `timeline_from`, `timeline_total` |
@@ -415,6 +417,11 @@ struct ResendRequest {
 }
 
 #[derive(Deserialize)]
+struct CancelRequest {
+    run_id: String,
+}
+
+#[derive(Deserialize)]
 struct AdvanceRequest {
     duration_ms: u64,
 }
@@ -729,6 +736,17 @@ async fn handle(
                 .map_err(|e| err(e.to_string()))?;
             to_json(&resent, max, "")
         }
+        "cancel" => {
+            let req: CancelRequest = parse(payload).map_err(err)?;
+            let cancelled = emulator
+                .cancel(&req.run_id)
+                .map_err(|e| err(e.to_string()))?;
+            to_json(
+                &cancelled,
+                max,
+                "the run was cancelled, but what it dropped is too long to send; read the run with `run`",
+            )
+        }
         "advance" => {
             let req: AdvanceRequest = parse(payload).map_err(err)?;
             let fired = emulator
@@ -824,7 +842,7 @@ async fn handle(
             to_json(&map, max, "")
         }
         other => Err(err(format!(
-            "unknown control op {other:?}; ops: state, deploy, check_release, trigger, resend_dlq, advance, runs, run_page, run, flow, flow_list, records, violations, services, follow"
+            "unknown control op {other:?}; ops: state, deploy, check_release, trigger, resend_dlq, advance, cancel, runs, run_page, run, flow, flow_list, records, violations, services, follow"
         ))),
     }
 }
@@ -1370,6 +1388,14 @@ impl ControlClient {
     /// When the call fails, or the entry cannot be re-sent (the reason is the error's text).
     pub async fn resend_dlq(&self, msg_id: &str) -> Result<crate::Resent, ControlError> {
         self.call("resend_dlq", json!({ "msg_id": msg_id })).await
+    }
+
+    /// Cancels an open run ([`Emulator::cancel`]); returns what it dropped.
+    ///
+    /// # Errors
+    /// When the call fails, or the run cannot be cancelled (the reason is the error's text).
+    pub async fn cancel(&self, run_id: &str) -> Result<crate::recorder::Cancelled, ControlError> {
+        self.call("cancel", json!({ "run_id": run_id })).await
     }
 
     /// Advances the virtual clock; returns the timers fired and the new time.

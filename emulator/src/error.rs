@@ -46,6 +46,14 @@ pub enum EmulatorError {
         /// Why not.
         why: String,
     },
+    /// A run that cannot be cancelled, and why.
+    #[error("run {run_id:?} cannot be cancelled: {why}")]
+    NotCancellable {
+        /// The run.
+        run_id: String,
+        /// Why not.
+        why: String,
+    },
     /// `advance` on the real clock.
     #[error(
         "the emulator runs on the real clock, which cannot be advanced; use ClockMode::Virtual"

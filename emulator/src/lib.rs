@@ -30,6 +30,7 @@
 //! # }
 //! ```
 
+mod cancel;
 mod clock;
 pub mod conformance;
 mod consumers;

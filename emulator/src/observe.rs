@@ -666,7 +666,13 @@ impl Shared {
         let Some(run) = state.runs.get_mut(&event.flow_run_id) else {
             return;
         };
-        let mut findings = if run.followed {
+        // A cancelled run's late events are recorded, not judged: what it owed was dropped, so
+        // nothing the services still do for it can be held against them.
+        let cancelled = run.status == crate::recorder::RunStatus::Cancelled;
+        let judged = !run.followed && !cancelled;
+        let mut findings = if cancelled {
+            Vec::new()
+        } else if run.followed {
             runs::followed_completion(run, event, deployed.as_deref())
         } else {
             runs::completion(run, event)
@@ -679,7 +685,7 @@ impl Shared {
             .unwrap_or(u32::MAX);
         let to_arm = run.apply(event, seq, allowance);
         let unexpected = run.unexpected.len() > unexpected_before;
-        if !run.followed {
+        if judged {
             findings.extend(runs::after_completion(run, event, max_attempts, unexpected));
         }
         let reused = run.hops.reused(&run.executions);

@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 use triggers_sdk::flow::Flow;
 use triggers_sdk::wire::{CompletionEvent, DlqEntry, GoTime, Headers, Heartbeat, Manifest};
 
-pub use crate::run::{ArmedTimer, MAX_TIMELINE, Run, RunStatus, TimelineEntry};
+pub use crate::run::{
+    ArmedTimer, CANCEL_STEP, Cancelled, MAX_TIMELINE, Run, RunStatus, TimelineEntry,
+};
 
 /// Bytes as received, shared by every record and violation of one message (a clone is a
 /// reference count, not a copy), written as UTF-8 text with invalid bytes replaced.

@@ -84,6 +84,15 @@ impl Emulator {
                 )));
             };
             let run_id = original.flow_run_id.clone();
+            if state
+                .runs
+                .get(&run_id)
+                .is_some_and(|r| r.status == crate::recorder::RunStatus::Cancelled)
+            {
+                return Err(refuse(format!(
+                    "run {run_id:?} was cancelled: trigger its flow again instead"
+                )));
+            }
             let flow = state
                 .runs
                 .get(&run_id)

@@ -30,6 +30,9 @@ use crate::recorder::Body;
 
 /// Timeline entries kept per run; later ones are counted in [`Run::timeline_dropped`].
 pub const MAX_TIMELINE: usize = 10_000;
+/// The node id of the timeline step that records a cancel: not a node (no node id has
+/// parentheses), the run as a whole.
+pub const CANCEL_STEP: &str = "(run)";
 /// Unexpected completions kept per run.
 const MAX_UNEXPECTED: usize = 100;
 
@@ -45,6 +48,9 @@ pub enum RunStatus {
     Succeeded,
     /// Every path ended and some node failed.
     Failed,
+    /// Cancelled by hand ([`crate::Emulator::cancel`]): what it still owed was dropped, and
+    /// later events are recorded on its timeline without reopening it.
+    Cancelled,
 }
 
 impl RunStatus {
@@ -63,7 +69,23 @@ impl RunStatus {
     /// Whether the run has ended.
     #[must_use]
     pub fn is_settled(self) -> bool {
-        matches!(self, RunStatus::Succeeded | RunStatus::Failed)
+        matches!(
+            self,
+            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled
+        )
+    }
+
+    /// The status as a word, as the JSON has it: `running`, `waiting`, `succeeded`, `failed`,
+    /// `cancelled`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Waiting => "waiting",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
     }
 }
 
@@ -462,6 +484,10 @@ impl Run {
             error: event.error.clone(),
             retries,
         });
+        // A cancelled run owes nothing: the event is on its timeline, and opens no path.
+        if self.status == RunStatus::Cancelled {
+            return Vec::new();
+        }
         let finishing = matches!(
             event.status.as_str(),
             status::SUCCEEDED | status::SKIPPED | status::FAILED
@@ -524,6 +550,9 @@ impl Run {
         let Some(flow) = self.flow.clone() else {
             return Vec::new();
         };
+        if self.status == RunStatus::Cancelled {
+            return Vec::new();
+        }
         // Which of `source`'s successors the dead-lettered delivery was for.
         let owner = |n: &Node| n.service == service;
         let affected: Vec<&Node> = match kind {
@@ -615,8 +644,43 @@ impl Run {
         }
     }
 
-    /// Recomputes the status from what is pending.
+    /// Cancels the run at `seq`: the arrivals it still waited on and its armed timers are
+    /// dropped (returned, for the record), and it settles as [`RunStatus::Cancelled`] for good.
+    /// None when it had settled already.
+    pub(crate) fn cancel(&mut self, seq: u64, now: GoTime) -> Option<Cancelled> {
+        if self.status.is_settled() {
+            return None;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let timers = std::mem::take(&mut self.timers);
+        self.dead.clear();
+        self.retrying.clear();
+        let cancelled = Cancelled {
+            run_id: self.id.clone(),
+            pending,
+            timers: timers.into_iter().map(|t| t.node_id).collect(),
+        };
+        self.push_step(TimelineEntry {
+            seq,
+            node_id: CANCEL_STEP.into(),
+            node_type: "run".into(),
+            service: "engine".into(),
+            status: RunStatus::Cancelled.as_str().into(),
+            started_at: now,
+            finished_at: now,
+            error: cancelled.to_string(),
+            retries: 0,
+        });
+        self.status = RunStatus::Cancelled;
+        self.settled_at = Some(now);
+        Some(cancelled)
+    }
+
+    /// Recomputes the status from what is pending (a cancelled run stays cancelled).
     pub(crate) fn refresh_status(&mut self, now: GoTime) {
+        if self.status == RunStatus::Cancelled {
+            return;
+        }
         let before = self.status;
         self.status = RunStatus::of(
             !self.pending.is_empty(),
@@ -648,6 +712,49 @@ impl Run {
     #[must_use]
     pub fn executions(&self, node: &str) -> u32 {
         self.executions.get(node).copied().unwrap_or(0)
+    }
+}
+
+/// What cancelling a run dropped ([`crate::Emulator::cancel`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cancelled {
+    /// The run.
+    pub run_id: String,
+    /// The nodes it still waited on, with how many arrivals each: not waited on any more.
+    pub pending: BTreeMap<String, u32>,
+    /// The timers that were armed (node ids, one per armed instance): disarmed.
+    pub timers: Vec<String>,
+}
+
+impl std::fmt::Display for Cancelled {
+    /// `cancelled by hand; dropped: pending x (2), y; timers t`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("cancelled by hand")?;
+        if self.pending.is_empty() && self.timers.is_empty() {
+            return f.write_str("; nothing was pending");
+        }
+        f.write_str("; dropped:")?;
+        if !self.pending.is_empty() {
+            let nodes: Vec<String> = self
+                .pending
+                .iter()
+                .map(|(n, c)| {
+                    if *c > 1 {
+                        format!("{n} ({c})")
+                    } else {
+                        n.clone()
+                    }
+                })
+                .collect();
+            write!(f, " pending {}", nodes.join(", "))?;
+        }
+        if !self.timers.is_empty() {
+            if !self.pending.is_empty() {
+                f.write_str(";")?;
+            }
+            write!(f, " timers {}", self.timers.join(", "))?;
+        }
+        Ok(())
     }
 }
 

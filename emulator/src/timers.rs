@@ -29,6 +29,14 @@ pub(crate) fn arm(shared: &Shared, state: &mut State, run_id: &str, timer: &str,
         return;
     };
     let Some(node) = flow.node(timer) else { return };
+    // A delivery of a cancelled run that was already on its way arms nothing after it.
+    if state
+        .runs
+        .get(run_id)
+        .is_some_and(|r| r.status == crate::recorder::RunStatus::Cancelled)
+    {
+        return;
+    }
     let delay = flow::timer_delay_ms(node).unwrap_or(0);
     let fence = Shared::next_fence(state);
     let due = plus_ms(now, delay);
@@ -387,8 +395,11 @@ fn undelivered(shared: &Shared, state: &mut State, d: Delivery, error: String) {
         run.unreach(&next);
     }
     let attempts = d.timer.attempts + 1;
-    let gave_up = attempts >= MAX_DELIVERY_ATTEMPTS;
-    if gave_up {
+    let cancelled = run.status == crate::recorder::RunStatus::Cancelled;
+    let gave_up = attempts >= MAX_DELIVERY_ATTEMPTS || cancelled;
+    if cancelled {
+        // Cancelled while the delivery was on its way: nothing to try again.
+    } else if gave_up {
         if let Some(resume) = flow.node(&d.resume_node_id) {
             let seq = state.seq + 1;
             let message = format!(

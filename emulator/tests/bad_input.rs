@@ -814,7 +814,7 @@ async fn bad_control_requests_get_an_error_reply() {
     );
     assert!(text(control(&sdk, "frobnicate", b"{}").await).starts_with(
         "unknown control op \"frobnicate\"; ops: state, deploy, check_release, trigger, \
-             resend_dlq, advance, runs, run_page, run, flow, flow_list, records, violations"
+             resend_dlq, advance, cancel, runs, run_page, run, flow, flow_list, records, violations"
     ));
     // A body that is not a flow.
     assert!(

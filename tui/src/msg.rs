@@ -74,6 +74,8 @@ pub enum Cmd {
     },
     /// Re-send a DLQ entry (by its `Nats-Msg-Id`) to its service as a new delivery.
     ResendDlq(String),
+    /// Cancel an open run (by its id): the emulator drops what it still owes it.
+    CancelRun(String),
     /// Advance the emulator's virtual clock.
     Advance(Duration),
     /// Fetch a run's full timeline from the emulator.

@@ -166,6 +166,17 @@ impl Source {
                     .map(|r| resent(&r))
                     .map_err(|e| format!("re-send {id}: {e}")),
             )),
+            (Source::Control(c), Cmd::CancelRun(id)) => Some(done(
+                c.cancel(&id)
+                    .await
+                    .map(|c| format!("run {} {c}", c.run_id))
+                    .map_err(|e| format!("cancel: {e}")),
+            )),
+            (Source::InProcess(e), Cmd::CancelRun(id)) => Some(done(
+                e.cancel(&id)
+                    .map(|c| format!("run {} {c}", c.run_id))
+                    .map_err(|e| format!("cancel: {e}")),
+            )),
             (Source::Control(c), Cmd::Advance(by)) => Some(done(
                 c.advance(by)
                     .await

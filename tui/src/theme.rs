@@ -107,6 +107,7 @@ impl Theme {
             RunStatus::Waiting => self.waiting(),
             RunStatus::Succeeded => self.ok(),
             RunStatus::Failed => self.bad(),
+            RunStatus::Cancelled => self.dim(),
         }
     }
 

@@ -3,6 +3,8 @@
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEventKind};
 
+use triggers_emulator::recorder::RunStatus;
+
 use crate::format::parse_duration;
 use crate::model::{Connection, Detail, ListId, Model, Notice, Page, Prompt, Tab};
 use crate::msg::{Cmd, Msg};
@@ -156,6 +158,7 @@ fn on_key(model: &mut Model, key: KeyEvent) -> Option<Cmd> {
         KeyCode::Char('t') => start_trigger(model),
         KeyCode::Char('r') => retrigger(model),
         KeyCode::Char('R') => return resend(model),
+        KeyCode::Char('x') => return cancel_run(model),
         KeyCode::Char('y') => return copy_id(model),
         KeyCode::Char('H') => {
             model.hide_heartbeats = !model.hide_heartbeats;
@@ -349,6 +352,38 @@ fn resend(model: &mut Model) -> Option<Cmd> {
         return None;
     };
     Some(Cmd::ResendDlq(entry.msg_id.clone()))
+}
+
+/// `x`: the open (or selected) run cancelled, unless it has settled already.
+fn cancel_run(model: &mut Model) -> Option<Cmd> {
+    if !model.mode.can_drive() {
+        notice(
+            model,
+            "passive observer: read-only (no emulator to cancel a run with)",
+            true,
+        );
+        return None;
+    }
+    let run = match (&model.open_run, model.current_list()) {
+        (Some(id), _) => model.run(id).cloned(),
+        (None, ListId::Runs) => model
+            .selected_item(ListId::Runs)
+            .and_then(|i| model.runs.get_abs(i).cloned()),
+        _ => None,
+    };
+    let Some(run) = run else {
+        notice(model, "x cancels a run: select one in Runs first", true);
+        return None;
+    };
+    if run.status.is_settled() {
+        let text = match run.status {
+            RunStatus::Cancelled => format!("run {} was cancelled already", run.id),
+            status => format!("run {} has {} already", run.id, status.as_str()),
+        };
+        notice(model, &text, true);
+        return None;
+    }
+    Some(Cmd::CancelRun(run.id))
 }
 
 /// `y`: the selected row's id (a run id, a DLQ entry's message id, a flow id, a service name)

@@ -635,7 +635,8 @@ fn engine_step(run: &mut RunRow, seq: u64, node: &str, node_type: &str, status: 
 
 /// The recorder's rule, for runs the emulator has not described.
 fn refresh_status(run: &mut RunRow, now: GoTime) {
-    if run.from_emulator {
+    // A cancelled run stays so whatever comes after.
+    if run.from_emulator || run.status == RunStatus::Cancelled {
         return;
     }
     let before = run.status;

@@ -647,3 +647,81 @@ fn capital_r_resends_the_selected_dlq_entry_and_only_that() {
             .is_some_and(|n| n.text.contains("read-only"))
     );
 }
+
+/// Moves the Runs selection to `id` (from the first row down).
+fn select_run(m: &mut Model, id: &str) {
+    typed(m, "3g");
+    for _ in 0..m.row_count(ListId::Runs) {
+        if selected_run(m) == id {
+            return;
+        }
+        typed(m, "j");
+    }
+    panic!("no row for run {id}");
+}
+
+#[test]
+fn x_cancels_the_open_or_selected_run_and_only_an_open_one() {
+    let mut m = control();
+    // Nowhere near a run: said so, nothing sent.
+    typed(&mut m, "1");
+    assert_eq!(typed(&mut m, "x"), None);
+    assert!(
+        m.notice
+            .as_ref()
+            .is_some_and(|n| n.error && n.text.contains("select one in Runs"))
+    );
+    // A settled run is not cancelled: the reason, and no command.
+    select_run(&mut m, "run-0001");
+    assert_eq!(typed(&mut m, "x"), None);
+    assert!(
+        m.notice
+            .as_ref()
+            .is_some_and(|n| n.error && n.text == "run run-0001 has succeeded already"),
+        "{:?}",
+        m.notice
+    );
+    // The selected open run, from the list.
+    select_run(&mut m, "run-0003");
+    assert_eq!(typed(&mut m, "x"), Some(Cmd::CancelRun("run-0003".into())));
+    // The open run, from its page (the timeline): the run page's key.
+    select_run(&mut m, "run-0004");
+    assert_eq!(typed(&mut m, "\n"), Some(Cmd::LoadRun("run-0004".into())));
+    assert_eq!(m.open_run.as_deref(), Some("run-0004"));
+    assert_eq!(typed(&mut m, "x"), Some(Cmd::CancelRun("run-0004".into())));
+    // The emulator says it settled cancelled: so it stays, whatever comes after, and a second
+    // x says so.
+    update(
+        &mut m,
+        Msg::Records(vec![record(
+            9_000,
+            RecordKind::RunSettled {
+                run_id: "run-0004".into(),
+                flow_id: "order".into(),
+                status: RunStatus::Cancelled,
+            },
+        )]),
+    );
+    assert_eq!(
+        m.run("run-0004").map(|r| r.status),
+        Some(RunStatus::Cancelled)
+    );
+    assert_eq!(typed(&mut m, "x"), None);
+    assert!(
+        m.notice
+            .as_ref()
+            .is_some_and(|n| n.text == "run run-0004 was cancelled already"),
+        "{:?}",
+        m.notice
+    );
+    // A passive observer cannot.
+    m.mode = crate::model::Mode::Passive;
+    typed(&mut m, "\x1b");
+    select_run(&mut m, "run-0003");
+    assert_eq!(typed(&mut m, "x"), None);
+    assert!(
+        m.notice
+            .as_ref()
+            .is_some_and(|n| n.text.contains("read-only"))
+    );
+}

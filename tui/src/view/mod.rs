@@ -23,13 +23,12 @@ pub(crate) const KEYS: &[(&str, &str)] = &[
     ("q, Ctrl-c", "quit"),
     ("Tab, Shift-Tab, ← →, h l", "next / previous tab"),
     ("1 … 6", "go to a tab"),
-    ("↑ ↓, k j", "move (or scroll a page)"),
+    ("↑ ↓, k j, mouse wheel", "move (or scroll a page)"),
     ("PgUp PgDn, Ctrl-u Ctrl-d", "move a page"),
     (
         "g G, Home End",
         "first / newest row (G also resumes follow)",
     ),
-    ("mouse wheel", "scroll"),
     ("Enter", "drill in: a run's timeline, an entry's details"),
     ("Esc, ← h (drilled in)", "back; on a list, clear its filter"),
     ("/", "filter the list (type, Enter keeps, Esc clears)"),
@@ -44,6 +43,7 @@ pub(crate) const KEYS: &[(&str, &str)] = &[
         "re-trigger the selected run with its payload (emulator modes)",
     ),
     ("R", "re-send the selected DLQ entry (emulator modes)"),
+    ("x", "cancel the selected (or open) run (emulator modes)"),
     ("y", "copy the selected id (run, DLQ entry, flow, service)"),
     ("H", "hide / show heartbeats in Traffic"),
     (
@@ -92,12 +92,7 @@ pub(crate) fn liveness_text(l: Liveness) -> &'static str {
 }
 
 pub(crate) fn run_status_text(s: RunStatus) -> &'static str {
-    match s {
-        RunStatus::Running => "running",
-        RunStatus::Waiting => "waiting",
-        RunStatus::Succeeded => "succeeded",
-        RunStatus::Failed => "failed",
-    }
+    s.as_str()
 }
 
 fn draw_header(model: &Model, frame: &mut Frame, area: Rect) {
