@@ -311,6 +311,11 @@ pub(super) fn generate(rng: &mut StdRng, n: u64, lab: &Harness, version: i64) ->
             if rng.random_bool(0.03) {
                 m["service"] = json!("s".repeat(rng.random_range(129..5000)));
             }
+            if rng.random_bool(0.03)
+                && let Some(action) = m["actions"].get_mut(0)
+            {
+                action["name"] = json!("a".repeat(rng.random_range(129..5000)));
+            }
             if let Some(src) = m["service_sources"].get_mut(0) {
                 src["default"] = json!(match rng.random_range(0..20) {
                     // Sources over what the server, the platform or the emulator own.
@@ -357,6 +362,9 @@ pub(super) fn generate(rng: &mut StdRng, n: u64, lab: &Harness, version: i64) ->
                 body_of(rng, hb),
             )
         }
+        // Completion events for made-up runs, in volume: many say `retrying` (or a status nobody
+        // knows), which keeps a followed run open; past `max_followed_runs` they are recorded,
+        // not followed, and never refuse a trigger (the canary's, after each batch).
         27..=41 => {
             let status =
                 ["succeeded", "failed", "retrying", "skipped", "bogus"][rng.random_range(0..5)];
@@ -415,12 +423,13 @@ pub(super) fn generate(rng: &mut StdRng, n: u64, lab: &Harness, version: i64) ->
                 "check_release",
                 "trigger",
                 "advance",
+                "cancel",
                 "runs",
                 "run",
                 "records",
                 "violations",
                 "frobnicate",
-            ][rng.random_range(0..10)];
+            ][rng.random_range(0..11)];
             let body = json!({"flow_id": FLOW, "payload": {"n": n}, "duration_ms": 1000,
                 "run_id": "nope", "since": 0, "limit": 5,
                 "flow": {"id": format!("fzc-{}", rng.random_range(0..5)), "nodes": [], "edges": []}});

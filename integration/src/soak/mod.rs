@@ -15,6 +15,10 @@
 //! at the end. Anything that would make it partial (a run evicted before it was checked, a stream
 //! that discarded messages, a slow-consumer drop) is reported as such and fails the soak.
 //!
+//! Beside the services, a hostile client ([`hostile`]) registers what the emulator must refuse
+//! and publishes completion events for made-up runs in volume, past `max_followed_runs`: neither
+//! may cost the soak a run.
+//!
 //! The replica that crashes runs on a Tokio runtime of its own; the crash is that runtime shut
 //! down at once: its tasks (the handlers, the pulls, the NATS connection) stop where they are,
 //! nothing is acked or reported, as when a process dies. JetStream redelivers its messages to the
@@ -31,6 +35,7 @@ use serde_json::{Value, json};
 use triggers_emulator::recorder::RunStatus;
 use triggers_emulator::{Emulator, EmulatorConfig, Harness, TriggerOptions};
 use triggers_sdk::flow::Flow;
+mod hostile;
 mod plan;
 mod report;
 
@@ -81,7 +86,17 @@ pub struct SoakConfig {
     /// at 15 s a message whose outcome was still being reported across a kill was redelivered
     /// to the other replica, which dead-lettered it again.
     pub ack_wait: Option<Duration>,
+    /// Whether a hostile client works beside the services (default true): registrations the
+    /// emulator must refuse before the runs, and [`FAKE_EVENTS`] completion events for made-up
+    /// runs with each batch, past the emulator's `max_followed_runs` ([`MAX_FOLLOWED_RUNS`]).
+    pub hostile: bool,
 }
+
+/// Completion events for made-up runs the hostile client publishes with each batch.
+pub const FAKE_EVENTS: usize = 1_500;
+/// The emulator's `max_followed_runs` in the soak: below [`FAKE_EVENTS`], so that the bound is
+/// reached with the first batch.
+pub const MAX_FOLLOWED_RUNS: usize = 1_000;
 
 impl Default for SoakConfig {
     fn default() -> Self {
@@ -97,6 +112,7 @@ impl Default for SoakConfig {
             duration: None,
             progress: false,
             ack_wait: None,
+            hostile: true,
         }
     }
 }
@@ -317,6 +333,7 @@ pub fn emulator_config(config: &SoakConfig) -> EmulatorConfig {
     EmulatorConfig {
         wait_timeout: Duration::from_secs(180),
         max_runs: config.batch.max(1) * 4,
+        max_followed_runs: MAX_FOLLOWED_RUNS,
         ..Default::default()
     }
 }
@@ -359,6 +376,15 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         set_ack_wait(&lab, ack_wait).await;
     }
     let emulator = lab.emulator().clone();
+    let hostile = if config.hostile {
+        let client = async_nats::connect(lab.url())
+            .await
+            .expect("the hostile client connects");
+        hostile::refused_registrations(&lab, &client, &mut report).await;
+        Some(client)
+    } else {
+        None
+    };
 
     let mut rng = StdRng::seed_from_u64(config.seed);
     let runs = config.runs;
@@ -433,6 +459,9 @@ pub async fn run(config: SoakConfig) -> SoakReport {
             }
             report.runs += chunk_end - i;
             i = chunk_end;
+        }
+        if let Some(client) = &hostile {
+            hostile::fake_events(client, next, FAKE_EVENTS, &mut report).await;
         }
         check_batch(&emulator, &batch, &plans, &successes, &mut report).await;
         for id in &batch {
@@ -639,9 +668,9 @@ async fn check_batch(
         }
     }
     // A run the driver did not start is a duplicate: events for a run it had already settled
-    // and that was evicted, followed anew.
+    // and that was evicted, followed anew. The hostile client's made-up runs are its own.
     for run in emulator.runs() {
-        if !run.id.starts_with("soak-") {
+        if !run.id.starts_with("soak-") && !run.id.starts_with(hostile::FAKE_RUN_PREFIX) {
             report.duplicated += 1;
             report.problems.push(format!(
                 "a run the driver did not start: {} ({:?})",
@@ -776,6 +805,13 @@ async fn finish(
         }
     }
     let _ = successes;
+    report.unfollowed_runs = state.unfollowed_runs;
+    if report.fake_events > MAX_FOLLOWED_RUNS as u64 && report.unfollowed_runs == 0 {
+        report.problems.push(format!(
+            "hostile: {} fake events for made-up runs, and none went unfollowed: max_followed_runs ({MAX_FOLLOWED_RUNS}) was not reached",
+            report.fake_events
+        ));
+    }
     report.peak_rss_kib = peak_rss_kib(None);
     report.nats_peak_rss_kib = report
         .nats_peak_rss_kib

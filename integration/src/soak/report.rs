@@ -80,6 +80,12 @@ pub struct SoakReport {
     pub cache_evictions: u64,
     /// Messages the services gave up on (`RuntimeStats::given_up`).
     pub given_up: u64,
+    /// Registrations of the hostile client the emulator refused, as it must.
+    pub refused_registrations: u64,
+    /// Completion events for made-up runs the hostile client published.
+    pub fake_events: u64,
+    /// Of their runs, those the emulator did not follow (beyond `max_followed_runs`).
+    pub unfollowed_runs: u64,
     /// Conformance violations by rule.
     pub violations: BTreeMap<String, u64>,
     /// Peak resident memory of this process (emulator and services), KiB.
@@ -166,6 +172,11 @@ impl std::fmt::Display for SoakReport {
             self.handler_reruns,
             self.given_up,
             self.cache_evictions
+        )?;
+        writeln!(
+            f,
+            "hostile: {} registrations refused, {} fake events for made-up runs ({} runs not followed)",
+            self.refused_registrations, self.fake_events, self.unfollowed_runs
         )?;
         writeln!(
             f,
