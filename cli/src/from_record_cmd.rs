@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use serde_json::Value;
-use triggers_emulator::recorder::{Record, RecordKind};
+use triggers_emulator::recorder::{Record, RecordKind, RunStatus};
 use triggers_emulator::recording::{Recording, advanced_by};
 use triggers_sdk::wire::subject::LockedSubject;
 use triggers_sdk::wire::{CompletionEvent, Manifest};
@@ -420,6 +420,23 @@ fn scenario(name: &str, recording: &Recording, services: &Services) -> Result<St
                     "  - trigger: {{flow: {flow_id}{entry}, {payload}, as: {name}}}"
                 )?;
             }
+            // A scenario cannot cancel a run (`wait_settled` knows no `cancelled`): said, and
+            // nothing expected of it; from here on no step waits for it either.
+            RecordKind::RunSettled {
+                run_id,
+                status: RunStatus::Cancelled,
+                ..
+            } => {
+                let Some(name) = alias(&runs, run_id) else {
+                    continue;
+                };
+                settled.insert(run_id.clone());
+                writeln!(
+                    out,
+                    "  # record {}: run {run_id} ({name}) was cancelled by hand; a scenario cannot cancel a run, so nothing is expected of it",
+                    r.seq
+                )?;
+            }
             RecordKind::RunSettled { run_id, status, .. } => {
                 let Some(name) = alias(&runs, run_id) else {
                     continue;
@@ -577,4 +594,56 @@ fn grouped<K: PartialEq>(items: impl Iterator<Item = (K, u64)>) -> Vec<(K, Vec<u
         }
     }
     groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use triggers_sdk::wire::GoTime;
+
+    fn record(seq: u64, kind: RecordKind) -> Record {
+        Record {
+            seq,
+            at: GoTime::now(),
+            clock: GoTime::now(),
+            subject: String::new(),
+            headers: Vec::new().into(),
+            payload: Default::default(),
+            kind,
+        }
+    }
+
+    #[test]
+    fn a_cancelled_run_is_said_and_nothing_is_expected_of_it() {
+        let settled = |run: &str, status| RecordKind::RunSettled {
+            run_id: run.into(),
+            flow_id: "order".into(),
+            status,
+        };
+        let trigger = |run: &str| RecordKind::Trigger {
+            run_id: run.into(),
+            flow_id: "order".into(),
+            entry: String::new(),
+        };
+        let recording = Recording {
+            format: 1,
+            header: None,
+            records: vec![
+                record(1, trigger("run-a")),
+                record(2, trigger("run-b")),
+                record(3, settled("run-a", RunStatus::Cancelled)),
+                record(4, settled("run-b", RunStatus::Succeeded)),
+            ],
+        };
+        let text = scenario("rec.jsonl", &recording, &Services::Made(BTreeMap::new())).unwrap();
+        assert!(
+            text.contains("# record 3: run run-a (run1) was cancelled by hand"),
+            "{text}"
+        );
+        assert!(!text.contains("cancelled}"), "{text}");
+        assert!(
+            text.contains("wait_settled: {run: run2, status: succeeded}"),
+            "{text}"
+        );
+    }
 }
