@@ -307,3 +307,19 @@ fn tiny_and_odd_sizes_do_not_panic() {
         }
     }
 }
+
+/// With `f` on, a run's timeline says how many of its steps it shows (it hid them silently).
+#[test]
+fn a_filtered_timeline_says_how_many_steps_it_shows() {
+    let mut model = full();
+    keys(&mut model, "3gj\n");
+    let all = model.row_count(crate::model::ListId::Timeline);
+    keys(&mut model, "f");
+    let shown = model.row_count(crate::model::ListId::Timeline);
+    assert!(shown < all);
+    let screen = render(&model, 140, 40);
+    assert!(
+        screen.contains(&format!("Timeline (Esc back) · {shown} of {all} shown")),
+        "{screen}"
+    );
+}

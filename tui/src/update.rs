@@ -171,9 +171,23 @@ fn on_key(model: &mut Model, key: KeyEvent) -> Option<Cmd> {
             notice(model, text, false);
         }
         KeyCode::Char('a') => start_advance(model),
+        KeyCode::Char('D') => dlq_of_open_run(model),
         _ => {}
     }
     None
+}
+
+/// `D` on a run: the DLQ tab, filtered to that run's entries.
+fn dlq_of_open_run(model: &mut Model) {
+    let Some(id) = model.open_run.clone().filter(|_| model.page.is_none()) else {
+        notice(model, "D shows a run's DLQ entries: open a run first", true);
+        return;
+    };
+    go_to_tab(model, Tab::Dlq);
+    let state = model.list_mut(ListId::Dlq);
+    state.filter = id;
+    state.selected = 0;
+    model.recompute_rows(ListId::Dlq);
 }
 
 fn drilled_in(model: &Model) -> bool {

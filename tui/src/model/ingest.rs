@@ -230,11 +230,51 @@ impl Model {
 
     fn set_flow(&mut self, mut flow: Flow) {
         flow.assign_owners();
-        let row = self.flow_row(&flow.id.clone());
-        row.versions.insert(flow.version);
-        if flow.version >= row.version || row.flow.is_none() {
-            row.version = flow.version;
+        let (id, version) = (flow.id.clone(), flow.version);
+        let row = self.flow_row(&id);
+        row.versions.insert(version);
+        let known = row.flow.as_ref().is_some_and(|f| f.version == version);
+        if version >= row.version || row.flow.is_none() {
+            row.version = version;
             row.flow = Some(flow);
+            if !known {
+                self.note_runs_of(&id, version);
+            }
+        }
+    }
+
+    /// Notes what the runs of a flow version held here ran, once the flow itself is known. Its
+    /// runs' events may come first (`up --tui` hears a deploy, a trigger and its events before
+    /// its next poll of the state brings the flow): they are noted by the one rule of
+    /// [`Model::note_ran`], as if the flow had been known, so the graph draws their edges taken.
+    fn note_runs_of(&mut self, flow_id: &str, version: i64) {
+        let entry = self
+            .flows
+            .get(flow_id)
+            .and_then(|f| f.flow.as_ref())
+            .and_then(|f| f.entry_points().next().map(|n| n.id.clone()));
+        let mut steps = Vec::new();
+        for abs in self.runs.first_abs()..self.runs.end_abs() {
+            let Some(run) = self.runs.get_abs_mut(abs) else {
+                continue;
+            };
+            if run.flow_id != flow_id || (run.flow_version != version && run.flow_version != 0) {
+                continue;
+            }
+            run.flow_version = version;
+            for t in &mut run.timeline {
+                // A trigger heard before its flow was known could not name the entry.
+                if t.node_id == "trigger"
+                    && t.status == "triggered"
+                    && let Some(entry) = &entry
+                {
+                    t.node_id.clone_from(entry);
+                }
+                steps.push((run.id.clone(), t.node_id.clone(), t.status.clone()));
+            }
+        }
+        for (run, node, status) in steps {
+            self.note_ran(&run, flow_id, version, &node, &status);
         }
     }
 
@@ -710,5 +750,37 @@ mod tests {
             );
             assert_eq!(covered.nodes.len(), 4);
         }
+    }
+
+    /// Under `up --tui` a run's trigger and events arrive before the state poll brings its
+    /// flow: once the flow is known, its edges are noted by the same rule as when it was known
+    /// first (they were all drawn "not taken"; `watch` on the same `up` drew them taken).
+    #[test]
+    fn a_flow_known_after_its_runs_events_draws_their_edges_taken() {
+        let flow: Flow = serde_json::from_value(serde_json::json!({"id": "diamond", "version": 1,
+            "nodes": [
+                {"id": "in", "type": "service-in", "service": "s"},
+                {"id": "a", "type": "action", "service": "s", "action": "a"},
+                {"id": "b", "type": "action", "service": "s", "action": "b"},
+                {"id": "c", "type": "action", "service": "s", "action": "c"}],
+            "edges": [
+                {"id": "in-a", "from": "in", "to": "a"}, {"id": "in-b", "from": "in", "to": "b"},
+                {"id": "a-c", "from": "a", "to": "c"}, {"id": "b-c", "from": "b", "to": "c"}]}))
+        .expect("a flow");
+        let mut model = empty_model(Mode::InProcess, Theme::colored());
+        // The trigger, heard with no flow known: its entry unnamed, its version unknown.
+        let run = model.run_mut("r1", "diamond", 0, at_ms(0));
+        engine_step(run, 1, "trigger", "service-in", "triggered", at_ms(0));
+        for (seq, (node, status)) in [("a", "failed"), ("b", "succeeded"), ("c", "succeeded")]
+            .into_iter()
+            .enumerate()
+        {
+            model.completion(&event("r1", node, status), seq as u64 + 2);
+        }
+        model.set_flow(flow);
+        let covered = &model.ran[&("diamond".to_owned(), 1)];
+        let edges: Vec<&str> = covered.edges.iter().map(String::as_str).collect();
+        assert_eq!(edges, ["b-c", "in-a", "in-b"]);
+        assert_eq!(covered.nodes.len(), 4, "{:?}", covered.nodes);
     }
 }

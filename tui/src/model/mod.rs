@@ -428,8 +428,8 @@ pub struct Model {
     pub(crate) help: bool,
     pub(crate) follow: bool,
     pub(crate) failures_only: bool,
-    /// Heartbeats left out of Traffic (`H`): a service's heartbeat every few seconds buries the
-    /// rest.
+    /// Heartbeats left out of Traffic (by default; `H` shows them): a service's heartbeat every
+    /// few seconds buries the rest.
     pub(crate) hide_heartbeats: bool,
     /// The last payload triggered per flow, offered again by `t`.
     pub(crate) last_payloads: BTreeMap<String, String>,
@@ -441,7 +441,7 @@ impl Model {
     /// An empty model.
     #[must_use]
     pub fn new(config: ModelConfig) -> Self {
-        Model {
+        let mut model = Model {
             mode: config.mode,
             source: config.source,
             theme: config.theme,
@@ -475,11 +475,14 @@ impl Model {
             help: false,
             follow: true,
             failures_only: false,
-            hide_heartbeats: false,
+            hide_heartbeats: true,
             last_payloads: BTreeMap::new(),
             notice: None,
             quit: false,
-        }
+        };
+        // Traffic starts filtered: its heartbeats hidden.
+        model.recompute_rows(ListId::Traffic);
+        model
     }
 
     /// Where the data comes from.

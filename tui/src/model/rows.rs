@@ -54,7 +54,8 @@ impl Model {
             || (list == ListId::Traffic && self.hide_heartbeats)
     }
 
-    fn collection_len(&self, list: ListId) -> usize {
+    /// Items of `list`, filtered or not (a run's timeline: its open run's steps).
+    pub(crate) fn collection_len(&self, list: ListId) -> usize {
         match list {
             ListId::Services => self.services.len(),
             ListId::Flows => self.flows.len(),

@@ -94,8 +94,13 @@ fn the_filter_narrows_the_current_list_as_you_type() {
     assert_eq!(m.prompt, None);
     assert_eq!(m.list(ListId::Runs).filter, "0002");
     assert_eq!(selected_run(&m), "run-0002");
-    // Each list keeps its own filter.
-    assert_eq!(m.row_count(ListId::Traffic), m.events.len());
+    // Each list keeps its own filter (Traffic's hides only the heartbeats).
+    let heartbeats = m
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, Some(RecordKind::Heartbeat { .. })))
+        .count();
+    assert_eq!(m.row_count(ListId::Traffic), m.events.len() - heartbeats);
     // Filters match any column, ignoring case.
     typed(&mut m, "/");
     key(&mut m, KeyCode::Backspace);
@@ -140,7 +145,13 @@ fn failures_only_shows_failures_in_every_list() {
     assert_eq!(m.row_count(ListId::Flows), 1, "order has a failed run");
     typed(&mut m, "f");
     assert_eq!(m.row_count(ListId::Runs), 4);
-    assert_eq!(m.row_count(ListId::Traffic), m.events.len());
+    // All but the heartbeats, hidden until `H`.
+    let heartbeats = m
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, Some(RecordKind::Heartbeat { .. })))
+        .count();
+    assert_eq!(m.row_count(ListId::Traffic), m.events.len() - heartbeats);
 }
 
 #[test]
@@ -599,21 +610,24 @@ fn r_retriggers_the_selected_run_and_y_copies_its_id() {
     );
 }
 
+/// Heartbeats (one per service every few seconds) swamp Traffic: hidden by default, `H`
+/// shows them, and hides them again.
 #[test]
-fn capital_h_hides_heartbeats_from_traffic() {
+fn heartbeats_are_hidden_from_traffic_until_capital_h() {
     let mut m = control();
     typed(&mut m, "6");
-    let all = m.row_count(ListId::Traffic);
+    let all = m.events.len();
     let heartbeats = m
         .events
         .iter()
         .filter(|e| matches!(e.kind, Some(RecordKind::Heartbeat { .. })))
         .count();
     assert!(heartbeats > 0);
-    typed(&mut m, "H");
     assert_eq!(m.row_count(ListId::Traffic), all - heartbeats);
     typed(&mut m, "H");
     assert_eq!(m.row_count(ListId::Traffic), all);
+    typed(&mut m, "H");
+    assert_eq!(m.row_count(ListId::Traffic), all - heartbeats);
 }
 
 #[test]
@@ -724,4 +738,23 @@ fn x_cancels_the_open_or_selected_run_and_only_an_open_one() {
             .as_ref()
             .is_some_and(|n| n.text.contains("read-only"))
     );
+}
+
+/// A run page that says "1 in the DLQ" jumps to its entries with `D`; with `f` on, the
+/// timeline's title says how many of its steps it shows.
+#[test]
+fn a_runs_dlq_entries_are_a_key_away_and_f_says_what_it_hides() {
+    let mut m = control();
+    typed(&mut m, "3gj\n"); // the second run: failed, one entry in the DLQ
+    let run = m.open_run.clone().expect("a run is open");
+    assert_eq!(m.run(&run).map(|r| r.dlq), Some(1));
+    let steps = m.collection_len(ListId::Timeline);
+    typed(&mut m, "f");
+    assert!(m.row_count(ListId::Timeline) < steps);
+    typed(&mut m, "f");
+    typed(&mut m, "D");
+    assert_eq!(m.tab, Tab::Dlq);
+    assert_eq!(m.open_run, None);
+    assert_eq!(m.list(ListId::Dlq).filter, run);
+    assert_eq!(m.row_count(ListId::Dlq), 1);
 }

@@ -42,7 +42,10 @@ pub(crate) fn draw_timeline(model: &Model, run_id: &str, frame: &mut Frame, area
         )),
     ];
     if run.dlq > 0 {
-        facts.push(Span::styled(format!(" │ {} in the DLQ", run.dlq), t.bad()));
+        facts.push(Span::styled(
+            format!(" │ {} in the DLQ (D shows)", run.dlq),
+            t.bad(),
+        ));
     }
     let failed = if run.failed.is_empty() {
         Line::styled("no node failed", t.dim())

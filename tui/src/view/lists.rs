@@ -42,15 +42,8 @@ impl ListTable<'_> {
         let t = model.theme;
         let count = model.row_count(self.list);
         let mut title = format!(" {} ", self.title);
-        let total = match self.list {
-            ListId::Services => model.services.len(),
-            ListId::Flows => model.flows.len(),
-            ListId::Runs => model.runs.len(),
-            ListId::Dlq => model.dlq.len(),
-            ListId::Violations => model.violations.len(),
-            ListId::Traffic => model.events.len(),
-            ListId::Timeline => count,
-        };
+        // A run's timeline too: with `f` on it says how many steps it hides.
+        let total = model.collection_len(self.list);
         if count != total {
             title = format!(" {} · {count} of {total} shown ", self.title);
         }
@@ -360,7 +353,11 @@ fn traffic(model: &Model, frame: &mut Frame, area: Rect) {
     };
     ListTable {
         list: ListId::Traffic,
-        title: "Traffic".into(),
+        title: if model.hide_heartbeats {
+            "Traffic (heartbeats hidden: H shows them)".into()
+        } else {
+            "Traffic".into()
+        },
         header: &["Seq", "Time", "Kind", "Subject", "What"],
         widths: &[
             Constraint::Length(7),

@@ -45,11 +45,10 @@ pub(crate) const KEYS: &[(&str, &str)] = &[
     ("R", "re-send the selected DLQ entry (emulator modes)"),
     ("x", "cancel the selected (or open) run (emulator modes)"),
     ("y", "copy the selected id (run, DLQ entry, flow, service)"),
-    ("H", "hide / show heartbeats in Traffic"),
-    (
-        "a",
-        "advance the virtual clock, e.g. 30s 5m 1h (emulator modes)",
-    ),
+    ("H", "show / hide heartbeats in Traffic (hidden at first)"),
+    ("D", "on a run: its DLQ entries"),
+    // One line at 80 columns: the help fits 24 rows.
+    ("a", "advance the virtual clock, e.g. 1h (emulator modes)"),
 ];
 
 /// Draws the whole screen.
