@@ -2,7 +2,6 @@
 //! registered with a running `up`, driven through the control API; the action's results are read
 //! on the services' side of the server, as a service would.
 
-use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -43,6 +42,9 @@ pub(crate) struct FuzzArgs {
     #[arg(long)]
     json: bool,
 }
+
+/// `--run-timeout`'s default, as its flag says it (`10s`).
+const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub(crate) async fn fuzz(args: FuzzArgs) -> Result<()> {
     let target = resolve(&args.control)?;
@@ -117,7 +119,7 @@ pub(crate) async fn fuzz(args: FuzzArgs) -> Result<()> {
             ""
         }
     );
-    let terminal = std::io::stderr().is_terminal();
+    let terminal = crate::out::redraw_stderr();
     let mut shrunk = 0u32;
     let mut on_progress = |p: FuzzProgress| match p {
         FuzzProgress::Passed { run, runs } => {
@@ -181,13 +183,21 @@ pub(crate) async fn fuzz(args: FuzzArgs) -> Result<()> {
 
 /// The verdict: PASS or FAIL, the minimal failing input, and the command that reproduces it.
 fn verdict(report: &FuzzReport, args: &FuzzArgs) -> String {
+    // Against the same `up`: without its --instance (or --nats) the command would find
+    // another, or none.
     let again = format!(
-        "triggers-lab fuzz --service {} --action {} --runs {} --seed {}{}",
+        "triggers-lab fuzz --service {} --action {} --runs {} --seed {}{}{}{}",
         args.service,
         args.action,
         args.runs,
         report.seed,
-        if args.invalid { " --invalid" } else { "" }
+        if args.invalid { " --invalid" } else { "" },
+        if args.run_timeout == DEFAULT_RUN_TIMEOUT {
+            String::new()
+        } else {
+            format!(" --run-timeout {}ms", args.run_timeout.as_millis())
+        },
+        args.control.as_flags()
     );
     match &report.failure {
         None => format!(
@@ -206,5 +216,54 @@ fn verdict(report: &FuzzReport, args: &FuzzArgs) -> String {
             f.reason,
             f.original,
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        fuzz: FuzzArgs,
+    }
+
+    /// The `reproduce:` line runs against the same `up`: it keeps --instance (it dropped it,
+    /// and so found another `up`, or none).
+    #[test]
+    fn reproduce_keeps_the_instance_and_the_run_timeout() {
+        let args = Cli::parse_from([
+            "fuzz",
+            "--service",
+            "shop",
+            "--action",
+            "charge",
+            "--instance",
+            "ci",
+            "--run-timeout",
+            "30s",
+        ])
+        .fuzz;
+        let report = FuzzReport {
+            runs: 100,
+            invalid_runs: 0,
+            seed: 7,
+            failure: Some(triggers_scenarios::fuzz::FuzzFailure {
+                original: serde_json::json!({"n": 5}),
+                minimal: serde_json::json!({"n": 0}),
+                reason: "failed".into(),
+                run: 3,
+                shrinking_stopped: None,
+            }),
+        };
+        let text = verdict(&report, &args);
+        assert!(
+            text.contains(
+                "reproduce: triggers-lab fuzz --service shop --action charge --runs 100 --seed 7 --run-timeout 30000ms --instance ci"
+            ),
+            "{text}"
+        );
     }
 }

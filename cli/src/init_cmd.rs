@@ -109,8 +109,11 @@ pub(crate) fn init(args: InitArgs) -> Result<()> {
     outln!("wrote {}", flow_path.display());
     outln!();
     outln!("Run it:     triggers-lab run {}", args.dir.display());
+    // The flow's service must be registered before the flow deploys: the scenario's scripted
+    // service, started by `up` itself, is.
     outln!(
-        "Deploy it:  triggers-lab up --detach && triggers-lab deploy {}",
+        "Deploy it:  triggers-lab up --detach --services {} && triggers-lab deploy {}",
+        scenario_path.display(),
         flow_path.display()
     );
     Ok(())

@@ -240,8 +240,13 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     if args.tui {
         // The UI owns the terminal: no log lines while it is up. A signal ends it as `q` does.
         let mut died = None;
+        let label = format!("{} (in-process)", nats.url());
         let result = tokio::select! {
-            r = triggers_tui::run(triggers_tui::Source::InProcess(emulator.clone()), ui_options(None)) => r,
+            // The header names the URL services connect to (`in-process` said nothing useful).
+            r = triggers_tui::run(
+                triggers_tui::Source::InProcess(emulator.clone()),
+                ui_options(Some(label)),
+            ) => r,
             _ = signals.recv() => Ok(()),
             how = server_died(&mut nats) => {
                 died = Some(how);
@@ -337,9 +342,13 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     let mut drops_told = 0;
     let mut losses_told = 0;
     let mut died = None;
+    let mut by_signal = false;
     loop {
         tokio::select! {
-            _ = signals.recv() => break,
+            _ = signals.recv() => {
+                by_signal = true;
+                break;
+            }
             _ = drop_check.tick() => {
                 if let Some(how) = nats.exited() {
                     died = Some(how);
@@ -375,11 +384,17 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
             }
         }
     }
-    if !quiet {
+    // A signal has had its line (`SIGINT: stopping cleanly…`): one is enough.
+    if !quiet && !by_signal {
         eprintln!("stopping…");
     }
     for services in scripted {
         services.stop().await;
+    }
+    // What the emulator stored after the loop's last record (a DLQ entry just after a run
+    // settled, the services' last heartbeats) goes in the log and the recording too.
+    if died.is_none() {
+        log.catch_up(&emulator)?;
     }
     if let Some(mut f) = log.file {
         f.flush()?;
@@ -740,6 +755,20 @@ pub(crate) struct ControlArgs {
     /// Which running `up`, by name (`up --instance NAME`, else its pid), when several run.
     #[arg(long, value_name = "NAME", global = true, value_parser = crate::discovery::instance_name)]
     instance: Option<String>,
+}
+
+impl ControlArgs {
+    /// These flags as given (` --instance ci`), for a command printed to be run again.
+    pub(crate) fn as_flags(&self) -> String {
+        let mut out = String::new();
+        if let Some(url) = &self.nats {
+            out.push_str(&format!(" --nats {url}"));
+        }
+        if let Some(name) = &self.instance {
+            out.push_str(&format!(" --instance {name}"));
+        }
+        out
+    }
 }
 
 /// A running `up`: where it is and what its control API needs.

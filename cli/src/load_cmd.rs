@@ -2,7 +2,7 @@
 //! concurrency or rate, with throughput and latency percentiles (the engine of the `load` step,
 //! driven through the control API).
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -82,7 +82,7 @@ pub(crate) async fn load(args: LoadArgs) -> Result<()> {
         payloads,
         run_timeout: args.run_timeout,
     };
-    let live = std::io::stderr().is_terminal();
+    let live = crate::out::redraw_stderr();
     let width = terminal_width();
     let mut last_shown = 0;
     let mut progress = |settled: u64, total: u64| {

@@ -47,6 +47,12 @@ pub(crate) fn colour_stdout() -> bool {
         && std::io::stdout().is_terminal()
 }
 
+/// Whether standard error takes a line redrawn in place (`\r`, `ESC[2K`): a terminal whose
+/// `TERM` is not `dumb` (a dumb terminal, as Emacs' shell, prints the escapes as they are).
+pub(crate) fn redraw_stderr() -> bool {
+    std::env::var("TERM").map_or(true, |t| t != "dumb") && std::io::stderr().is_terminal()
+}
+
 /// `text` in bold green (`ok`) or bold red, when `colour`.
 pub(crate) fn paint(text: &str, ok: bool, colour: bool) -> String {
     if colour {

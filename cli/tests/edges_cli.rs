@@ -448,7 +448,7 @@ fn demo_runs_from_any_folder_with_the_binary_alone() {
             .filter(|n| n != "flow-lab.scenario.yaml" && n != "fuzz.scenario.yaml")
             .count();
     assert!(
-        stdout.contains(&format!("ran {shipped} scenario(s)")),
+        stdout.contains(&format!("ran {shipped} scenarios")),
         "{shipped} expected: {stdout}"
     );
     assert!(!stderr.contains("No such file"), "{stderr}");

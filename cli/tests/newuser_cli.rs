@@ -203,3 +203,159 @@ fn bash_completion_completes_a_subcommands_flags() {
         "no --filter among the completions of `triggers-lab run --fil`:\n{stdout}{stderr}"
     );
 }
+
+/// `init`'s "Deploy it" line works as printed: it used to be `up --detach && deploy FLOW`, whose
+/// deploy was refused (the flow's service was never registered). Run here with `--port 0` added
+/// to `up` (a test must not take 4222), in a runtime folder of its own.
+#[test]
+fn inits_next_step_works_as_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let xdg = tempfile::tempdir().unwrap();
+    let out = bin().current_dir(dir.path()).arg("init").output().unwrap();
+    let (stdout, stderr) = streams(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Deploy it:"))
+        .unwrap_or_else(|| panic!("no `Deploy it:` line in:\n{stdout}"));
+    struct Down<'a>(&'a Path);
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            let _ = common::bin_in(self.0).args(["down", "--all"]).output();
+        }
+    }
+    let _down = Down(xdg.path());
+    for command in line.split("&&") {
+        let mut words: Vec<&str> = command.split_whitespace().collect();
+        assert_eq!(words.first(), Some(&"triggers-lab"), "{line}");
+        if words.get(1) == Some(&"up") {
+            words.extend(["--port", "0"]);
+        }
+        let out = common::bin_in(xdg.path())
+            .current_dir(dir.path())
+            .args(&words[1..])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = streams(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "`{}` as init printed it:\n{stdout}{stderr}",
+            command.trim()
+        );
+    }
+}
+
+/// Offline, `doctor`'s remedies that fetch lift TRIGGERS_NATS_OFFLINE: a bare
+/// `doctor --prepare` fails under the same setting.
+#[test]
+fn doctors_offline_hints_work_offline() {
+    let home = tempfile::tempdir().unwrap();
+    let out = without_any_server(home.path())
+        .arg("doctor")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = streams(&out);
+    assert_eq!(out.status.code(), Some(3), "{stdout}{stderr}");
+    let mentions = stdout.matches("triggers-lab doctor --prepare").count();
+    let lifted = stdout
+        .matches("TRIGGERS_NATS_OFFLINE=0 triggers-lab doctor --prepare")
+        .count();
+    assert!(mentions > 0 && mentions == lifted, "{stdout}");
+}
+
+/// `up` stopped by Ctrl-C says it is stopping once (it said "SIGINT: stopping cleanly…" and
+/// then "stopping…").
+#[cfg(unix)]
+#[test]
+fn up_says_it_is_stopping_once() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+    let xdg = tempfile::tempdir().unwrap();
+    let mut up = common::bin_in(xdg.path())
+        .args(["up", "--backend", "binary", "--port", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(up.stdout.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if stdout.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        seen.push_str(&line);
+        if line.starts_with("Ctrl-C stops it.") {
+            break;
+        }
+    }
+    assert!(seen.contains("Ctrl-C stops it."), "{seen}");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(up.id() as i32).unwrap(),
+        rustix::process::Signal::INT,
+    )
+    .unwrap();
+    let status = up.wait().unwrap();
+    let mut stderr = String::new();
+    up.stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    let stopping: Vec<&str> = stderr.lines().filter(|l| l.contains("stopping")).collect();
+    assert_eq!(stopping.len(), 1, "{stderr}");
+    assert!(
+        stopping[0].starts_with("SIGINT: stopping cleanly"),
+        "{stderr}"
+    );
+}
+
+/// `-v` shows a load step's report whole, as the docs promise (it showed its first line only).
+#[test]
+fn verbose_shows_the_load_report() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("load.scenario.yaml"),
+        "name: a small load\n\
+         services:\n  - name: shop\n    actions:\n      - {name: charge, behavior: {echo: true}}\n\
+         flows:\n  - id: order\n    nodes:\n      - {id: in, type: service-in, service: shop}\n      - {id: charge, type: action, service: shop, action: charge}\n    edges:\n      - {id: e1, from: in, to: charge}\n\
+         steps:\n  - deploy: order\n  - load: {flow: order, runs: 3, concurrency: 1}\n",
+    )
+    .unwrap();
+    let out = bin()
+        .arg("run")
+        .arg(dir.path())
+        .args(["-v", "--backend", "binary"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = streams(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("latency") && stdout.contains("run (trigger→settled)"),
+        "{stdout}"
+    );
+}
+
+/// A YAML indentation error names the line out of place and its block's indentation, not the
+/// parser's "while parsing a block collection, did not find expected '-' indicator" alone.
+#[test]
+fn an_indentation_error_names_the_line_out_of_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a.scenario.yaml");
+    std::fs::write(
+        &file,
+        "name: x\nsteps:\n  - deploy: order\n   - trigger: order\n",
+    )
+    .unwrap();
+    let out = bin().arg("run").arg(&file).arg("--list").output().unwrap();
+    let (_, stderr) = streams(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "a.scenario.yaml:4:4: line 4's indentation (3 spaces) differs from its block's (2, from line 3)"
+        ),
+        "{stderr}"
+    );
+}

@@ -181,7 +181,9 @@ fn coverage_of_a_shipped_scenario_as_json_and_markdown_with_a_summary() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("coverage: 2 flow version(s), nodes 13/13 (100 %), edges 11/11 (100 %)\nran 1 scenario(s)"),
+        stdout.contains(
+            "coverage: 2 flow version(s), nodes 13/13 (100 %), edges 11/11 (100 %)\nran 1 scenario "
+        ),
         "{stdout}"
     );
     assert!(

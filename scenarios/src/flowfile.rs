@@ -70,8 +70,9 @@ pub fn read_flow(name: &str, text: &str) -> Result<(Flow, Value), Vec<LoadError>
 /// The flow's text parsed and its keys checked, not yet read as a flow (a scenario's flow may
 /// hold `${...}` that only make sense once replaced).
 pub(crate) fn read_flow_value(name: &str, text: &str) -> Result<Value, Vec<LoadError>> {
-    let value: Value = parse_document(name, text).map_err(|e| vec![e])?;
-    let problems = key_problems(&value);
+    let mut value: Value = parse_document(name, text).map_err(|e| vec![e])?;
+    let mut problems = key_problems(&value);
+    problems.extend(timer_delays(&mut value));
     if !problems.is_empty() {
         return Err(problems
             .into_iter()
@@ -140,6 +141,55 @@ pub(crate) fn json_error(name: &str, text: &str) -> Option<LoadError> {
         e.column().max(1) as u64,
         format!("not JSON: {message}"),
     ))
+}
+
+/// A timer's `delay_ms` written as a duration (`1h`, `30s`, `1d`, as every other duration of a
+/// scenario is) made the milliseconds the flow carries on the wire; a number stays as it is.
+/// What is wrong: (the key, the message).
+pub(crate) fn timer_delays(flow: &mut Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let nodes = flow
+        .get_mut("nodes")
+        .and_then(Value::as_array_mut)
+        .map(|n| n.iter_mut())
+        .into_iter()
+        .flatten();
+    for node in nodes {
+        if node.get("type").and_then(Value::as_str) != Some("timer") {
+            continue;
+        }
+        let id = node
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_owned();
+        let Some(delay) = node.get_mut("config").and_then(|c| c.get_mut("delay_ms")) else {
+            continue;
+        };
+        let Some(text) = delay.as_str() else { continue };
+        // A `${vars.…}` is replaced when the scenario runs; a number in quotes is read as the
+        // flow reads numbers.
+        if text.contains("${") || text.trim().parse::<f64>().is_ok() {
+            continue;
+        }
+        match crate::model::Dur::parse(text) {
+            Ok(d) if d.0.subsec_nanos() % 1_000_000 == 0 => {
+                let ms = u64::try_from(d.0.as_millis()).unwrap_or(u64::MAX);
+                *delay = Value::from(ms);
+            }
+            Ok(_) => out.push((
+                "delay_ms".to_owned(),
+                format!("node {id}: config.delay_ms: {text:?} is finer than a millisecond"),
+            )),
+            Err(e) => out.push((
+                "delay_ms".to_owned(),
+                format!(
+                    "node {id}: config.delay_ms: {e} (or a number of milliseconds, e.g. 3600000)"
+                ),
+            )),
+        }
+    }
+    out
 }
 
 /// Every unknown key of a flow, its nodes and its edges: (the key, the message).
@@ -391,5 +441,37 @@ mod tests {
         assert!(m.contains("did you mean `wait_for`?"), "{m}");
         assert!(!m.contains("variant"), "{m}");
         assert_eq!(did_you_mean("zzzz", &["sleep"]), None);
+    }
+
+    /// A timer's delay is written like every other duration (`1h`), or in milliseconds; the
+    /// flow carries milliseconds either way.
+    #[test]
+    fn a_timer_delay_is_a_duration_or_milliseconds() {
+        let flow = |delay: &str| {
+            format!(
+                "id: f\nnodes:\n  - {{id: in, type: service-in, service: s}}\n  - {{id: wait, type: timer, config: {{delay_ms: {delay}}}}}\nedges:\n  - {{id: e1, from: in, to: wait}}\n"
+            )
+        };
+        for (written, ms) in [
+            ("1h", 3_600_000u64),
+            ("3600000", 3_600_000),
+            ("1m30s", 90_000),
+        ] {
+            let (_, value) = read_flow("f.yaml", &flow(written)).unwrap();
+            assert_eq!(
+                value["nodes"][1]["config"]["delay_ms"],
+                serde_json::json!(ms),
+                "{written}"
+            );
+        }
+        let e = read_flow("f.yaml", &flow("soon")).unwrap_err();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].line, 4, "{e:?}");
+        assert!(
+            e[0].message
+                .contains("node wait: config.delay_ms: \"soon\" is not a duration"),
+            "{}",
+            e[0].message
+        );
     }
 }

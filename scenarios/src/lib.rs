@@ -32,6 +32,7 @@ mod expect;
 mod external;
 mod flowfile;
 pub mod fuzz;
+mod indent;
 mod input;
 mod interrupt;
 mod load;

@@ -71,6 +71,42 @@ pub struct FlowDef {
     pub value: Value,
     /// Where it was written: `file:line:col`, or the flow file.
     pub origin: String,
+    /// The flow file it was read from (`flows: [{file: ...}]`), resolved against the
+    /// scenario's folder; `None` for a flow written inline.
+    pub file: Option<PathBuf>,
+}
+
+impl Scenario {
+    /// The files this scenario names, which `run` reads or a service it starts runs: its flow
+    /// files, its load steps' `payloads_file`s, and the files its services' commands name (an
+    /// argument, or the program, that is a file in the command's folder). What `run --watch`
+    /// watches beside the scenario itself.
+    #[must_use]
+    pub fn files_named(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = self.flows.iter().filter_map(|f| f.file.clone()).collect();
+        for s in &self.steps {
+            if let Step::Load(l) = &s.step
+                && let Some(file) = &l.payloads_file
+            {
+                out.push(self.base_dir.join(file));
+            }
+        }
+        for service in &self.services {
+            let cwd = match &service.cwd {
+                Some(dir) => self.base_dir.join(dir),
+                None => self.base_dir.clone(),
+            };
+            for word in service.command.iter().flatten() {
+                let path = cwd.join(word);
+                if path.is_file() {
+                    out.push(path);
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
 }
 
 /// A step and where it was written.
@@ -188,6 +224,19 @@ pub(crate) fn parse_yaml<T: serde::de::DeserializeOwned>(
         } else {
             format!("{}: {message}", clip_path(&path))
         };
+        // The parser's words on a structure error name no line that is out of place: find it.
+        if crate::indent::is_structure_error(&message)
+            && let Some(m) = e
+                .location()
+                .and_then(|l| crate::indent::misplaced(text, l.line()))
+        {
+            return LoadError::at(
+                name,
+                m.line,
+                m.column,
+                format!("{} (the YAML parser: {message})", m.message),
+            );
+        }
         match e.location() {
             Some(l) => LoadError::at(name, l.line(), l.column(), message),
             None => LoadError::file(name, message),
@@ -215,7 +264,8 @@ fn key_path(path: &str) -> String {
     if path == "." || path == "?" {
         return String::new();
     }
-    path.replace("].value", "]")
+    // `services[0].?`: the parser stopped before it knew the key.
+    path.trim_end_matches(".?").replace("].value", "]")
 }
 
 /// The YAML parser's messages that speak to a programmer using it (`set DuplicateKeyPolicy in
@@ -732,11 +782,13 @@ impl<'a> Checker<'a> {
                 let value = crate::flowfile::read_flow_value(&shown, &text)?;
                 (value, shown.clone(), Some(shown))
             }
-            Value::Object(_) => (
-                f.value.clone(),
-                format!("{}:{}:{}", self.file, at.0, at.1),
-                None,
-            ),
+            Value::Object(_) => {
+                let mut value = f.value.clone();
+                if let Some((_, message)) = crate::flowfile::timer_delays(&mut value).pop() {
+                    return Err(vec![self.err(at, message)]);
+                }
+                (value, format!("{}:{}:{}", self.file, at.0, at.1), None)
+            }
             _ => {
                 return Err(vec![self.err(
                     at,
@@ -780,6 +832,7 @@ impl<'a> Checker<'a> {
             id: flow.id,
             value,
             origin,
+            file: file_name.map(PathBuf::from),
         })
     }
 

@@ -7,7 +7,6 @@ mod progress;
 mod select;
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -76,7 +75,9 @@ pub(crate) struct RunArgs {
     /// to go on.
     #[arg(long)]
     tui: bool,
-    /// Run again whenever a scenario file (or a file beside one) changes; Ctrl-C stops.
+    /// Run again whenever a scenario changes (or one is added), or a file a scenario names (a
+    /// flow file, a payloads_file, a file in a service's command); not on the reports it
+    /// writes. Ctrl-C stops.
     #[arg(long)]
     watch: bool,
 }
@@ -239,9 +240,16 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
     if !args.watch {
         return execute(&args.paths, &args.common, &selection, &outputs);
     }
-    // --watch: run, then wait for a change to any file under the paths, and run again.
+    // --watch: run, then wait for a change to a scenario or a file one names, and run again.
+    // What the run writes (its reports) is never watched: it changes on every run.
+    let written: Vec<&Path> = [&args.junit, &args.json, &args.coverage, &args.coverage_md]
+        .into_iter()
+        .filter_map(|p| p.as_deref())
+        .filter(|p| p.as_os_str() != "-")
+        .collect();
     loop {
-        let before = snapshot(&args.paths);
+        let watched = Watched::new(&args.paths, &written);
+        let before = watched.snapshot();
         let code = execute(&args.paths, &args.common, &selection, &outputs);
         // Stopped by a signal: no more watching.
         if crate::signals::Sig::ALL
@@ -254,24 +262,24 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
             "\nwatching {} for changes (Ctrl-C stops)…",
             describe_paths(&args.paths)
         );
-        if let Some(sig) = wait_for_change(&args.paths, &before) {
+        if let Some(sig) = wait_for_change(&watched, &before) {
             return sig.exit_code();
         }
     }
 }
 
-/// Waits until a file under `paths` differs from `before`, or a stop signal comes: that signal.
+/// Waits until a watched file differs from `before`, or a stop signal comes: that signal.
 /// The signals are listened for here too: once a run has listened, SIGINT no longer ends the
 /// process by itself, so a Ctrl-C between runs would otherwise go unheard.
 fn wait_for_change(
-    paths: &[PathBuf],
+    watched: &Watched,
     before: &BTreeMap<PathBuf, Option<SystemTime>>,
 ) -> Option<crate::signals::Sig> {
     let runtime = match crate::exit::runtime() {
         Ok(rt) => rt,
         Err(_) => loop {
             std::thread::sleep(Duration::from_millis(500));
-            if snapshot(paths) != *before {
+            if watched.snapshot() != *before {
                 return None;
             }
         },
@@ -282,7 +290,7 @@ fn wait_for_change(
             tokio::select! {
                 sig = signals.recv() => return Some(sig),
                 () = tokio::time::sleep(Duration::from_millis(500)) => {
-                    if snapshot(paths) != *before {
+                    if watched.snapshot() != *before {
                         return None;
                     }
                 }
@@ -301,47 +309,62 @@ fn describe_paths(paths: &[PathBuf]) -> String {
         .join(", ")
 }
 
-/// Every file under `paths` with its modification time: what `--watch` compares. Links are
-/// followed as `run` follows them: a folder reached again (by its canonical path) is not
-/// walked again, so a link to a parent costs one walk, not one a level.
-fn snapshot(paths: &[PathBuf]) -> BTreeMap<PathBuf, Option<SystemTime>> {
-    struct Walk {
-        out: BTreeMap<PathBuf, Option<SystemTime>>,
-        seen_dirs: HashSet<PathBuf>,
-    }
-    impl Walk {
-        fn walk(&mut self, p: &Path, depth: usize) {
-            let Ok(meta) = std::fs::metadata(p) else {
-                return;
-            };
-            if meta.is_dir() && depth < 16 {
-                if !self.seen_dirs.insert(triggers_scenarios::canonical(p)) {
-                    return;
-                }
-                for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
-                    self.walk(&e.path(), depth + 1);
-                }
+/// A report's canonical path, also before it is first written (its folder's, then its name).
+fn canonical_output(path: &Path) -> PathBuf {
+    match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) if !path.exists() => {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
             } else {
-                self.out.insert(p.to_path_buf(), meta.modified().ok());
-            }
+                dir
+            };
+            triggers_scenarios::canonical(dir).join(name)
+        }
+        _ => triggers_scenarios::canonical(path),
+    }
+}
+
+/// What `--watch` watches: the scenario files under the paths (found again at every look, so a
+/// new one counts) and the files each names (flow files, `payloads_file`s, files in its
+/// services' commands, as they were when the run began); never a file the run writes, nor
+/// anything else beside them.
+struct Watched {
+    paths: Vec<PathBuf>,
+    named: Vec<PathBuf>,
+    /// The run's reports, by canonical path.
+    written: HashSet<PathBuf>,
+}
+
+impl Watched {
+    fn new(paths: &[PathBuf], written: &[&Path]) -> Self {
+        let named = triggers_scenarios::discover(paths)
+            .unwrap_or_default()
+            .iter()
+            // A scenario that does not load is watched alone: fixing it runs again.
+            .filter_map(|file| triggers_scenarios::load_file(file).ok())
+            .flat_map(|s| s.files_named())
+            .collect();
+        Watched {
+            paths: paths.to_vec(),
+            named,
+            written: written.iter().map(|p| canonical_output(p)).collect(),
         }
     }
-    let mut walk = Walk {
-        out: BTreeMap::new(),
-        seen_dirs: HashSet::new(),
-    };
-    for p in paths {
-        walk.walk(p, 0);
-        // A scenario's flows may sit beside it: a lone file's folder is watched too.
-        if p.is_file()
-            && let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty())
-        {
-            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-                walk.walk(&e.path(), 15);
-            }
-        }
+
+    /// Each watched file with its modification time (`None`: gone, or no time to be had).
+    fn snapshot(&self) -> BTreeMap<PathBuf, Option<SystemTime>> {
+        // A path named on the command line that is gone counts as a change too.
+        let scenarios = triggers_scenarios::discover(&self.paths).unwrap_or_default();
+        scenarios
+            .iter()
+            .chain(&self.named)
+            .filter(|p| !self.written.contains(&triggers_scenarios::canonical(p)))
+            .map(|p| {
+                let time = std::fs::metadata(p).and_then(|m| m.modified()).ok();
+                (p.clone(), time)
+            })
+            .collect()
     }
-    walk.out
 }
 
 /// `--list`: the scenarios, one a line, name then file.
@@ -540,7 +563,7 @@ fn execute(
         return ExitCode::from(exit::ENVIRONMENT);
     }
     let mut progress = Progress::new(
-        std::io::stderr().is_terminal(),
+        crate::out::redraw_stderr(),
         outputs.verbose || common.verbose,
         outputs.tui,
         common.jobs,
@@ -596,6 +619,17 @@ fn execute(
         let forward = tokio::spawn(async move {
             interrupt.request(waiting.recv().await.name());
         });
+        // The progress line's times move on while a step waits.
+        let ticker = {
+            let progress = progress.clone();
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    every.tick().await;
+                    progress.lock().unwrap_or_else(|p| p.into_inner()).tick();
+                }
+            })
+        };
         let mut report =
             triggers_scenarios::run_suite(scenarios.clone(), common.jobs, &options).await;
         retry_failed(
@@ -608,6 +642,7 @@ fn execute(
         )
         .await;
         forward.abort();
+        ticker.abort();
         (report, signals.received(), signals)
     });
     // Writing the reports can block (standard output a pipe whose reader stopped reading): a
@@ -847,23 +882,42 @@ pub(crate) fn summary(report: &SuiteReport, colour: bool) -> String {
         text.push_str(&shard_line(shard));
         text.push('\n');
     }
+    // Those --fail-fast (or a signal) left out did not run: not counted as run.
+    let not_run = report.count(Outcome::NotRun);
+    let ran = report.scenarios.len() - not_run;
     text.push_str(&format!(
-        "ran {} scenario(s) in {} with -j {}\n",
-        report.scenarios.len(),
+        "ran {ran} scenario{} in {} with -j {}{}\n",
+        if ran == 1 { "" } else { "s" },
         seconds(report.duration),
-        report.jobs
-    ));
-    // Last, alone on its line: the form CI logs are read for.
-    let counts = report.counts();
-    text.push_str(&format!(
-        "scenarios: {}\n",
-        if colour {
-            out::paint(&counts, report.failed() == 0, true)
+        report.jobs,
+        if not_run > 0 {
+            format!("; {not_run} not run")
         } else {
-            counts
+            String::new()
         }
     ));
+    // Last, alone on its line: the form CI logs are read for.
+    text.push_str(&format!("scenarios: {}\n", counts_line(report, colour)));
     text
+}
+
+/// `1 passed, 2 failed`, with only the count that matters in colour: the failures in red, or,
+/// when there are none, the passes in green.
+fn counts_line(report: &SuiteReport, colour: bool) -> String {
+    let counts = report.counts();
+    if !colour {
+        return counts;
+    }
+    let passed = format!("{} passed", report.passed());
+    let failed = format!("{} failed", report.failed());
+    // `counts` opens with `N passed, M failed`.
+    match counts.strip_prefix(&format!("{passed}, {failed}")) {
+        Some(rest) if report.failed() > 0 => {
+            format!("{passed}, {}{rest}", out::paint(&failed, false, true))
+        }
+        Some(rest) => format!("{}, {failed}{rest}", out::paint(&passed, true, true)),
+        None => counts,
+    }
 }
 
 #[cfg(test)]
@@ -880,12 +934,129 @@ mod tests {
         // Two ways back up at every level: 2^8 walks of the parent within the depth limit.
         std::os::unix::fs::symlink("..", d.join("a")).unwrap();
         std::os::unix::fs::symlink("..", d.join("b")).unwrap();
-        let files = snapshot(std::slice::from_ref(&d));
+        let files = Watched::new(std::slice::from_ref(&d), &[]).snapshot();
         let canonical: HashSet<PathBuf> = files
             .keys()
             .map(|p| std::fs::canonicalize(p).unwrap())
             .collect();
         assert_eq!(files.len(), canonical.len(), "{:?}", files.keys());
         assert_eq!(files.len(), 1, "{:?}", files.keys());
+    }
+
+    /// `run --watch . --json report.json` re-ran forever: its own report was a change. What is
+    /// watched is the scenarios and the files they name, never what the run writes.
+    #[test]
+    fn watch_sees_the_scenarios_and_what_they_name_not_the_reports() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir(d.join("flows")).unwrap();
+        std::fs::write(
+            d.join("flows/order.yaml"),
+            "id: order\nnodes:\n  - {id: in, type: service-in, service: shop}\n  - {id: charge, type: action, service: shop, action: charge}\nedges:\n  - {id: e1, from: in, to: charge}\n",
+        )
+        .unwrap();
+        std::fs::write(d.join("svc.sh"), "#!/bin/sh\n").unwrap();
+        std::fs::write(d.join("notes.txt"), "").unwrap();
+        std::fs::write(
+            d.join("order.scenario.yaml"),
+            "services:\n  - {name: shop, command: [sh, svc.sh]}\nflows:\n  - file: flows/order.yaml\nsteps:\n  - deploy: order\n",
+        )
+        .unwrap();
+        let reports = [d.join("report.json"), d.join("out/junit.xml")];
+        let written: Vec<&Path> = reports.iter().map(PathBuf::as_path).collect();
+        let watched = Watched::new(&[d.to_path_buf()], &written);
+        let before = watched.snapshot();
+        let mut names: Vec<String> = before
+            .keys()
+            .map(|p| p.strip_prefix(d).unwrap().display().to_string())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["flows/order.yaml", "order.scenario.yaml", "svc.sh"],
+            "{before:?}"
+        );
+
+        // The run writes its reports, and something else writes beside: no change.
+        std::fs::create_dir(d.join("out")).unwrap();
+        for r in &reports {
+            std::fs::write(r, "{}").unwrap();
+        }
+        std::fs::write(d.join("notes.txt"), "more").unwrap();
+        assert_eq!(watched.snapshot(), before);
+        // A report written again, now that it exists: still none.
+        assert_eq!(
+            Watched::new(&[d.to_path_buf()], &written).snapshot(),
+            before
+        );
+
+        // A new scenario is a change; so is the flow file the scenario names.
+        std::fs::write(d.join("new.scenario.yaml"), "steps: []\n").unwrap();
+        assert_ne!(watched.snapshot(), before);
+        std::fs::remove_file(d.join("new.scenario.yaml")).unwrap();
+        assert_eq!(watched.snapshot(), before);
+        std::fs::remove_file(d.join("flows/order.yaml")).unwrap();
+        assert_ne!(watched.snapshot(), before);
+    }
+
+    fn scenario(name: &str, outcome: Outcome) -> triggers_scenarios::ScenarioReport {
+        triggers_scenarios::ScenarioReport {
+            name: name.into(),
+            file: format!("{name}.scenario.yaml"),
+            description: String::new(),
+            outcome,
+            duration: Duration::from_millis(10),
+            nats: String::new(),
+            steps: Vec::new(),
+            failure: None,
+            dropped_messages: 0,
+            services: Vec::new(),
+            failed_attempts: Vec::new(),
+        }
+    }
+
+    /// After --fail-fast the scenarios left out are not counted as run; the last line colours
+    /// the failures only, not "1 passed" with them.
+    #[test]
+    fn the_summary_counts_what_ran_and_colours_only_the_failures() {
+        let report = SuiteReport {
+            scenarios: vec![
+                scenario("a", Outcome::Passed),
+                scenario("b", Outcome::Failed),
+                scenario("c", Outcome::NotRun),
+                scenario("d", Outcome::NotRun),
+            ],
+            duration: Duration::from_secs(1),
+            jobs: 1,
+            interrupted: Some("--fail-fast".into()),
+            shard: None,
+        };
+        let text = summary(&report, true);
+        assert!(
+            text.contains("ran 2 scenarios in 1.00s with -j 1; 2 not run\n"),
+            "{text}"
+        );
+        let last = text.lines().last().unwrap();
+        assert!(
+            last.starts_with("scenarios: 1 passed, \x1b[1;31m1 failed\x1b[0m, "),
+            "{last:?}"
+        );
+        assert!(last.ends_with("2 not run"), "{last:?}");
+
+        let all = SuiteReport {
+            scenarios: vec![scenario("a", Outcome::Passed)],
+            interrupted: None,
+            ..report
+        };
+        let text = summary(&all, true);
+        assert!(text.contains("ran 1 scenario in"), "{text}");
+        assert_eq!(
+            text.lines().last().unwrap(),
+            "scenarios: \x1b[1;32m1 passed\x1b[0m, 0 failed"
+        );
+        assert_eq!(
+            summary(&all, false).lines().last().unwrap(),
+            "scenarios: 1 passed, 0 failed"
+        );
     }
 }

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use triggers_scenarios::report::seconds;
@@ -24,8 +25,8 @@ pub(crate) enum Format {
 pub(crate) struct Progress {
     pub(crate) total: usize,
     pub(crate) done: usize,
-    /// Running scenarios: index -> (name, step label).
-    running: BTreeMap<usize, (String, String)>,
+    /// Running scenarios: index -> (name, step label, when the scenario started).
+    running: BTreeMap<usize, (String, String, Instant)>,
     /// Standard error is a terminal: the progress line is shown.
     pub(crate) tty: bool,
     /// Every step.
@@ -75,6 +76,14 @@ impl Progress {
         }
     }
 
+    /// Redraws the progress line, its times a second on (called every second while scenarios
+    /// run: a step that waits a minute must not look frozen).
+    pub(crate) fn tick(&mut self) {
+        if self.line_shown {
+            self.show();
+        }
+    }
+
     fn show(&mut self) {
         if !self.tty || self.quiet || self.running.is_empty() {
             return;
@@ -89,11 +98,12 @@ impl Progress {
         let running: Vec<String> = self
             .running
             .values()
-            .map(|(name, step)| {
+            .map(|(name, step, since)| {
+                let elapsed = elapsed(since.elapsed());
                 if step.is_empty() {
-                    format!("{name} (starting)")
+                    format!("{name} (starting, {elapsed})")
                 } else {
-                    format!("{name} ({step})")
+                    format!("{name} ({step}, {elapsed})")
                 }
             })
             .collect();
@@ -150,7 +160,8 @@ impl Progress {
                 description,
             } => {
                 self.total = total;
-                self.running.insert(index, (name.clone(), String::new()));
+                self.running
+                    .insert(index, (name.clone(), String::new(), Instant::now()));
                 if self.format == Format::Human && self.quiet {
                     self.say(
                         index,
@@ -193,18 +204,24 @@ impl Progress {
                         Outcome::Interrupted => "INTR",
                         Outcome::NotRun => "-   ",
                     };
-                    let detail = step.detail.lines().next().unwrap_or_default();
-                    let text = format!(
+                    let shown = self.details && step.outcome != Outcome::Failed;
+                    let mut lines = step.detail.lines().filter(|_| shown);
+                    let first = lines.next().unwrap_or_default();
+                    let mut text = format!(
                         "  {mark} {}/{steps} {} ({}){}\n",
                         step.index,
                         step.label,
                         seconds(step.duration),
-                        if !self.details || detail.is_empty() || step.outcome == Outcome::Failed {
+                        if first.is_empty() {
                             String::new()
                         } else {
-                            format!(": {detail}")
+                            format!(": {first}")
                         }
                     );
+                    // The rest of what it did (a load step's report) whole, under it.
+                    for line in lines {
+                        text.push_str(&format!("         {line}\n"));
+                    }
                     self.say(index, text);
                 }
             }
@@ -255,6 +272,16 @@ impl Progress {
     }
 }
 
+/// `7s`, `1m05s`, `1h02m`: how long a scenario has run, as the progress line shows it.
+fn elapsed(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+    }
+}
+
 /// Words of `text` in lines of at most `width` characters.
 fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut lines: Vec<String> = Vec::new();
@@ -290,7 +317,7 @@ mod tests {
         ];
         for (i, (name, step)) in names.iter().enumerate() {
             p.running
-                .insert(i, ((*name).to_owned(), (*step).to_owned()));
+                .insert(i, ((*name).to_owned(), (*step).to_owned(), Instant::now()));
         }
         for width in [40, 80, 200] {
             let line = p.line(width);
@@ -303,5 +330,28 @@ mod tests {
         }
         // Wide enough, nothing is cut.
         assert!(!p.line(400).contains('…'));
+    }
+
+    /// A step that waits a minute must not look frozen: the line says how long each scenario
+    /// has run.
+    #[test]
+    fn the_progress_line_says_how_long_each_scenario_has_run() {
+        let mut p = Progress::new(true, false, false, 1, Format::Human);
+        p.total = 2;
+        let started = Instant::now()
+            .checked_sub(Duration::from_secs(65))
+            .expect("a minute ago");
+        p.running.insert(
+            0,
+            (
+                "waits".to_owned(),
+                "step 2/3: wait_settled r1".to_owned(),
+                started,
+            ),
+        );
+        let line = p.line(200);
+        assert!(line.contains("(step 2/3: wait_settled r1, 1m0"), "{line}");
+        assert_eq!(elapsed(Duration::from_secs(7)), "7s");
+        assert_eq!(elapsed(Duration::from_secs(3725)), "1h02m");
     }
 }
