@@ -36,8 +36,14 @@ fn lab(xdg: &Path, args: &[&str]) -> Output {
 
 /// `up` with the scripted `shop`, once it has registered.
 fn up(xdg: &Path) -> Up {
+    up_with(xdg, &[])
+}
+
+/// [`up`] with more flags.
+fn up_with(xdg: &Path, extra: &[&str]) -> Up {
     let mut child = bin_in(xdg)
         .args(["up", "--backend", "binary", "--port", "0", "--quiet"])
+        .args(extra)
         .arg("--services")
         .arg(data("dlq-and-timer.scenario.yaml"))
         .stdout(Stdio::piped())
@@ -154,5 +160,37 @@ fn the_dlq_from_the_command_line() {
         started.elapsed() < Duration::from_secs(300),
         "{:?}",
         started.elapsed()
+    );
+}
+
+/// cli.md's record/replay sequence: `up --record`, a run that ends in the DLQ waited for, then
+/// `up` stopped at once. The recording holds the run's DLQ entry (it arrived after the run
+/// settled, and was lost, so `replay` reported a difference against identical services).
+#[test]
+fn a_recording_stopped_right_after_trigger_wait_holds_the_dlq_entry() {
+    let xdg = tempfile::tempdir().unwrap();
+    let record = xdg.path().join("rec.jsonl");
+    let mut up = up_with(xdg.path(), &["--record", record.to_str().unwrap()]);
+    let out = lab(
+        xdg.path(),
+        &["deploy", data("order.flow.yaml").to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = lab(
+        xdg.path(),
+        &["trigger", "order", r#"{"order_id":"o-1"}"#, "--wait"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    // Stopped as Ctrl-C stops it, at once.
+    if let Some(pid) = rustix::process::Pid::from_raw(up.0.id() as i32) {
+        rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    }
+    up.0.wait().unwrap();
+    let recording = std::fs::read_to_string(&record).unwrap();
+    assert!(
+        recording
+            .lines()
+            .any(|l| l.contains("triggers.v2.dlq.shop.ship")),
+        "no DLQ entry in the recording:\n{recording}"
     );
 }
