@@ -12,7 +12,7 @@ use triggers_emulator::control::{ControlClient, StateSummary};
 use crate::discovery::{self, Instance};
 use crate::exit::{EnvironmentError, UsageError};
 use crate::lab_cmd::{ControlArgs, Target, control, print_timeline, status_word};
-use crate::out::outln;
+use crate::out::{count, outln};
 
 /// `--json`.
 #[derive(Debug, Args)]
@@ -126,11 +126,11 @@ pub(crate) async fn status(json: JsonArg) -> Result<()> {
         match s {
             Ok(s) => {
                 outln!(
-                    "  {} service(s), {} flow(s), {} run(s), {} violation(s); clock {}",
-                    s.services_total.max(s.services.len()),
-                    s.flows_total.max(s.flows.len()),
-                    s.runs_total.max(s.runs.len()),
-                    s.violations,
+                    "  {}, {}, {}, {}; clock {}",
+                    count(s.services_total.max(s.services.len()) as u64, "service"),
+                    count(s.flows_total.max(s.flows.len()) as u64, "flow"),
+                    count(s.runs_total.max(s.runs.len()) as u64, "run"),
+                    count(s.violations as u64, "violation"),
                     s.clock
                 );
                 for warning in losses(s) {
@@ -264,11 +264,11 @@ pub(crate) async fn runs(args: ControlArgs, command: RunsCommand) -> Result<()> 
             }
             for r in &runs {
                 outln!(
-                    "{}  {:<9}  {}  {} step(s){}",
+                    "{}  {:<9}  {}  {}{}",
                     r.id,
                     status_word(r.status),
                     r.flow_id,
-                    r.steps,
+                    count(r.steps as u64, "step"),
                     if r.failed.is_empty() {
                         String::new()
                     } else {
@@ -343,10 +343,10 @@ pub(crate) async fn flows(args: ControlArgs, json: JsonArg) -> Result<()> {
     }
     for f in &list {
         outln!(
-            "{}  v{}  {} node(s)  services: {}",
+            "{}  v{}  {}  services: {}",
             f.id,
             f.version,
-            f.nodes,
+            count(f.nodes as u64, "node"),
             f.services.join(", ")
         );
     }

@@ -157,7 +157,7 @@ pub(crate) async fn fuzz(args: FuzzArgs) -> Result<()> {
         eprint!("\r\x1b[2K");
     }
     if shrunk > 0 {
-        eprintln!("shrunk in {shrunk} step(s)");
+        eprintln!("shrunk in {}", crate::out::count(shrunk as u64, "step"));
     }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);

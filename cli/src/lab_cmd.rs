@@ -1080,7 +1080,10 @@ pub(crate) async fn advance(args: ControlArgs, by: Duration) -> Result<()> {
         .get("clock")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    outln!("clock is now {clock}; {fired} timer(s) fired");
+    outln!(
+        "clock is now {clock}; {} fired",
+        crate::out::count(fired as u64, "timer")
+    );
     Ok(())
 }
 

@@ -53,6 +53,18 @@ pub(crate) fn redraw_stderr() -> bool {
     std::env::var("TERM").map_or(true, |t| t != "dumb") && std::io::stderr().is_terminal()
 }
 
+/// `1 run`, `2 runs`, `1 entry`, `3 entries`: a count and its noun, singular for one.
+pub(crate) fn count(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("1 {noun}")
+    } else if let Some(stem) = noun.strip_suffix('y') {
+        format!("{n} {stem}ies")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// `text` in bold green (`ok`) or bold red, when `colour`.
 pub(crate) fn paint(text: &str, ok: bool, colour: bool) -> String {
     if colour {
@@ -134,5 +146,14 @@ mod tests {
                 assert!(!cut.chars().any(char::is_control), "{cut:?}");
             }
         }
+    }
+
+    /// "1 steps", "2 run(s)": one is singular, the rest plural, in every count shown.
+    #[test]
+    fn a_count_agrees_with_its_noun() {
+        assert_eq!(count(1u64, "step"), "1 step");
+        assert_eq!(count(0u64, "run"), "0 runs");
+        assert_eq!(count(3u64, "entry"), "3 entries");
+        assert_eq!(count(1u64, "entry"), "1 entry");
     }
 }

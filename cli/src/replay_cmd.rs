@@ -410,15 +410,19 @@ async fn replay_on(
     }
     if differing > 0 || new_violations > 0 {
         return Err(VerdictFailed(format!(
-            "the replay of {name} differs from its recording: {differing} of {} run(s) differ, \
-             {new_violations} new kind(s) of conformance violation",
-            runs.len()
+            "the replay of {name} differs from its recording: {differing} of {} differ, \
+             {} of conformance violation",
+            crate::out::count(runs.len() as u64, "run"),
+            crate::out::count(new_violations as u64, "new kind")
         ))
         .into());
     }
     outln!(
-        "replay of {name}: all {} run(s) the same as recorded",
-        runs.len()
+        "replay of {name}: {} the same as recorded",
+        match runs.len() {
+            1 => "the 1 run".to_owned(),
+            n => format!("all {n} runs"),
+        }
     );
     Ok(())
 }
