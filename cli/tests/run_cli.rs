@@ -177,12 +177,12 @@ fn coverage_of_a_shipped_scenario_as_json_and_markdown_with_a_summary() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(
-        stdout.contains("flow coverage:\n  remind v1: nodes 7/7, edges 6/6 (2 run(s))\n"),
+        stdout.contains("flow coverage:\n  remind v1: nodes 7/7, edges 6/6 (2 runs)\n"),
         "{stdout}"
     );
     assert!(
         stdout.contains(
-            "coverage: 2 flow version(s), nodes 13/13 (100 %), edges 11/11 (100 %)\nran 1 scenario "
+            "coverage: 2 flow versions, nodes 13/13 (100 %), edges 11/11 (100 %)\nran 1 scenario "
         ),
         "{stdout}"
     );

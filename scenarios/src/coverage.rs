@@ -220,13 +220,14 @@ impl FlowCoverage {
     #[must_use]
     pub fn summary_line(&self) -> String {
         let mut line = format!(
-            "{}: nodes {}/{}, edges {}/{} ({} run(s))",
+            "{}: nodes {}/{}, edges {}/{} ({} run{})",
             self.name(),
             self.nodes_covered,
             self.nodes_total,
             self.edges_covered,
             self.edges_total,
-            self.runs
+            self.runs,
+            if self.runs == 1 { "" } else { "s" }
         );
         let never: Vec<_> = self.never_ran().map(|n| n.id.as_str()).collect();
         if !never.is_empty() {
@@ -487,8 +488,9 @@ impl Coverage {
         let (nc, nt, ec, et) = self.totals();
         let _ = writeln!(
             text,
-            "coverage: {} flow version(s), nodes {nc}/{nt} ({}), edges {ec}/{et} ({})",
+            "coverage: {} flow version{}, nodes {nc}/{nt} ({}), edges {ec}/{et} ({})",
             self.flows.len(),
+            if self.flows.len() == 1 { "" } else { "s" },
             percent(nc, nt),
             percent(ec, et)
         );
@@ -516,8 +518,9 @@ impl Coverage {
         let (nc, nt, ec, et) = self.totals();
         let _ = writeln!(
             md,
-            "{} flow version(s): nodes {nc}/{nt} ({}), edges {ec}/{et} ({}).\n",
+            "{} flow version{}: nodes {nc}/{nt} ({}), edges {ec}/{et} ({}).\n",
             self.flows.len(),
+            if self.flows.len() == 1 { "" } else { "s" },
             percent(nc, nt),
             percent(ec, et)
         );
@@ -624,7 +627,7 @@ mod tests {
         assert_eq!((f.edges_covered, f.edges_total), (0, 2));
         assert_eq!(
             f.summary_line(),
-            "shop v2: nodes 0/3, edges 0/2 (0 run(s)); never ran: in, paid, ship; edges never taken: in->paid, paid->ship"
+            "shop v2: nodes 0/3, edges 0/2 (0 runs); never ran: in, paid, ship; edges never taken: in->paid, paid->ship"
         );
         assert!(c.to_json().unwrap().contains("\"format\": 1"));
         assert!(c.to_markdown().contains("| `paid` | 0 | 0 | **no** |"));

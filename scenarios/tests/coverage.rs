@@ -132,7 +132,7 @@ async fn only_the_branch_that_ran_is_covered_and_conditions_say_how_they_went() 
     let f = coverage.flow("order", 2).unwrap();
     assert_eq!(
         f.summary_line(),
-        "order v2: nodes 5/6, edges 4/5 (2 run(s)); never ran: remind; edges never taken: unpaid->remind"
+        "order v2: nodes 5/6, edges 4/5 (2 runs); never ran: remind; edges never taken: unpaid->remind"
     );
     let md = coverage.to_markdown();
     assert!(
