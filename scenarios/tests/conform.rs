@@ -83,6 +83,23 @@ async fn each_broken_behaviour_fails_its_own_check() {
         ("register", &["echo"], &["register"]),
         ("shutdown", &["shutdown"], &["shutdown"]),
     ];
+    // Protocol behaviours the SDK gets right by construction, broken through its
+    // conformance-breaks hook: each fails its own check.
+    let protocol = [
+        "mapping_condition",
+        "timer_rejected",
+        "hop_traceparent",
+        "traceparent_invalid",
+        "hop_keys",
+        "retry_backoff",
+        "unknown_flow_wait",
+        "heartbeat_interval",
+        "crash_redelivery",
+    ];
+    let cases = cases.into_iter().chain(protocol.iter().map(|c| {
+        let one: &[&str] = std::slice::from_ref(c);
+        (*c, one, one)
+    }));
     for (broken, only, fails) in cases {
         let report = judge(&options(only, Some(broken))).await;
         assert_eq!(
@@ -293,4 +310,37 @@ fn the_table_marks_a_check_that_failed_only_under_strict() {
     assert!(!report.conformant());
     let json = report.to_json().expect("JSON");
     assert!(json.contains("\"strict_only\": true"), "{json}");
+}
+
+/// The failure of `check` when the service breaks it, as the table shows it.
+async fn failure_of(options: &ConformOptions, check: &str) -> String {
+    let report = judge(options).await;
+    let found = report.checks.iter().find(|c| c.name == check);
+    match found.map(|c| &c.outcome) {
+        Some(CheckOutcome::Failed { expected, arrived }) => format!("{expected} / {arrived}"),
+        _ => panic!("{check} did not fail:\n{}", report.table()),
+    }
+}
+
+#[tokio::test]
+async fn a_false_condition_reported_succeeded_and_a_forged_timer_run_are_named() {
+    // The Rust service's SDK breaks these through its conformance-breaks hook.
+    let text = failure_of(
+        &options(&["mapping_condition"], Some("mapping_condition")),
+        "mapping_condition",
+    )
+    .await;
+    assert!(
+        text.contains("a false condition is reported `skipped`") && text.contains("succeeded"),
+        "{text}"
+    );
+    let text = failure_of(
+        &options(&["timer_rejected"], Some("timer_rejected")),
+        "timer_rejected",
+    )
+    .await;
+    assert!(
+        text.contains("echo ran on a delivery whose payload hash did not match"),
+        "{text}"
+    );
 }

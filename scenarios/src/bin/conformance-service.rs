@@ -7,14 +7,16 @@
 //!
 //! `CONFORM_BREAK=<check>` makes it get one behaviour wrong, so that the check of that name
 //! fails: the kit's own tests flip each in turn. The SDK gets the protocol right by
-//! construction, so only what a service's code decides can be broken here: its manifest, its
-//! actions, its lookup and how it stops. The Python service (`examples/conformance-python`)
-//! breaks the protocol itself.
+//! construction: what a service's code decides (its manifest, its actions, its lookup, how it
+//! stops) is broken here, and some protocol behaviours through the SDK's
+//! `conformance-breaks` hook (`triggers_sdk::runtime::breaks`). The Python service
+//! (`examples/conformance-python`) breaks the protocol itself.
 
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use triggers_sdk::runtime::breaks::{self, ProtocolBreak};
 use triggers_sdk::runtime::{
     ActionContext, ActionDef, ActionError, DURABLE_TIMER_V1, LookupDef, Retry, RuntimeConfig,
     Service,
@@ -108,6 +110,12 @@ fn retry(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // What the SDK gets right by construction can be broken only through its hook.
+    if let Ok(check) = std::env::var("CONFORM_BREAK")
+        && let Some(mistake) = ProtocolBreak::for_check(&check)
+    {
+        breaks::set(mistake);
+    }
     let once = retry(1, 0, 1.0, 0);
     let five = Duration::from_secs(5);
     // Taking any JSON, where the contract says the input is an object, is the broken variant

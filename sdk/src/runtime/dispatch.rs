@@ -23,6 +23,7 @@ use serde_json::Value;
 
 use crate::flow::{self, Edge, Flow, Node, NodeType};
 use crate::runtime::action::{ActionContext, CallError};
+use crate::runtime::breaks::{self, ProtocolBreak};
 use crate::runtime::confirm::{UNCONFIRMED, Unconfirmed};
 use crate::runtime::ledger;
 use crate::runtime::outcome::{Failure, Fatal, Target};
@@ -142,6 +143,9 @@ impl Runtime {
         let origin = ledger::Origin::of(&msg);
         let delivered = origin.delivered();
         let last = delivered >= i64::from(self.config.max_deliver);
+        if breaks::on(ProtocolBreak::AckOnPull) {
+            let _ = msg.ack().await;
+        }
         if delivered > 1
             && let Some(k) = &key
             && self.lock_processed().contains_key(k)
@@ -218,6 +222,21 @@ impl Runtime {
     ) -> Result<(), Fatal> {
         // A malformed trace_id or span_id is ignored, as an invalid traceparent is: tracing is
         // never a reason to refuse work (docs/protocol.md §5).
+        if breaks::on(ProtocolBreak::RefuseInvalidTraceparent)
+            && let Some(tp) = headers.get(names::TRACEPARENT)
+            && crate::wire::header::Traceparent::parse(tp).is_err()
+        {
+            let partial = partial_envelope(headers);
+            return self
+                .dead_letter_fallback(
+                    FallbackKind::InvalidEnvelope,
+                    &partial,
+                    body,
+                    "an invalid traceparent (deliberately refused)",
+                    origin.identity(),
+                )
+                .await;
+        }
         let envelope = match Envelope::from_inbound_headers(headers) {
             Ok(e) => e,
             Err(e) => {
@@ -356,7 +375,8 @@ impl Runtime {
     /// refused when it does not. Nothing of it goes further: every later step builds its own
     /// headers from the envelope alone.
     fn check_triplet(&self, headers: &Headers, body: &[u8]) -> Result<(), String> {
-        if !durable_timer::has_triplet(headers) {
+        if !durable_timer::has_triplet(headers) || breaks::on(ProtocolBreak::AcceptAnyTimerTriplet)
+        {
             return Ok(());
         }
         if !self.durable_timer {
@@ -380,7 +400,12 @@ impl Runtime {
             return Some(f.clone());
         }
         let mut rx = self.flows.subscribe();
-        let deadline = tokio::time::Instant::now() + self.config.flow_wait;
+        let wait = if breaks::on(ProtocolBreak::NoFlowWait) {
+            std::time::Duration::ZERO
+        } else {
+            self.config.flow_wait
+        };
+        let deadline = tokio::time::Instant::now() + wait;
         loop {
             if let Some(f) = rx.borrow_and_update().get(&envelope.flow_id)
                 && f.version >= envelope.flow_version
@@ -417,6 +442,9 @@ impl Runtime {
                     .map_err(|e| Failure::node(e.to_string())),
                 NodeType::Condition => match flow::condition(&node.config, &input.value) {
                     Ok(true) => Ok(Some(input.clone())),
+                    Ok(false) if breaks::on(ProtocolBreak::FalseConditionSucceeds) => {
+                        Ok(Some(input.clone()))
+                    }
                     Ok(false) => Ok(None),
                     Err(e) => Err(Failure::node(e.to_string())),
                 },
@@ -588,7 +616,9 @@ impl Runtime {
                 )
                 .await?;
                 attempt += 1;
-                tokio::time::sleep(action.retry.backoff_before(attempt)).await;
+                if !breaks::on(ProtocolBreak::IgnoreBackoff) {
+                    tokio::time::sleep(action.retry.backoff_before(attempt)).await;
+                }
                 continue;
             }
             self.complete(
@@ -721,7 +751,9 @@ impl Runtime {
     ) -> (Envelope, Result<(), String>) {
         let span_id = random_hex(8);
         let next = Envelope {
-            traceparent: if envelope.trace_id.is_empty() {
+            traceparent: if envelope.trace_id.is_empty()
+                || breaks::on(ProtocolBreak::DropHopTraceparent)
+            {
                 String::new()
             } else {
                 Traceparent::new(&envelope.trace_id, &span_id, true).to_string()
@@ -731,13 +763,17 @@ impl Runtime {
             // started before a redeploy goes on as that version (docs/protocol.md §7).
             flow_id: envelope.flow_id.clone(),
             flow_version: envelope.flow_version,
-            idempotency_key: idempotency::hop(
-                &envelope.flow_run_id,
-                &envelope.idempotency_key,
-                trail,
-                &from.id,
-                service,
-            ),
+            idempotency_key: if breaks::on(ProtocolBreak::HopKeyWithoutDelivery) {
+                idempotency::hop::<&str>(&envelope.flow_run_id, "", &[], &from.id, service)
+            } else {
+                idempotency::hop(
+                    &envelope.flow_run_id,
+                    &envelope.idempotency_key,
+                    trail,
+                    &from.id,
+                    service,
+                )
+            },
             source_node_id: from.id.clone(),
             retry_count: 0,
             emitted_at: GoTime::now(),

@@ -36,6 +36,10 @@
 
 mod action;
 mod bounded;
+#[cfg(feature = "conformance-breaks")]
+pub mod breaks;
+#[cfg(not(feature = "conformance-breaks"))]
+mod breaks;
 mod builder;
 mod config;
 mod confirm;

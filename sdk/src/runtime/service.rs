@@ -166,7 +166,11 @@ impl Runtime {
             service: self.manifest.service.clone(),
             service_version: self.manifest.service_version.clone(),
             manifest_hash: self.manifest.manifest_hash.clone(),
-            started_at: self.started_at,
+            started_at: if super::breaks::on(super::breaks::ProtocolBreak::MovingStartedAt) {
+                GoTime::now()
+            } else {
+                self.started_at
+            },
             now: GoTime::now(),
             shutting_down,
         }

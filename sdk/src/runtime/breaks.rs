@@ -1,0 +1,78 @@
+//! Deliberate protocol mistakes, for the conformance kit's own tests: with the cargo feature
+//! `conformance-breaks` (off by default; only the reference conformance service enables it),
+//! [`set`] makes the runtime get one behaviour wrong, so that the kit's check of that behaviour
+//! can be shown to fail. Without the feature nothing can set one and the runtime never consults
+//! anything: every call site reads a constant `false`.
+
+/// A mistake the runtime can be made to make, named after the conformance check that catches
+/// it (`docs/conform.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+#[cfg_attr(not(feature = "conformance-breaks"), allow(unreachable_pub))]
+pub enum ProtocolBreak {
+    /// `mapping_condition`: a false condition is reported `succeeded`, and what follows runs.
+    FalseConditionSucceeds,
+    /// `timer_rejected`: the Durable Timer triplet is not verified (a forged one is accepted).
+    AcceptAnyTimerTriplet,
+    /// `hop_traceparent`: hops leave `X-Triggers-Traceparent` empty.
+    DropHopTraceparent,
+    /// `traceparent_invalid`: a delivery with an invalid traceparent is dead-lettered.
+    RefuseInvalidTraceparent,
+    /// `hop_keys`: a hop key made of the run, the node and the service alone.
+    HopKeyWithoutDelivery,
+    /// `retry_backoff`: retries at once, without the policy's backoff.
+    IgnoreBackoff,
+    /// `unknown_flow_wait`: an unknown flow is dead-lettered at once, without waiting.
+    NoFlowWait,
+    /// `heartbeat_interval`: each heartbeat's `started_at` is its own `now`.
+    MovingStartedAt,
+    /// `crash_redelivery`: a delivery is acked as soon as it is pulled.
+    AckOnPull,
+}
+
+#[cfg(feature = "conformance-breaks")]
+impl ProtocolBreak {
+    /// Every break, with the name of the check it fails.
+    pub const ALL: [(&'static str, ProtocolBreak); 9] = [
+        ("mapping_condition", ProtocolBreak::FalseConditionSucceeds),
+        ("timer_rejected", ProtocolBreak::AcceptAnyTimerTriplet),
+        ("hop_traceparent", ProtocolBreak::DropHopTraceparent),
+        (
+            "traceparent_invalid",
+            ProtocolBreak::RefuseInvalidTraceparent,
+        ),
+        ("hop_keys", ProtocolBreak::HopKeyWithoutDelivery),
+        ("retry_backoff", ProtocolBreak::IgnoreBackoff),
+        ("unknown_flow_wait", ProtocolBreak::NoFlowWait),
+        ("heartbeat_interval", ProtocolBreak::MovingStartedAt),
+        ("crash_redelivery", ProtocolBreak::AckOnPull),
+    ];
+
+    /// The break whose check is `check`.
+    #[must_use]
+    pub fn for_check(check: &str) -> Option<ProtocolBreak> {
+        Self::ALL.iter().find(|(c, _)| *c == check).map(|(_, b)| *b)
+    }
+}
+
+#[cfg(feature = "conformance-breaks")]
+static BROKEN: std::sync::OnceLock<ProtocolBreak> = std::sync::OnceLock::new();
+
+/// Makes the runtime make `mistake` from now on, in this process (once: a second call is
+/// ignored).
+#[cfg(feature = "conformance-breaks")]
+pub fn set(mistake: ProtocolBreak) {
+    let _ = BROKEN.set(mistake);
+}
+
+/// Whether the runtime is to make `mistake`.
+#[cfg(feature = "conformance-breaks")]
+pub(crate) fn on(mistake: ProtocolBreak) -> bool {
+    BROKEN.get() == Some(&mistake)
+}
+
+/// Whether the runtime is to make `mistake`: never, without the feature.
+#[cfg(not(feature = "conformance-breaks"))]
+pub(crate) const fn on(_mistake: ProtocolBreak) -> bool {
+    false
+}
