@@ -93,7 +93,7 @@ use cluster::{BinaryCluster, DockerCluster};
 use config::Resolved;
 use docker::DockerServer;
 pub use error::{NatsError, PinnedError};
-pub use proxy::FaultProxy;
+pub use proxy::{AckCount, FaultProxy};
 
 /// A running nats-server with JetStream. Dropping it stops the server if the emulator started it
 /// (kills the process, or removes the container) and deletes its store.
