@@ -404,6 +404,9 @@ pub(crate) struct State {
     pub(crate) consumers_checked: HashMap<String, u32>,
     /// Services whose consumers have been read (judged) so far.
     pub(crate) consumers_read: u64,
+    /// Flows to deploy at a service's next registration
+    /// ([`Emulator::deploy_at_registration`]), by service.
+    pub(crate) at_registration: HashMap<String, Flow>,
 }
 
 /// What is registered, as the conformance checker needs it.
@@ -718,6 +721,7 @@ impl Emulator {
                 order: crate::order::Order::default(),
                 consumers_checked: HashMap::new(),
                 consumers_read: 0,
+                at_registration: HashMap::new(),
             }),
             config,
             changed,
@@ -769,7 +773,7 @@ impl Emulator {
         }
         shared.lock().found_at_start = found;
 
-        emulator.spawn(Self::serve_register(shared.clone(), register));
+        emulator.spawn(Self::serve_register(emulator.for_task(), register));
         emulator.spawn(Self::serve_fetch(shared.clone(), fetch));
         emulator.spawn(Self::observe_all(shared.clone(), all));
         emulator.spawn(crate::consumers::serve(shared.clone(), consumer_queue));
@@ -923,6 +927,16 @@ impl Emulator {
     }
 
     // ---- releases --------------------------------------------------------------------------
+
+    /// Deploys `flow` when `service` next registers, accepted: after the register reply is made
+    /// (so the reply lacks the flow) and before it is sent, so the flow's broadcast reaches the
+    /// service before its reply, as a deploy made while a service registers may. A service
+    /// that subscribes to the broadcasts only after the reply misses it (docs/protocol.md §2);
+    /// the conformance kit's `broadcast_before_reply` is this. One flow per service: a second
+    /// call replaces the first. A flow refused then is logged, not deployed.
+    pub fn deploy_at_registration(&self, service: &str, flow: Flow) {
+        self.lock().at_registration.insert(service.to_owned(), flow);
+    }
 
     /// Checks a flow against the registered services without deploying it.
     ///

@@ -46,9 +46,13 @@ fn fit_reply(
 }
 
 impl Emulator {
-    pub(crate) async fn serve_register(shared: Arc<Shared>, mut sub: async_nats::Subscriber) {
+    pub(crate) async fn serve_register(emulator: Emulator, mut sub: async_nats::Subscriber) {
+        let shared = emulator.shared.clone();
         while let Some(msg) = sub.next().await {
             let (reply, later) = shared.register(&msg).await;
+            if reply.error.is_empty() {
+                emulator.deploy_held_for(&msg).await;
+            }
             if let Some(reply_to) = msg.reply {
                 let bytes = reply.to_json().unwrap_or_default();
                 if let Err(e) = shared.client.publish(reply_to, bytes.into()).await {
@@ -65,6 +69,24 @@ impl Emulator {
                     );
                 }
             }
+        }
+    }
+
+    /// The flow held for the service registering with `msg` ([`Emulator::deploy_at_registration`]),
+    /// deployed now: its broadcast goes out before the reply.
+    async fn deploy_held_for(&self, msg: &async_nats::Message) {
+        let service = serde_json::from_slice::<Value>(&msg.payload)
+            .ok()
+            .and_then(|v| v.get("service").and_then(Value::as_str).map(str::to_owned));
+        let Some(flow) = service.and_then(|s| self.lock().at_registration.remove(&s)) else {
+            return;
+        };
+        let id = flow.id.clone();
+        if let Err(e) = self.deploy(flow).await {
+            tracing::warn!(
+                flow = id,
+                "the flow held for a registration was not deployed: {e}"
+            );
         }
     }
 
