@@ -95,6 +95,16 @@ async fn each_broken_behaviour_fails_its_own_check() {
         "unknown_flow_wait",
         "heartbeat_interval",
         "crash_redelivery",
+        "ack_order",
+        "ack_lost",
+        "broadcast_before_reply",
+        "consumer",
+        "dlq_order",
+        "handoff_order",
+        "hop_jetstream",
+        "redeploy_mid_run",
+        "replicas",
+        "timer_strip",
     ];
     let cases = cases.into_iter().chain(protocol.iter().map(|c| {
         let one: &[&str] = std::slice::from_ref(c);
@@ -241,6 +251,23 @@ async fn the_python_conformance_service_scores_100_percent() {
     assert_eq!(report.score(), 100.0);
 }
 
+#[tokio::test]
+async fn the_python_service_doing_what_the_docs_allow_otherwise_still_scores_100_percent() {
+    // No false failures (issue 31): actions and supports_nodes in another order, no in-progress
+    // acks, a 3 s wait for a broadcast, times at +02:00, exit status 143 after SIGTERM.
+    let mut options = python(&[], None);
+    options
+        .env
+        .insert("CONFORM_VARIANT".into(), "allowed".into());
+    let report = judge(&options).await;
+    assert!(
+        report.conformant(),
+        "{}\n{}",
+        report.table(),
+        report.service_output
+    );
+}
+
 /// Checks that read what the emulator's checker observes of acks, consumers and ordering
 /// (issue 31, item 2), and the rule each reads: until a rule is in the checker, its check
 /// passes every service, so the Python service's break of it cannot be caught yet.
@@ -342,5 +369,27 @@ async fn a_false_condition_reported_succeeded_and_a_forged_timer_run_are_named()
     assert!(
         text.contains("echo ran on a delivery whose payload hash did not match"),
         "{text}"
+    );
+}
+
+#[test]
+fn the_docs_list_every_check_and_the_readme_counts_them() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let read = |path: &str| std::fs::read_to_string(root.join(path)).expect(path);
+    let page = read("docs/conform.md");
+    for (name, about) in CHECKS {
+        assert!(
+            page.contains(&format!("| `{name}` | {about} |")),
+            "docs/conform.md's table of what each check proves lacks `{name}` ({about})"
+        );
+    }
+    let count = CHECKS.len();
+    assert!(
+        page.contains(&format!("({count} checks)")),
+        "docs/conform.md's sample run says another count than {count}"
+    );
+    assert!(
+        read("README.md").contains(&format!("runs {count} checks")),
+        "README.md says another count than {count}"
     );
 }

@@ -164,6 +164,14 @@ pub const CHECKS: &[(&str, &str)] = &[
         "the nats-server restarts under it: later work still runs",
     ),
     (
+        "ack_lost",
+        "an ack lost on its way: the redelivery does not run echo again",
+    ),
+    (
+        "broadcast_before_reply",
+        "a flow broadcast while it registers (before the reply) is held",
+    ),
+    (
         "conformant",
         "the conformance checker found no error in anything sent",
     ),
@@ -208,6 +216,8 @@ pub(crate) struct Ctx {
     pub(crate) strict_only: bool,
     /// How the service was started.
     pub(crate) launch: Launch,
+    /// The proxy the service is connected through, once a check put one in between (`ack_lost`).
+    pub(crate) proxy: Option<triggers_emulator::nats::FaultProxy>,
 }
 
 /// How many times its patience a check waits, at most, while the service shows progress.
@@ -486,6 +496,8 @@ pub(crate) async fn run(name: &str, ctx: &mut Ctx) -> Result<(), Failure> {
         "crash_redelivery" => faults::crash_redelivery(ctx).await,
         "replicas" => faults::replicas(ctx).await,
         "server_restart" => faults::server_restart(ctx).await,
+        "ack_lost" => faults::ack_lost(ctx).await,
+        "broadcast_before_reply" => faults::broadcast_before_reply(ctx).await,
         "conformant" => conformant(ctx).await,
         "shutdown" => shutdown(ctx).await,
         other => fail(format!("a check named {other}"), "no such check"),

@@ -338,6 +338,7 @@ pub async fn conform(
         strict: options.strict,
         strict_only: false,
         launch,
+        proxy: None,
     };
     let mut results = Vec::new();
     let mut registered = true;
@@ -401,7 +402,13 @@ pub async fn conform(
 }
 
 /// Checks during which the service is meant to exit (or be killed and started again).
-const EXPECTS_EXIT: &[&str] = &["shutdown", "crash_redelivery"];
+const EXPECTS_EXIT: &[&str] = &[
+    "shutdown",
+    "crash_redelivery",
+    "replicas",
+    "ack_lost",
+    "broadcast_before_reply",
+];
 
 /// Runs the check `name`, and fails it as soon as the service's process exits, rather than
 /// waiting out the check's patience for what a dead process cannot send.

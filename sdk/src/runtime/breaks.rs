@@ -26,14 +26,35 @@ pub enum ProtocolBreak {
     NoFlowWait,
     /// `heartbeat_interval`: each heartbeat's `started_at` is its own `now`.
     MovingStartedAt,
-    /// `crash_redelivery`: a delivery is acked as soon as it is pulled.
+    /// `crash_redelivery`, `ack_order`: a delivery is acked as soon as it is pulled.
     AckOnPull,
+    /// `ack_lost`: a redelivery of a delivery handled already (its ack lost) runs its actions
+    /// again.
+    RunAgainOnRedelivery,
+    /// `broadcast_before_reply`: the broadcast subjects are subscribed to only after the
+    /// register reply, so a flow broadcast in between is missed.
+    BroadcastsAfterReply,
+    /// `consumer`: the durable consumer without a bound on deliveries (`max_deliver` -1).
+    UnboundedMaxDeliver,
+    /// `dlq_order`: an action's DLQ entry published before its `failed` event.
+    DeadLetterBeforeEvent,
+    /// `handoff_order`: an action's output handed on before its `succeeded` event.
+    HandOnBeforeEvent,
+    /// `hop_jetstream`: hops published as plain NATS publishes.
+    HopPlainPublish,
+    /// `redeploy_mid_run`: completion events carry the newest version held, not the run's.
+    HeldFlowVersion,
+    /// `replicas`: the broadcast subjects subscribed to in a queue group.
+    BroadcastsInQueueGroup,
+    /// `timer_strip`: outputs carry a Durable Timer triplet, as if forwarded from a timer's
+    /// delivery.
+    TimerTripletOnOutputs,
 }
 
 #[cfg(feature = "conformance-breaks")]
 impl ProtocolBreak {
     /// Every break, with the name of the check it fails.
-    pub const ALL: [(&'static str, ProtocolBreak); 9] = [
+    pub const ALL: [(&'static str, ProtocolBreak); 19] = [
         ("mapping_condition", ProtocolBreak::FalseConditionSucceeds),
         ("timer_rejected", ProtocolBreak::AcceptAnyTimerTriplet),
         ("hop_traceparent", ProtocolBreak::DropHopTraceparent),
@@ -46,6 +67,19 @@ impl ProtocolBreak {
         ("unknown_flow_wait", ProtocolBreak::NoFlowWait),
         ("heartbeat_interval", ProtocolBreak::MovingStartedAt),
         ("crash_redelivery", ProtocolBreak::AckOnPull),
+        ("ack_order", ProtocolBreak::AckOnPull),
+        ("ack_lost", ProtocolBreak::RunAgainOnRedelivery),
+        (
+            "broadcast_before_reply",
+            ProtocolBreak::BroadcastsAfterReply,
+        ),
+        ("consumer", ProtocolBreak::UnboundedMaxDeliver),
+        ("dlq_order", ProtocolBreak::DeadLetterBeforeEvent),
+        ("handoff_order", ProtocolBreak::HandOnBeforeEvent),
+        ("hop_jetstream", ProtocolBreak::HopPlainPublish),
+        ("redeploy_mid_run", ProtocolBreak::HeldFlowVersion),
+        ("replicas", ProtocolBreak::BroadcastsInQueueGroup),
+        ("timer_strip", ProtocolBreak::TimerTripletOnOutputs),
     ];
 
     /// The break whose check is `check`.

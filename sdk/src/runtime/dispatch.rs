@@ -149,6 +149,7 @@ impl Runtime {
         if delivered > 1
             && let Some(k) = &key
             && self.lock_processed().contains_key(k)
+            && !breaks::on(ProtocolBreak::RunAgainOnRedelivery)
         {
             // Handled before; only the ack was lost (a server restart): ack, do not run again.
             let _ = msg.ack().await;
@@ -512,7 +513,9 @@ impl Runtime {
         };
         let kept_key = outcome_key(envelope, &trail);
         let kept = self.lock_outcomes().get(&kept_key).cloned();
-        if let Some(kept) = kept {
+        if let Some(kept) = kept
+            && !breaks::on(ProtocolBreak::RunAgainOnRedelivery)
+        {
             tracing::debug!(run = %envelope.flow_run_id, node = %node.id, "the handler ran before this redelivery; handing its kept result on");
             if !self.has_reached_the_server(kept.reported) {
                 // Never published, or published on a connection that broke before the server
@@ -569,9 +572,22 @@ impl Runtime {
                             reported: Reported::No,
                         },
                     );
+                    if breaks::on(ProtocolBreak::HandOnBeforeEvent) {
+                        self.route(
+                            flow,
+                            node,
+                            Payload::from_value(output.clone()),
+                            envelope,
+                            &trail,
+                        )
+                        .await?;
+                    }
                     self.complete(envelope, &trail, node, started, status::SUCCEEDED, "")
                         .await?;
                     self.kept_reported(&kept_key);
+                    if breaks::on(ProtocolBreak::HandOnBeforeEvent) {
+                        return Ok(());
+                    }
                     return self
                         .route(flow, node, Payload::from_value(output), envelope, &trail)
                         .await;
@@ -621,6 +637,25 @@ impl Runtime {
                 }
                 continue;
             }
+            let err = if attempt > 1 {
+                format!("{message} (after {attempt} attempts)")
+            } else {
+                message.clone()
+            };
+            let identity = failure_identity(envelope, &trail, node);
+            let dead_letter = || {
+                self.dead_letter_action(
+                    &action.name,
+                    kind,
+                    &attempt_envelope,
+                    input.bytes(),
+                    &err,
+                    &identity,
+                )
+            };
+            if breaks::on(ProtocolBreak::DeadLetterBeforeEvent) {
+                dead_letter().await?;
+            }
             self.complete(
                 &attempt_envelope,
                 &trail,
@@ -630,21 +665,10 @@ impl Runtime {
                 &message,
             )
             .await?;
-            let err = if attempt > 1 {
-                format!("{message} (after {attempt} attempts)")
-            } else {
-                message
-            };
-            return self
-                .dead_letter_action(
-                    &action.name,
-                    kind,
-                    &attempt_envelope,
-                    input.bytes(),
-                    &err,
-                    &failure_identity(envelope, &trail, node),
-                )
-                .await;
+            if breaks::on(ProtocolBreak::DeadLetterBeforeEvent) {
+                return Ok(());
+            }
+            return dead_letter().await;
         }
     }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use async_nats::jetstream::context::{GetStreamByNameErrorKind, PublishErrorKind};
 
 use crate::flow::Node;
+use crate::runtime::breaks::{self, ProtocolBreak};
 use crate::runtime::confirm::{self, UNCONFIRMED, Unconfirmed};
 use crate::runtime::service::Runtime;
 use crate::wire::header::{dlq_msg_id, names};
@@ -47,10 +48,19 @@ impl Runtime {
         status: &str,
         error: &str,
     ) -> Result<(), Fatal> {
+        let flow_version = if breaks::on(ProtocolBreak::HeldFlowVersion) {
+            // The newest version held, whatever version the run is.
+            self.flows
+                .borrow()
+                .get(&envelope.flow_id)
+                .map_or(envelope.flow_version, |f| f.version)
+        } else {
+            envelope.flow_version
+        };
         let event = CompletionEvent {
             flow_run_id: envelope.flow_run_id.clone(),
             flow_id: envelope.flow_id.clone(),
-            flow_version: envelope.flow_version,
+            flow_version,
             node_id: node.id.clone(),
             node_type: node.node_type.as_str().to_owned(),
             service: self.service().to_owned(),
@@ -197,7 +207,9 @@ impl Runtime {
                     // hop would be lost: it is not sent until a stream takes it.
                     return Err((format!("no JetStream stream captures {subject}"), false));
                 }
-                if !stream {
+                if !stream
+                    || (target == Target::Stream && breaks::on(ProtocolBreak::HopPlainPublish))
+                {
                     // Read before the publish is queued: the connection it travels on is this
                     // one or a later one.
                     let connection = confirm::connection(&self.client);

@@ -39,7 +39,14 @@ impl Runtime {
             ),
             ..envelope.clone()
         };
-        let headers = out.to_headers();
+        let mut headers = out.to_headers();
+        if super::breaks::on(super::breaks::ProtocolBreak::TimerTripletOnOutputs) {
+            // As if the timer delivery's triplet were forwarded (any values do: it must not be
+            // there at all).
+            for name in names::DURABLE_TIMER_TRIPLET {
+                headers.insert(name, envelope.flow_run_id.clone());
+            }
+        }
         match transport {
             "nats" => {
                 // Release refuses a locked target; a forged broadcast must not get past us either.

@@ -307,18 +307,11 @@ impl Service {
         };
 
         // Subscribe to broadcasts before registering, so no update sent in between is missed.
-        let own =
-            subject::flow_broadcast(&self.manifest.service).map_err(|e| nats("subscribe")(&e))?;
-        let broadcasts = futures::stream::select(
-            client
-                .subscribe(own)
-                .await
-                .map_err(|e| nats("subscribe to flow broadcasts")(&e))?,
-            client
-                .subscribe(subject::FLOW_BROADCAST_ALL)
-                .await
-                .map_err(|e| nats("subscribe to flow broadcasts")(&e))?,
-        );
+        let early = if super::breaks::on(super::breaks::ProtocolBreak::BroadcastsAfterReply) {
+            None
+        } else {
+            Some(broadcasts(&client, &self.manifest.service).await?)
+        };
 
         // A stream named by TRIGGERS_NATS_SOURCE_STREAM is made before registering, so the
         // orchestrator finds the sources captured and serves the service on it.
@@ -333,6 +326,10 @@ impl Service {
             .await?;
         }
         let reply = register(&client, &self.manifest, config.register_timeout).await?;
+        let broadcasts = match early {
+            Some(subscribed) => subscribed,
+            None => broadcasts(&client, &self.manifest.service).await?,
+        };
         let (flows, _) = watch::channel(Arc::new(BTreeMap::new()));
         let http = reqwest::Client::builder()
             .timeout(config.http_timeout)
@@ -401,6 +398,39 @@ impl Service {
     }
 }
 
+/// The subscriptions to both broadcast subjects: the service's own and `all`.
+async fn broadcasts(
+    client: &async_nats::Client,
+    service: &str,
+) -> Result<futures::stream::Select<async_nats::Subscriber, async_nats::Subscriber>, StartError> {
+    let failed = |e: &dyn std::fmt::Display| StartError::Nats {
+        action: "subscribe to flow broadcasts",
+        reason: e.to_string(),
+    };
+    let own = subject::flow_broadcast(service).map_err(|e| failed(&e))?;
+    if super::breaks::on(super::breaks::ProtocolBreak::BroadcastsInQueueGroup) {
+        // Replicas share the flows out: each holds some.
+        let group = format!("{service}-flows");
+        return Ok(futures::stream::select(
+            client
+                .queue_subscribe(own, group.clone())
+                .await
+                .map_err(|e| failed(&e))?,
+            client
+                .queue_subscribe(subject::FLOW_BROADCAST_ALL, group)
+                .await
+                .map_err(|e| failed(&e))?,
+        ));
+    }
+    Ok(futures::stream::select(
+        client.subscribe(own).await.map_err(|e| failed(&e))?,
+        client
+            .subscribe(subject::FLOW_BROADCAST_ALL)
+            .await
+            .map_err(|e| failed(&e))?,
+    ))
+}
+
 async fn register(
     client: &async_nats::Client,
     manifest: &Manifest,
@@ -460,7 +490,11 @@ async fn consumers(runtime: &Arc<Runtime>) -> Result<Vec<(String, PullConsumer)>
             filter_subject: source.clone(),
             ack_policy: jetstream::consumer::AckPolicy::Explicit,
             ack_wait,
-            max_deliver: i64::from(runtime.config.max_deliver),
+            max_deliver: if super::breaks::on(super::breaks::ProtocolBreak::UnboundedMaxDeliver) {
+                -1
+            } else {
+                i64::from(runtime.config.max_deliver)
+            },
             max_ack_pending: i64::try_from(runtime.config.max_concurrency.saturating_mul(4))
                 .unwrap_or(i64::MAX),
             ..Default::default()

@@ -441,16 +441,19 @@ pub(super) async fn redeploy_mid_run(ctx: &mut Ctx) -> Result<(), Failure> {
         expected: "the kit's flow conform-redeploy (v2) to decode".into(),
         arrived: e.to_string(),
     })?;
+    let deployed_at = triggers_sdk::wire::GoTime::now();
     let v2 = match ctx.lab.deploy(flow).await {
         Ok(d) => d.flow.version,
         Err(e) => return fail("conform-redeploy v2 to be released", e.to_string()),
     };
     ctx.versions.insert("conform-redeploy".into(), v2);
-    // The service holds v2 once the broadcast arrived: a heartbeat after it says it is up.
+    // The service holds v2 once the broadcast arrived: a heartbeat sent after the deploy says
+    // it had time to take it (one sent before would not: the timer's delivery could then race
+    // the broadcast, and a service reporting the held version would pass unseen).
     let _ = ctx
         .lab
         .with_wait_timeout(Duration::from_secs(7).max(ctx.timeout))
-        .wait_for_heartbeat(SERVICE, |_| true)
+        .wait_for_heartbeat(SERVICE, |hb| hb.now.unix_nanos() > deployed_at.unix_nanos())
         .await;
     advance_hour(ctx).await?;
     let settled = ctx.settled(&run).await;
