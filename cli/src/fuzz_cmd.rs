@@ -109,10 +109,10 @@ pub(crate) async fn fuzz(args: FuzzArgs) -> Result<()> {
         shrink_time: triggers_scenarios::fuzz::SHRINK_TIME,
     };
     eprintln!(
-        "fuzzing {}.{}: {} input(s), seed {seed}{}",
+        "fuzzing {}.{}: {}, seed {seed}{}",
         args.service,
         args.action,
-        args.runs,
+        crate::out::count(args.runs, "input"),
         if args.invalid {
             ", one in four breaking the schema"
         } else {
@@ -125,9 +125,9 @@ pub(crate) async fn fuzz(args: FuzzArgs) -> Result<()> {
         FuzzProgress::Passed { run, runs } => {
             let done = run + 1;
             if terminal {
-                eprint!("\r\x1b[2K{done}/{runs} input(s) passed");
+                eprint!("\r\x1b[2K{done}/{runs} inputs passed");
             } else if done % 25 == 0 || done == runs {
-                eprintln!("{done}/{runs} input(s) passed");
+                eprintln!("{done}/{runs} inputs passed");
             }
         }
         FuzzProgress::Failed { run, reason } => {

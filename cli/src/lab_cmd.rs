@@ -901,8 +901,9 @@ pub(crate) async fn deploy(args: ControlArgs, file: PathBuf) -> Result<()> {
             let n = errors.len();
             let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
             return Err(files::FileError(format!(
-                "{}\n{n} problem(s) in {name}; nothing was deployed",
-                text.join("\n")
+                "{}\n{} in {name}; nothing was deployed",
+                text.join("\n"),
+                crate::out::count(n as u64, "problem")
             ))
             .into());
         }

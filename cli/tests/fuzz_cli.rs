@@ -108,7 +108,7 @@ fn fuzz_finds_shrinks_and_reproduces_a_planted_bug_on_up() {
     let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
-        stderr.contains("fuzzing bank.charge: 40 input(s), seed 7"),
+        stderr.contains("fuzzing bank.charge: 40 inputs, seed 7"),
         "{stderr}"
     );
     assert!(stderr.contains("shrinking it"), "{stderr}");

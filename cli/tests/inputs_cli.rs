@@ -147,7 +147,7 @@ fn run_lists_each_scenario_once_through_links_back_up_and_repeated_paths() {
     let (code, files, stderr) = listed(xdg.path(), &[&f, &f, &dir]);
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(files, [shown(f)], "{stderr}");
-    assert!(stderr.contains("1 scenario(s)"), "{stderr}");
+    assert!(stderr.contains("1 scenario\n"), "{stderr}");
 }
 
 #[test]

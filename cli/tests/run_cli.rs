@@ -88,7 +88,7 @@ fn every_problem_of_a_file_is_reported_with_its_line() {
         );
     }
     assert!(
-        stderr.contains("3 problem(s) in 1 file(s); nothing was run"),
+        stderr.contains("3 problems in 1 file; nothing was run"),
         "{stderr}"
     );
 }

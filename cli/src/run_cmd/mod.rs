@@ -384,7 +384,7 @@ fn list(paths: &[PathBuf], selection: &Selection) -> ExitCode {
     }
     match &shard {
         Some(shard) => eprintln!("{}", shard_line(shard)),
-        None => eprintln!("{} scenario(s)", scenarios.len()),
+        None => eprintln!("{}", out::count(scenarios.len() as u64, "scenario")),
     }
     ExitCode::SUCCESS
 }
@@ -470,9 +470,9 @@ fn load(
             let files: std::collections::BTreeSet<&str> =
                 errors.iter().map(|e| e.file.as_str()).collect();
             eprintln!(
-                "error: {} problem(s) in {} file(s); nothing was run",
-                errors.len(),
-                files.len()
+                "error: {} in {}; nothing was run",
+                out::count(errors.len() as u64, "problem"),
+                out::count(files.len() as u64, "file")
             );
             return Err(ExitCode::from(exit::USAGE));
         }
@@ -864,7 +864,7 @@ pub(crate) fn summary(report: &SuiteReport, colour: bool) -> String {
     if let Some(why) = &report.interrupted {
         let stopped = names(&|s| s.outcome == Outcome::Interrupted);
         text.push_str(&format!(
-            "{} by {why}{}; {} scenario(s) not run\n",
+            "{} by {why}{}; {} not run\n",
             if why == "--fail-fast" {
                 "stopped"
             } else {
@@ -875,7 +875,7 @@ pub(crate) fn summary(report: &SuiteReport, colour: bool) -> String {
             } else {
                 format!(" during {}", stopped.join(", "))
             },
-            report.count(Outcome::NotRun)
+            out::count(report.count(Outcome::NotRun) as u64, "scenario")
         ));
     }
     if let Some(shard) = &report.shard {
