@@ -13,7 +13,9 @@ use triggers_emulator::{
 use triggers_sdk::transport;
 use triggers_sdk::wire::durable_timer::{self, TimerContext};
 use triggers_sdk::wire::header::names;
-use triggers_sdk::wire::{DlqEntry, Envelope, GoTime, Headers, Manifest, RawJson, subject};
+use triggers_sdk::wire::{
+    DlqEntry, Envelope, GoTime, Headers, Manifest, RawJson, RegisterReply, subject,
+};
 
 use common::*;
 
@@ -708,4 +710,46 @@ async fn a_dropped_emulator_stops_answering_with_every_config() {
             "a dropped emulator still answers manifest.register"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_held_for_a_registration_is_broadcast_after_the_reply_is_made_and_before_it_is_sent()
+{
+    let lab = lab().await;
+    let client = connect(&lab).await;
+    lab.deploy_at_registration("shop", one_step_flow("early", "shop", "charge"));
+    // One subscription sees what the server sends this client in the order it sends it.
+    let mut seen = client.subscribe(">").await.unwrap();
+    client.flush().await.unwrap();
+    let inbox = client.new_inbox();
+    let bytes = manifest("shop", &["charge"], &[]).to_json().unwrap();
+    client
+        .publish_with_reply(subject::MANIFEST_REGISTER, inbox.clone(), bytes.into())
+        .await
+        .unwrap();
+    let broadcast = subject::flow_broadcast("shop").unwrap();
+    let mut order = Vec::new();
+    let reply = loop {
+        let msg = tokio::time::timeout(Duration::from_secs(15), seen.next())
+            .await
+            .expect("the reply within 15 s")
+            .unwrap();
+        if msg.subject.as_str() == broadcast {
+            order.push("broadcast");
+        } else if msg.subject.as_str() == inbox {
+            order.push("reply");
+            break RegisterReply::from_json(&msg.payload).unwrap();
+        }
+    };
+    assert_eq!(order, ["broadcast", "reply"]);
+    assert!(reply.error.is_empty(), "{}", reply.error);
+    assert!(
+        reply.flows.iter().all(|f| f.id != "early"),
+        "the reply was made before the deploy: {:?}",
+        reply.flows
+    );
+    assert_eq!(lab.flows()["early"].version, 1);
+    // Held for one registration only: the next one deploys nothing again.
+    register(&client, &manifest("shop", &["charge"], &[])).await;
+    assert_eq!(lab.flows()["early"].version, 1);
 }
