@@ -505,3 +505,19 @@ async fn events_of_runs_the_emulator_follows_are_judged_against_the_deployed_flo
         lab.violations()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hop_of_the_runs_version_after_a_redeploy_breaks_no_rule() {
+    // hop_version_mismatch's passing case: the flow redeployed mid-run, the hop still carries
+    // the run's version (and the run's trace), as protocol.md §7 asks.
+    let (lab, client) = world().await;
+    lab.trigger("order", &json!({"n": 1})).await.unwrap();
+    let d = pull(&client, "shop").await;
+    let env = envelope(&d);
+    event(&client, &env, "shop", "charge", status::SUCCEEDED).await;
+    let newer = lab.flows().remove("order").unwrap();
+    assert_eq!(lab.deploy(newer).await.unwrap().flow.version, 2);
+    hop(&client, &hop_envelope(&env, |_| {}), true).await;
+    ack(&d).await;
+    assert_eq!(rules(&lab).await, Vec::<&str>::new());
+}
