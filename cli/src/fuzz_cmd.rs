@@ -51,12 +51,14 @@ pub(crate) async fn fuzz(args: FuzzArgs) -> Result<()> {
     let control = ControlClient::connect_with(&target.url, &target.access).await?;
     // Where the services are: the output that captures the results is published there, and the
     // control account (when `up` has one) cannot see it.
-    let services_side = async_nats::connect(&target.url).await.map_err(|e| {
-        EnvironmentError(format!(
-            "cannot connect to {} as a service would: {e}",
-            target.url
-        ))
-    })?;
+    let services_side = triggers_sdk::transport::connect(&target.url)
+        .await
+        .map_err(|e| {
+            EnvironmentError(format!(
+                "cannot connect to {} as a service would: {e}",
+                target.url
+            ))
+        })?;
     let registered = control.services().await?;
     let Some(service) = registered.get(&args.service) else {
         return Err(UsageError(format!(

@@ -1074,7 +1074,10 @@ impl ControlClient {
     /// [`ControlError::Refused`] when the emulator refuses the token.
     pub async fn connect_with(url: &str, access: &ControlAccess) -> Result<Self, ControlError> {
         let drops = DropCounter::new();
-        let options = crate::drops::connect_options("triggers-lab control", &drops);
+        let options = triggers_sdk::transport::with_url_credentials(
+            crate::drops::connect_options("triggers-lab control", &drops),
+            url,
+        );
         let options = match &access.credentials {
             Some(c) => c.apply(options),
             None => options,

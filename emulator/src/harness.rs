@@ -1,34 +1,45 @@
-//! The test harness: a nats-server of its own, an emulator on it, and a client, in one value that
-//! stops everything when dropped.
+//! The test harness: an account on the process's shared nats-server (or a server of its own),
+//! an emulator on it, and a client, in one value that stops everything when dropped.
 
 use std::ops::Deref;
 
 use crate::emulator::{Emulator, EmulatorConfig};
 use crate::error::HarnessError;
-use crate::nats::{NatsConfig, NatsServer};
+use crate::nats::{
+    ChosenBackend, ControlCredentials, NatsConfig, NatsServer, OrchestratorCredentials,
+    SharedAccount,
+};
 
-/// A nats-server (provisioned as [`NatsServer::start`] chooses) with an emulator running on it.
+/// An emulator on a NATS account of its own: on the process's shared nats-server
+/// ([`SharedAccount`], the default where it is safe) or on a server of its own
+/// ([`NatsServer::start`], with [`NatsConfig::isolation`] = `Server`, a cluster, a URL, Docker).
 ///
 /// It dereferences to the [`Emulator`], so `lab.deploy(..)`, `lab.trigger(..)` and the
 /// `lab.wait_*` methods read as they should.
 pub struct Harness {
     emulator: Emulator,
     client: async_nats::Client,
-    nats: NatsServer,
+    nats: Nats,
+}
+
+/// Where a harness's NATS is.
+enum Nats {
+    Own(NatsServer),
+    Shared(SharedAccount),
 }
 
 impl std::fmt::Debug for Harness {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Harness")
-            .field("url", &self.nats.url())
-            .field("backend", &self.nats.backend())
+            .field("nats", &self.nats_summary())
             .finish_non_exhaustive()
     }
 }
 
 impl Harness {
-    /// Starts a nats-server and an emulator with the default settings (virtual clock, hash
-    /// mismatches refused).
+    /// Starts an emulator with the default settings (virtual clock, hash mismatches refused) on
+    /// an account of the process's shared nats-server (started first if need be), or on a server
+    /// of its own where sharing is not possible (see [`NatsConfig::isolation`]).
     ///
     /// # Errors
     /// When no nats-server can be had (the error says how to get one), or the emulator cannot
@@ -52,9 +63,15 @@ impl Harness {
         mut config: EmulatorConfig,
     ) -> Result<Self, HarnessError> {
         let capacity = nats.subscription_capacity;
-        let nats = NatsServer::start(nats).await?;
+        let nats = match SharedAccount::acquire(&nats).await? {
+            Some(account) => Nats::Shared(account),
+            None => Nats::Own(NatsServer::start(nats).await?),
+        };
         if config.stream_replicas == 0 {
-            config.stream_replicas = nats.node_count().min(3);
+            config.stream_replicas = match &nats {
+                Nats::Own(server) => server.node_count().min(3),
+                Nats::Shared(_) => 1,
+            };
         }
         let mut options =
             crate::drops::connect_options("triggers-lab emulator", &config.slow_consumers)
@@ -62,26 +79,41 @@ impl Harness {
         if let Some(capacity) = capacity {
             options = options.subscription_capacity(capacity);
         }
-        if let Some(credentials) = nats.orchestrator_credentials() {
+        let (server_url, orchestrator, control) = match &nats {
+            Nats::Own(server) => (
+                server.url(),
+                server.orchestrator_credentials(),
+                server.control_credentials(),
+            ),
+            Nats::Shared(account) => {
+                options = account.apply(options);
+                (
+                    account.server_url(),
+                    account.orchestrator_credentials(),
+                    account.control_credentials(),
+                )
+            }
+        };
+        if let Some(credentials) = orchestrator {
             options = credentials.apply(options);
         }
         let client = options
-            .connect(nats.url())
+            .connect(server_url)
             .await
             .map_err(|e| HarnessError::Connect {
-                url: nats.url().to_owned(),
+                url: server_url.to_owned(),
                 reason: e.to_string(),
             })?;
         if config.control_client.is_none()
-            && let Some(credentials) = nats.control_credentials()
+            && let Some(credentials) = control
         {
             let control = credentials
                 .connect_options()
                 .name("triggers-lab emulator control")
-                .connect(nats.url())
+                .connect(server_url)
                 .await
                 .map_err(|e| HarnessError::Connect {
-                    url: nats.url().to_owned(),
+                    url: server_url.to_owned(),
                     reason: format!("to the control account: {e}"),
                 })?;
             config.control_client = Some(control);
@@ -97,10 +129,71 @@ impl Harness {
         })
     }
 
-    /// The NATS client URL to give the service under test.
+    /// The NATS client URL to give the service under test. On a shared server it carries the
+    /// account's user and password (`nats://t3:…@127.0.0.1:41234`): Go, Python and Java clients
+    /// read them from the URL, the triggers SDK too; a bare async-nats client does not (connect
+    /// it with `triggers_sdk::transport::connect`).
     #[must_use]
     pub fn url(&self) -> &str {
-        self.nats.url()
+        match &self.nats {
+            Nats::Own(server) => server.url(),
+            Nats::Shared(account) => account.url(),
+        }
+    }
+
+    /// One line for a test log or a report: the server, and the account on a shared one.
+    #[must_use]
+    pub fn nats_summary(&self) -> String {
+        match &self.nats {
+            Nats::Own(server) => server.summary(),
+            Nats::Shared(account) => account.summary(),
+        }
+    }
+
+    /// Where the server came from.
+    #[must_use]
+    pub fn backend(&self) -> &ChosenBackend {
+        match &self.nats {
+            Nats::Own(server) => server.backend(),
+            Nats::Shared(account) => account.backend(),
+        }
+    }
+
+    /// The server's HTTP monitoring URL, when known.
+    #[must_use]
+    pub fn monitor_url(&self) -> Option<&str> {
+        match &self.nats {
+            Nats::Own(server) => server.monitor_url(),
+            Nats::Shared(account) => Some(account.monitor_url()),
+        }
+    }
+
+    /// The control account's user, with [`NatsConfig::private_control`].
+    #[must_use]
+    pub fn control_credentials(&self) -> Option<&ControlCredentials> {
+        match &self.nats {
+            Nats::Own(server) => server.control_credentials(),
+            Nats::Shared(account) => account.control_credentials(),
+        }
+    }
+
+    /// The orchestrator's user, with [`NatsConfig::private_control`]; without it the emulator
+    /// connects as the user of [`url`](Self::url).
+    #[must_use]
+    pub fn orchestrator_credentials(&self) -> Option<&OrchestratorCredentials> {
+        match &self.nats {
+            Nats::Own(server) => server.orchestrator_credentials(),
+            Nats::Shared(account) => account.orchestrator_credentials(),
+        }
+    }
+
+    /// The account on the shared server, when the harness has one.
+    #[must_use]
+    pub fn account(&self) -> Option<&SharedAccount> {
+        match &self.nats {
+            Nats::Own(_) => None,
+            Nats::Shared(account) => Some(account),
+        }
     }
 
     /// The emulator.
@@ -115,19 +208,28 @@ impl Harness {
         &self.client
     }
 
-    /// The nats-server, to restart it or read its log.
+    /// The nats-server of its own, to restart it or read its log; `None` on a shared server
+    /// (ask for [`NatsConfig::isolation`] = `Server` to have one).
     #[must_use]
-    pub fn nats(&self) -> &NatsServer {
-        &self.nats
+    pub fn nats(&self) -> Option<&NatsServer> {
+        match &self.nats {
+            Nats::Own(server) => Some(server),
+            Nats::Shared(_) => None,
+        }
     }
 
-    /// The nats-server, mutably (for [`NatsServer::restart`]).
-    pub fn nats_mut(&mut self) -> &mut NatsServer {
-        &mut self.nats
+    /// The nats-server of its own, mutably (for [`NatsServer::restart`]); `None` on a shared
+    /// server.
+    pub fn nats_mut(&mut self) -> Option<&mut NatsServer> {
+        match &mut self.nats {
+            Nats::Own(server) => Some(server),
+            Nats::Shared(_) => None,
+        }
     }
 
-    /// Stops the emulator, then the nats-server gracefully (and removes its store or container).
-    /// Dropping the harness does the same, less gracefully.
+    /// Stops the emulator, then the nats-server gracefully (and removes its store or container),
+    /// or hands the account back to the shared server (cleaned before its next use). Dropping
+    /// the harness does the same, less gracefully.
     ///
     /// # Errors
     /// When the Docker engine fails to stop or remove the container.
@@ -139,7 +241,13 @@ impl Harness {
         } = self;
         drop(emulator);
         drop(client);
-        nats.stop().await
+        match nats {
+            Nats::Own(server) => server.stop().await,
+            Nats::Shared(account) => {
+                drop(account);
+                Ok(())
+            }
+        }
     }
 }
 

@@ -987,9 +987,18 @@ async fn a_redeploy_past_the_largest_version_is_refused_and_nothing_changes() {
 /// sends) over a raw connection to `url`, and waits for the server to have read it.
 async fn publish_raw(url: &str, subject: &[u8], payload: &[u8]) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-    let addr = url.trim_start_matches("nats://");
+    let rest = url.trim_start_matches("nats://");
+    // The account's user, on a shared server (`nats://user:password@host:port`).
+    let (login, addr) = match rest.rsplit_once('@') {
+        Some((info, addr)) => (info.split_once(':'), addr),
+        None => (None, rest),
+    };
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut command = b"CONNECT {\"verbose\":false,\"pedantic\":false}\r\nPUB ".to_vec();
+    let login = login
+        .map(|(user, pass)| format!(",\"user\":\"{user}\",\"pass\":\"{pass}\""))
+        .unwrap_or_default();
+    let mut command =
+        format!("CONNECT {{\"verbose\":false,\"pedantic\":false{login}}}\r\nPUB ").into_bytes();
     command.extend_from_slice(subject);
     command.extend_from_slice(format!(" {}\r\n", payload.len()).as_bytes());
     command.extend_from_slice(payload);

@@ -979,7 +979,7 @@ async fn small_server(max_file_store: &str, extra: &str) -> SmallServer {
         _dir: dir,
     };
     for _ in 0..100 {
-        if async_nats::connect(&server.url).await.is_ok() {
+        if triggers_sdk::transport::connect(&server.url).await.is_ok() {
             return server;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

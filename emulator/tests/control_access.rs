@@ -38,11 +38,10 @@ async fn private_lab(backend: Backend) -> Harness {
 /// nothing. Then the holder of the credentials can do everything.
 async fn services_cannot_reach_a_private_control_api(lab: Harness) {
     let credentials = lab
-        .nats()
         .control_credentials()
         .expect("a private control account")
         .clone();
-    let service = async_nats::connect(lab.url()).await.unwrap();
+    let service = triggers_sdk::transport::connect(lab.url()).await.unwrap();
 
     for (op, body) in [
         ("state", json!({})),
@@ -135,11 +134,10 @@ async fn services_cannot_reach_a_private_control_api(lab: Harness) {
 /// them. The emulator works as before.
 async fn services_cannot_answer_the_emulators_jetstream_requests(lab: Harness) {
     let orchestrator = lab
-        .nats()
         .orchestrator_credentials()
         .expect("an orchestrator user")
         .clone();
-    let service = async_nats::connect(lab.url()).await.unwrap();
+    let service = triggers_sdk::transport::connect(lab.url()).await.unwrap();
     let mut api = service.subscribe("$JS.API.>").await.unwrap();
     let mut stream_create = service
         .queue_subscribe("$JS.API.STREAM.CREATE.*", "impostors".into())
@@ -249,7 +247,7 @@ async fn with_a_token_requests_without_it_are_refused_and_records_hide() {
         ..Default::default()
     })
     .await;
-    let other = async_nats::connect(lab.url()).await.unwrap();
+    let other = triggers_sdk::transport::connect(lab.url()).await.unwrap();
     let mut open_records = other.subscribe(records_subject(None)).await.unwrap();
     other.flush().await.unwrap();
 
@@ -317,7 +315,7 @@ async fn with_a_token_requests_without_it_are_refused_and_records_hide() {
 #[tokio::test]
 async fn records_are_published_only_while_a_follow_lease_runs() {
     let lab = common::lab().await;
-    let other = async_nats::connect(lab.url()).await.unwrap();
+    let other = triggers_sdk::transport::connect(lab.url()).await.unwrap();
     let mut records = other.subscribe(records_subject(None)).await.unwrap();
     other.flush().await.unwrap();
     let follow = |body: serde_json::Value| {

@@ -62,7 +62,9 @@ async fn port_refuses(port: u16) -> bool {
 
 /// Publish/subscribe, a JetStream stream round trip, and a log that shows the server started.
 async fn check_server_works(server: &NatsServer, stream_name: &str) {
-    let client = async_nats::connect(server.url()).await.expect("connect");
+    let client = triggers_sdk::transport::connect(server.url())
+        .await
+        .expect("connect");
 
     let mut subscriber = client.subscribe("provision.ping").await.unwrap();
     client.flush().await.unwrap();
@@ -128,7 +130,9 @@ async fn assert_port_closes(port: u16) {
 /// A stream with a message survives a restart, and a client connected before it publishes after.
 async fn check_restart_keeps_state(server: &mut NatsServer) {
     let url_before = server.url().to_string();
-    let old_client = async_nats::connect(server.url()).await.unwrap();
+    let old_client = triggers_sdk::transport::connect(server.url())
+        .await
+        .unwrap();
     let js = jetstream::new(old_client.clone());
     js.create_stream(jetstream::stream::Config {
         name: "SURVIVOR".into(),
@@ -164,7 +168,11 @@ async fn check_restart_keeps_state(server: &mut NatsServer) {
         sleep(Duration::from_millis(100)).await;
     }
 
-    let fresh = jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    let fresh = jetstream::new(
+        triggers_sdk::transport::connect(server.url())
+            .await
+            .unwrap(),
+    );
     let mut stream = fresh.get_stream("SURVIVOR").await.expect("stream survives");
     assert_eq!(stream.info().await.unwrap().state.messages, 2);
     let first = stream.get_raw_message(1).await.unwrap();
@@ -276,7 +284,7 @@ async fn external_backend_uses_the_server_and_never_stops_it() {
     }
     drop(external);
 
-    let client = async_nats::connect(owner.url())
+    let client = triggers_sdk::transport::connect(owner.url())
         .await
         .expect("the external server still runs after its handle is dropped");
     client.flush().await.unwrap();
@@ -374,8 +382,8 @@ async fn two_servers_at_once_are_isolated() {
     assert_ne!(a.url(), b.url());
     assert_ne!(a.monitor_url(), b.monitor_url());
 
-    let js_a = jetstream::new(async_nats::connect(a.url()).await.unwrap());
-    let js_b = jetstream::new(async_nats::connect(b.url()).await.unwrap());
+    let js_a = jetstream::new(triggers_sdk::transport::connect(a.url()).await.unwrap());
+    let js_b = jetstream::new(triggers_sdk::transport::connect(b.url()).await.unwrap());
     js_a.create_stream(jetstream::stream::Config {
         name: "ONLY_ON_A".into(),
         subjects: vec!["only.a".into()],
@@ -405,7 +413,7 @@ async fn docker_restart_and_stop_run_in_spawned_tasks() {
     .await
     .unwrap();
     assert_eq!(server.url(), url);
-    async_nats::connect(server.url())
+    triggers_sdk::transport::connect(server.url())
         .await
         .unwrap()
         .flush()

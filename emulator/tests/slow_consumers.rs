@@ -44,7 +44,7 @@ const ROUNDS: usize = 500;
 /// Publishes junk heartbeats (each judged and recorded: work for the emulator) a round at a
 /// time until `dropped()` is above zero; returns how many rounds it took.
 async fn flood(url: &str, dropped: impl Fn() -> u64) -> usize {
-    let client = async_nats::connect(url).await.unwrap();
+    let client = triggers_sdk::transport::connect(url).await.unwrap();
     for round in 1..=ROUNDS {
         for i in 0..1_000 {
             client
@@ -178,7 +178,9 @@ async fn stream_messages_let_go_before_they_were_read_are_counted_as_missed() {
         ..Default::default()
     })
     .await;
-    let direct = async_nats::connect(server.url()).await.unwrap();
+    let direct = triggers_sdk::transport::connect(server.url())
+        .await
+        .unwrap();
     let js = async_nats::jetstream::new(direct);
     let entry = |i: usize| {
         let mut headers = async_nats::HeaderMap::new();

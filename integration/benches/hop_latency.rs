@@ -202,7 +202,9 @@ fn main() {
             "{samples} hops each (after {warm_up} to warm up), one at a time, {}",
             server.summary()
         );
-        let client = async_nats::connect(server.url()).await.unwrap();
+        let client = triggers_sdk::transport::connect(server.url())
+            .await
+            .unwrap();
         let mut raw_events = raw_pipeline(&client).await;
         let (services, mut runtime_events) = runtime_pipeline(&client, server.url()).await;
 

@@ -79,7 +79,7 @@ async fn raw(url: &str, n: usize, round: usize) -> Measured {
 }
 
 async fn raw_with(url: &str, n: usize, round: usize, event: bool) -> Measured {
-    let client = async_nats::connect(url).await.unwrap();
+    let client = triggers_sdk::transport::connect(url).await.unwrap();
     let js = jetstream::new(client.clone());
     let tag = if event { "rawev" } else { "raw" };
     let subject = format!("{tag}{round}.in");
@@ -181,7 +181,7 @@ async fn with_emulator(lab: &triggers_emulator::Harness, n: usize, round: usize)
             .await
     );
 
-    let client = async_nats::connect(lab.url()).await.unwrap();
+    let client = triggers_sdk::transport::connect(lab.url()).await.unwrap();
     let mut events = client
         .subscribe(format!("triggers.v2.flow.events.{service_name}"))
         .await
@@ -237,7 +237,7 @@ fn main() {
             };
             let monitor = emulator_lab
                 .as_ref()
-                .map_or(bare.monitor_url(), |l| l.nats().monitor_url())
+                .map_or(bare.monitor_url(), |l| l.monitor_url())
                 .map(str::to_owned);
             let before = monitor.as_deref().and_then(bench::traffic);
             let measured = match side.as_str() {
@@ -416,7 +416,7 @@ async fn runtime_alone(url: &str, n: usize, round: usize, events_stream: bool) -
         },
     )
     .await;
-    let client = async_nats::connect(url).await.unwrap();
+    let client = triggers_sdk::transport::connect(url).await.unwrap();
     let js = jetstream::new(client.clone());
     let mut events = client
         .subscribe(format!("triggers.v2.flow.events.{service_name}"))

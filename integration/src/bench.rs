@@ -120,7 +120,9 @@ pub async fn stand_in(
     config: RuntimeConfig,
 ) -> RunningService {
     use futures::StreamExt;
-    let client = async_nats::connect(url).await.expect("connects");
+    let client = triggers_sdk::transport::connect(url)
+        .await
+        .expect("connects");
     let js = async_nats::jetstream::new(client.clone());
     js.create_stream(async_nats::jetstream::stream::Config {
         name: format!("triggers-sources-{name}"),

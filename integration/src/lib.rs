@@ -9,11 +9,12 @@ pub mod shapes;
 pub mod soak;
 
 use serde_json::{Value, json};
+use triggers_emulator::nats::Isolation;
 use triggers_emulator::{Backend, EmulatorConfig, Harness, NatsConfig};
 use triggers_sdk::flow::Flow;
 use triggers_sdk::runtime::RuntimeConfig;
 
-/// A harness on a nats-server binary of its own, waits bounded at 20 s (they return as soon as
+/// A harness on an account of the process's shared nats-server (binary backend), waits bounded at 20 s (they return as soon as
 /// what they wait for arrives; the bound only matters on a loaded CI machine).
 ///
 /// # Panics
@@ -31,9 +32,35 @@ pub async fn lab() -> Harness {
 /// # Panics
 /// As [`lab`].
 pub async fn lab_with(config: EmulatorConfig) -> Harness {
+    start(Isolation::Auto, config).await
+}
+
+/// As [`lab`], on a nats-server of its own (not an account of the shared one): for a test that
+/// restarts or kills the server.
+///
+/// # Panics
+/// As [`lab`].
+pub async fn own_lab() -> Harness {
+    own_lab_with(EmulatorConfig {
+        wait_timeout: Duration::from_secs(20),
+        ..Default::default()
+    })
+    .await
+}
+
+/// As [`own_lab`], with the emulator configured exactly as given.
+///
+/// # Panics
+/// As [`lab`].
+pub async fn own_lab_with(config: EmulatorConfig) -> Harness {
+    start(Isolation::Server, config).await
+}
+
+async fn start(isolation: Isolation, config: EmulatorConfig) -> Harness {
     Harness::start_with(
         NatsConfig {
             backend: Backend::Binary,
+            isolation,
             ..Default::default()
         },
         config,
@@ -94,7 +121,9 @@ pub async fn publish_js(
     headers: &triggers_sdk::wire::Headers,
     body: &[u8],
 ) {
-    let client = async_nats::connect(url).await.expect("a connection");
+    let client = triggers_sdk::transport::connect(url)
+        .await
+        .expect("a connection");
     async_nats::jetstream::new(client)
         .publish_with_headers(
             subject.to_owned(),

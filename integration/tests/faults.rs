@@ -6,13 +6,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use triggers_integration::{config, lab};
+use triggers_integration::{config, lab, own_lab};
 use triggers_sdk::flow::Flow;
 use triggers_sdk::runtime::{ActionContext, ActionDef, ActionError, ResultEventConfig, Service};
 
 #[tokio::test]
 async fn a_nats_server_restart_mid_run_loses_and_repeats_nothing() {
-    let mut lab = lab().await;
+    // It restarts the server: one of its own.
+    let mut lab = own_lab().await;
     let handled: Arc<Mutex<BTreeMap<String, u32>>> = Arc::default();
     let progress = Arc::new(tokio::sync::Notify::new());
     let _service = Service::builder("steady", "1.0.0")
@@ -65,7 +66,11 @@ async fn a_nats_server_restart_mid_run_loses_and_repeats_nothing() {
     while handled.lock().unwrap().len() < 8 {
         progress.notified().await;
     }
-    lab.nats_mut().restart().await.unwrap();
+    lab.nats_mut()
+        .expect("a server of its own")
+        .restart()
+        .await
+        .unwrap();
 
     // A message the client held when the server went away (pulled, not yet handled) comes back
     // only when its ack wait runs out: JetStream's rule, and still exactly once. Wait past it.

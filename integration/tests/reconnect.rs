@@ -121,7 +121,9 @@ impl Proxied {
             },
         )
         .await;
-        let client = async_nats::connect(server.url()).await.unwrap();
+        let client = triggers_sdk::transport::connect(server.url())
+            .await
+            .unwrap();
         let events_subject = subject::flow_events(name).unwrap();
         let events = client.subscribe(events_subject.clone()).await.unwrap();
         triggers_sdk::transport::round_trip(&client).await.unwrap();

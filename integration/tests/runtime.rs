@@ -107,7 +107,7 @@ async fn registration_fails_fast_on_an_error_reply_no_responders_and_a_timeout()
     assert!(err.to_string().contains("triggers-lab up"), "{err}");
 
     // A timeout: someone listens on the subject but never answers.
-    let silent = async_nats::connect(bare.url()).await.unwrap();
+    let silent = triggers_sdk::transport::connect(bare.url()).await.unwrap();
     let _sub = silent.subscribe(subject::MANIFEST_REGISTER).await.unwrap();
     silent.flush().await.unwrap();
     let err = shop()
@@ -486,7 +486,7 @@ async fn a_burst_of_deliveries_asks_jetstream_once_which_stream_takes_their_even
             .await
     );
     // Every stream lookup anyone makes, as the server receives it.
-    let watcher = async_nats::connect(lab.url()).await.unwrap();
+    let watcher = triggers_sdk::transport::connect(lab.url()).await.unwrap();
     let mut lookups = watcher.subscribe("$JS.API.STREAM.NAMES").await.unwrap();
     triggers_sdk::transport::round_trip(&watcher).await.unwrap();
 
@@ -522,7 +522,9 @@ async fn a_burst_of_deliveries_asks_jetstream_once_which_stream_takes_their_even
 async fn an_event_carries_a_msg_id_only_where_a_stream_deduplicates_it() {
     use triggers_integration::bench;
     let server = bench::server().await;
-    let client = async_nats::connect(server.url()).await.unwrap();
+    let client = triggers_sdk::transport::connect(server.url())
+        .await
+        .unwrap();
     let js = async_nats::jetstream::new(client.clone());
     for (name, kept) in [("plainev", false), ("keptev", true)] {
         let inbound = format!("{name}.inbound");

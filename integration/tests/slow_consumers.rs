@@ -37,7 +37,7 @@ async fn a_flooded_service_counts_what_nats_dropped_and_keeps_serving() {
         .unwrap();
     assert_eq!(running.dropped_messages(), 0);
 
-    let flooder = async_nats::connect(lab.url()).await.unwrap();
+    let flooder = triggers_sdk::transport::connect(lab.url()).await.unwrap();
     let broadcasts = subject::flow_broadcast("shop").unwrap();
     let mut rounds = 0;
     while running.dropped_messages() == 0 {

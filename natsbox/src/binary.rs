@@ -83,6 +83,9 @@ pub(crate) struct BinaryServer {
     monitor_port: u16,
     /// More flags after the usual ones (a cluster node's name, cluster port and routes).
     extra_args: Vec<String>,
+    /// Who the readiness probe logs in as, on a server that admits nobody without credentials
+    /// (the shared server: [`crate::shared`]).
+    pub(crate) probe_login: Option<probe::Login>,
     // Declared before `dir` so that, whatever Drop does, the process is gone before its store.
     child: Option<Child>,
     /// Kills the server and removes `dir` if this process dies without stopping it.
@@ -100,6 +103,28 @@ impl BinaryServer {
         config: Option<String>,
         ready_timeout: Duration,
         fixed_port: Option<u16>,
+    ) -> Result<Self, NatsError> {
+        Self::start_as(
+            path,
+            chosen,
+            sha256,
+            config,
+            ready_timeout,
+            fixed_port,
+            None,
+        )
+        .await
+    }
+
+    /// As [`start`](Self::start), the readiness probe logging in as `probe_login`.
+    pub(crate) async fn start_as(
+        path: PathBuf,
+        chosen: ChosenBackend,
+        sha256: Option<String>,
+        config: Option<String>,
+        ready_timeout: Duration,
+        fixed_port: Option<u16>,
+        probe_login: Option<probe::Login>,
     ) -> Result<Self, NatsError> {
         let dir = tempfile::Builder::new()
             .prefix("triggers-nats-")
@@ -120,6 +145,7 @@ impl BinaryServer {
             client_port: 0,
             monitor_port: 0,
             extra_args: Vec::new(),
+            probe_login,
             child: None,
             watchdog: None,
             dir,
@@ -175,6 +201,7 @@ impl BinaryServer {
             client_port,
             monitor_port,
             extra_args,
+            probe_login: None,
             child: None,
             watchdog: None,
             dir,
@@ -284,8 +311,9 @@ impl BinaryServer {
     pub(crate) async fn wait_ready(&mut self, budget: Duration) -> Result<(), NatsError> {
         let client_url = self.client_url();
         let monitor_url = self.monitor_url();
+        let login = self.probe_login.as_ref();
         let child = &mut self.child;
-        let result = probe::wait_ready(&client_url, Some(&monitor_url), budget, || {
+        let result = probe::wait_ready(&client_url, Some(&monitor_url), login, budget, || {
             let how = match child.as_mut().map(Child::try_wait) {
                 None => Some("the process is not running".to_string()),
                 Some(Ok(Some(status))) => Some(format!("nats-server exited early ({status})")),

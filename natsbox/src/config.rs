@@ -20,6 +20,8 @@ pub const ENV_BACKEND: &str = "TRIGGERS_NATS_BACKEND";
 pub const ENV_IMAGE: &str = "TRIGGERS_NATS_IMAGE";
 /// Path of the `nats-server` binary the binary backend spawns.
 pub const ENV_SERVER_BIN: &str = "TRIGGERS_NATS_SERVER_BIN";
+/// `server` or `account`: what [`Isolation::Auto`] means for every harness of the process.
+pub const ENV_ISOLATION: &str = "TRIGGERS_NATS_ISOLATION";
 
 /// The image `emulator/docker/build-nats-image.sh` builds: FROM scratch around a static binary.
 pub const LOCAL_IMAGE: &str = "triggers-lab/nats-server:local";
@@ -80,6 +82,48 @@ impl FromStr for Backend {
     }
 }
 
+/// How a test (a [`SharedAccount`](crate::SharedAccount) user such as the triggers harness) is
+/// kept apart from the others of its process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Isolation {
+    /// An account on the process's shared server wherever that is safe (no cluster, no URL, no
+    /// fixed port, the binary backend at hand), else a server of its own. `TRIGGERS_NATS_ISOLATION`
+    /// (`server` or `account`) overrides it for the whole process.
+    #[default]
+    Auto,
+    /// A nats-server of its own: for tests that stop, kill or restart it, or read its log.
+    Server,
+    /// An account on the process's shared server, or an error saying why it cannot be had.
+    Account,
+}
+
+impl fmt::Display for Isolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Isolation::Auto => "auto",
+            Isolation::Server => "server",
+            Isolation::Account => "account",
+        })
+    }
+}
+
+impl FromStr for Isolation {
+    type Err = NatsError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(Isolation::Auto),
+            "server" => Ok(Isolation::Server),
+            "account" => Ok(Isolation::Account),
+            _ => Err(NatsError::InvalidConfig {
+                setting: ENV_ISOLATION,
+                value: s.to_string(),
+                expected: "one of server, account (or auto)",
+            }),
+        }
+    }
+}
+
 /// How to provision a nats-server. Fill what you need and end with `..Default::default()`.
 ///
 /// Every `None` falls back to an environment variable, then to a built-in default, so
@@ -135,6 +179,10 @@ pub struct NatsConfig {
     /// Never take the server `TRIGGERS_NATS_URL` names (only [`NatsConfig::url`]): for a tool
     /// that starts a server of its own even where that variable is exported for other programs.
     pub ignore_env_url: bool,
+    /// Whether a harness gets a server of its own or an account on the process's shared server
+    /// ([`crate::SharedAccount`]). [`NatsServer::start`](crate::NatsServer::start) always starts
+    /// a server; this is read by [`SharedAccount::acquire`](crate::SharedAccount::acquire).
+    pub isolation: Isolation,
 }
 
 impl NatsConfig {
@@ -167,6 +215,8 @@ pub(crate) struct Resolved {
     pub(crate) cluster: Option<usize>,
     /// Where the pinned binary is cached and whether it may be fetched.
     pub(crate) pinned: crate::pinned::PinnedSettings,
+    /// The isolation asked for, `TRIGGERS_NATS_ISOLATION` applied to [`Isolation::Auto`].
+    pub(crate) isolation: Isolation,
 }
 
 impl NatsConfig {
@@ -237,6 +287,13 @@ impl NatsConfig {
             client_port: self.client_port.filter(|p| *p != 0),
             cluster: self.cluster.filter(|&n| n > 1),
             pinned: crate::pinned::PinnedSettings::from_env(env),
+            isolation: match self.isolation {
+                Isolation::Auto => match env(ENV_ISOLATION) {
+                    Some(v) => v.parse()?,
+                    None => Isolation::Auto,
+                },
+                chosen => chosen,
+            },
         })
     }
 }

@@ -623,7 +623,7 @@ impl DockerServer {
         let monitor_url = self.monitor_url();
         // The container goes to a blocking thread for each look (see `off_task`) and comes back.
         let slot = tokio::sync::Mutex::new(self.container.take());
-        let result = probe::wait_ready(&client_url, Some(&monitor_url), budget, || {
+        let result = probe::wait_ready(&client_url, Some(&monitor_url), None, budget, || {
             Box::pin(async {
                 let mut slot = slot.lock().await;
                 let container = slot.take()?;

@@ -73,6 +73,7 @@ mod image;
 pub mod pinned;
 mod probe;
 pub mod proxy;
+mod shared;
 pub mod survey;
 pub mod tap;
 pub mod watchdog;
@@ -84,8 +85,8 @@ pub use accounts::{
 };
 pub use choice::{ChosenBackend, SkippedBackend};
 pub use config::{
-    Backend, ENV_BACKEND, ENV_IMAGE, ENV_MONITOR_URL, ENV_SERVER_BIN, ENV_URL, LOCAL_IMAGE,
-    NatsConfig, OFFICIAL_IMAGE,
+    Backend, ENV_BACKEND, ENV_IMAGE, ENV_ISOLATION, ENV_MONITOR_URL, ENV_SERVER_BIN, ENV_URL,
+    Isolation, LOCAL_IMAGE, NatsConfig, OFFICIAL_IMAGE,
 };
 
 use binary::BinaryServer;
@@ -94,6 +95,7 @@ use config::Resolved;
 use docker::DockerServer;
 pub use error::{NatsError, PinnedError};
 pub use proxy::{AckCount, FaultProxy};
+pub use shared::{MAX_ACCOUNTS, SharedAccount};
 
 /// A running nats-server with JetStream. Dropping it stops the server if the emulator started it
 /// (kills the process, or removes the container) and deletes its store.
@@ -519,6 +521,7 @@ async fn external(
     probe::wait_ready(
         url,
         monitor_url.as_deref(),
+        None,
         resolved.ready_timeout,
         probe::never_exits,
     )

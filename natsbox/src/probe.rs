@@ -72,23 +72,7 @@ pub(crate) fn ports(fixed: Option<u16>) -> Result<(u16, u16), NatsError> {
 
 /// `GET /healthz` over plain HTTP/1.0; `Ok` on status 200.
 pub(crate) async fn healthz(monitor_url: &str) -> Result<(), String> {
-    let authority = authority(monitor_url)?;
-    let mut stream = TcpStream::connect(&authority)
-        .await
-        .map_err(|e| format!("connect to {authority}: {e}"))?;
-    // HTTP/1.0 so the server closes the connection after answering and read_to_end terminates.
-    let request = format!("GET /healthz HTTP/1.0\r\nHost: {authority}\r\n\r\n");
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|e| format!("send GET /healthz to {authority}: {e}"))?;
-    let mut response = Vec::new();
-    stream
-        .take(MAX_RESPONSE_BYTES)
-        .read_to_end(&mut response)
-        .await
-        .map_err(|e| format!("read /healthz from {authority}: {e}"))?;
-    let response = String::from_utf8_lossy(&response);
+    let response = get(monitor_url, "/healthz").await?;
     let status_line = response.lines().next().unwrap_or("");
     match status_line.split_whitespace().nth(1) {
         Some("200") => Ok(()),
@@ -102,6 +86,28 @@ pub(crate) async fn healthz(monitor_url: &str) -> Result<(), String> {
             "GET {monitor_url}/healthz got no HTTP answer (connection closed)"
         )),
     }
+}
+
+/// `GET path` over plain HTTP/1.0: the whole response (status line, headers, body), at most
+/// 64 KiB of it.
+pub(crate) async fn get(monitor_url: &str, path: &str) -> Result<String, String> {
+    let authority = authority(monitor_url)?;
+    let mut stream = TcpStream::connect(&authority)
+        .await
+        .map_err(|e| format!("connect to {authority}: {e}"))?;
+    // HTTP/1.0 so the server closes the connection after answering and read_to_end terminates.
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {authority}\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| format!("send GET {path} to {authority}: {e}"))?;
+    let mut response = Vec::new();
+    stream
+        .take(MAX_RESPONSE_BYTES)
+        .read_to_end(&mut response)
+        .await
+        .map_err(|e| format!("read {path} from {authority}: {e}"))?;
+    Ok(String::from_utf8_lossy(&response).into_owned())
 }
 
 /// `host:port` of an `http://` URL, for a raw TCP connection.
@@ -127,8 +133,12 @@ fn authority(url: &str) -> Result<String, String> {
 
 /// Connects a real client, flushes (a round trip to the server) and asks for JetStream account
 /// info, so a server without `-js` is caught here rather than in the first test that needs it.
-pub(crate) async fn client_answers(url: &str) -> Result<(), String> {
-    let client = async_nats::ConnectOptions::new()
+pub(crate) async fn client_answers(url: &str, login: Option<&Login>) -> Result<(), String> {
+    let mut options = async_nats::ConnectOptions::new();
+    if let Some((user, password)) = login {
+        options = options.user_and_password(user.clone(), password.clone());
+    }
+    let client = options
         .connection_timeout(ATTEMPT_TIMEOUT)
         // The probe wants one honest answer, not the client's reconnect loop.
         .max_reconnects(Some(1))
@@ -147,6 +157,9 @@ pub(crate) async fn client_answers(url: &str) -> Result<(), String> {
         })?;
     Ok(())
 }
+
+/// A user and its password, for a server that admits no client without them.
+pub(crate) type Login = (String, String);
 
 /// What a readiness wait asks before each attempt: `Some(how)` when the server is gone.
 pub(crate) type Exited<'a> =
@@ -168,6 +181,7 @@ pub(crate) fn never_exits<'a>() -> Exited<'a> {
 pub(crate) async fn wait_ready<'a>(
     client_url: &str,
     monitor_url: Option<&str>,
+    login: Option<&Login>,
     budget: Duration,
     mut exited: impl FnMut() -> Exited<'a>,
 ) -> Result<(), String> {
@@ -180,7 +194,7 @@ pub(crate) async fn wait_ready<'a>(
             if let Some(monitor_url) = monitor_url {
                 healthz(monitor_url).await?;
             }
-            client_answers(client_url).await
+            client_answers(client_url, login).await
         };
         let last = match timeout(ATTEMPT_TIMEOUT * 2, attempt).await {
             Ok(Ok(())) => return Ok(()),

@@ -37,7 +37,9 @@ pub type EventFn = Arc<dyn Fn(Event) + Send + Sync>;
 #[derive(Clone, Default)]
 pub struct RunOptions {
     /// How each scenario gets its nats-server (default: as [`triggers_emulator::NatsServer`]
-    /// chooses). Every scenario gets a server of its own unless this names an external one.
+    /// chooses): by default an account of its own on the process's shared server
+    /// ([`triggers_emulator::nats::SharedAccount`]), a server of its own when it restarts,
+    /// stops or kills the server, runs a cluster, or `isolation` says `Server`.
     pub nats: NatsConfig,
     /// Overrides every scenario's `timeout`.
     pub timeout: Option<Duration>,
@@ -327,7 +329,7 @@ pub async fn run_scenario(
             }
         }
         Ok(mut lab) => {
-            report.nats = lab.harness.nats().summary();
+            report.nats = lab.harness.nats_summary();
             let watching = options
                 .watch
                 .as_ref()
@@ -518,16 +520,23 @@ async fn setup<'a>(scenario: &'a Scenario, options: &RunOptions) -> Result<Lab<'
     if scenario.nats.cluster.is_some() {
         nats.cluster = scenario.nats.cluster;
     }
+    // A step that restarts, stops or kills the server needs a server of its own.
+    if disturbs_the_server(scenario) {
+        nats.isolation = triggers_emulator::nats::Isolation::Server;
+    }
     let harness = Harness::start_with(nats, config).await.map_err(|e| {
         plain(format!(
             "cannot start the nats-server and the emulator: {e}"
         ))
     })?;
     let hand_drops = triggers_sdk::transport::DropCounter::new();
-    let hand = triggers_emulator::drops::connect_options("triggers-lab scenario", &hand_drops)
-        .connect(harness.url())
-        .await
-        .map_err(|e| plain(format!("cannot connect to {}: {e}", harness.url())))?;
+    let hand = triggers_sdk::transport::with_url_credentials(
+        triggers_emulator::drops::connect_options("triggers-lab scenario", &hand_drops),
+        harness.url(),
+    )
+    .connect(harness.url())
+    .await
+    .map_err(|e| plain(format!("cannot connect to {}: {e}", harness.url())))?;
     let mut lab = Lab {
         scenario,
         harness,

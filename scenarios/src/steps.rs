@@ -65,8 +65,7 @@ async fn advance(lab: &Lab<'_>, by: std::time::Duration) -> StepResult {
 
 async fn restart_nats(lab: &mut Lab<'_>) -> StepResult {
     let started = Instant::now();
-    lab.harness
-        .nats_mut()
+    own_server(lab)?
         .restart()
         .await
         .map_err(|e| format!("cannot restart the nats-server: {e}"))?;
@@ -108,6 +107,16 @@ async fn stream_leader(lab: &Lab<'_>, service: &str) -> Result<usize, String> {
     Err(format!("cannot tell which node leads {name}: {last}"))
 }
 
+/// The scenario's nats-server, which the runner gives it of its own when a step restarts, stops
+/// or kills it.
+fn own_server<'l>(lab: &'l mut Lab<'_>) -> Result<&'l mut triggers_emulator::NatsServer, String> {
+    lab.harness.nats_mut().ok_or_else(|| {
+        "this scenario runs on an account of a shared nats-server, which no step may restart, \
+         stop or kill; run it with --isolation server"
+            .to_string()
+    })
+}
+
 /// What a `*_nats_node` step does to its node.
 #[derive(Clone, Copy)]
 enum NodeOp {
@@ -137,7 +146,7 @@ async fn nats_node(lab: &mut Lab<'_>, op: NodeOp, node: &NodeRef) -> StepResult 
             n
         }
     };
-    let nats = lab.harness.nats_mut();
+    let nats = own_server(lab)?;
     let (done, outcome) = match op {
         NodeOp::Stop => ("stopped", nats.stop_node(number).await),
         NodeOp::Kill => ("killed", nats.kill_node(number).await),

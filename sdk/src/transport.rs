@@ -371,6 +371,101 @@ where
     }
 }
 
+/// `options`, logging in with the user and password (or the token) written in `url`
+/// (`nats://user:password@host:4222`, `nats://token@host:4222`; of a comma-separated list, the
+/// first that has any), unless `options` already has credentials of their own to win.
+///
+/// Go's, Python's and Java's NATS clients read credentials from the URL; async-nats does not
+/// (nats-io/nats.rs#1623), so everything here that connects to a URL it was given goes through
+/// this: a test's URL on a shared nats-server carries its account's user (`Harness::url`).
+#[must_use]
+pub fn with_url_credentials(
+    options: async_nats::ConnectOptions,
+    url: &str,
+) -> async_nats::ConnectOptions {
+    match url_credentials(url) {
+        Some(UrlCredentials::User { user, password }) => options.user_and_password(user, password),
+        Some(UrlCredentials::Token(token)) => options.token(token),
+        None => options,
+    }
+}
+
+/// Connects to `url` with the credentials it carries ([`with_url_credentials`]).
+///
+/// # Errors
+/// As `async_nats::connect`.
+pub async fn connect(url: &str) -> Result<async_nats::Client, async_nats::ConnectError> {
+    with_url_credentials(async_nats::ConnectOptions::new(), url)
+        .connect(url)
+        .await
+}
+
+/// `url` with its password (or token) replaced by `***`, for messages and logs.
+#[must_use]
+pub fn redact_url(url: &str) -> String {
+    url.split(',')
+        .map(|one| match userinfo(one) {
+            Some((scheme, info, rest)) => match info.split_once(':') {
+                Some((user, _)) => format!("{scheme}{user}:***@{rest}"),
+                None => format!("{scheme}***@{rest}"),
+            },
+            None => one.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum UrlCredentials {
+    User { user: String, password: String },
+    Token(String),
+}
+
+/// `(scheme with "://", userinfo, the rest)` of one URL that has a userinfo.
+fn userinfo(url: &str) -> Option<(&str, &str, &str)> {
+    let url = url.trim();
+    let (scheme, after) = match url.find("://") {
+        Some(at) => url.split_at(at + 3),
+        None => ("", url),
+    };
+    let authority_end = after.find('/').unwrap_or(after.len());
+    let at = after[..authority_end].rfind('@')?;
+    Some((scheme, &after[..at], &after[at + 1..]))
+}
+
+fn url_credentials(url: &str) -> Option<UrlCredentials> {
+    url.split(',').find_map(|one| {
+        let (_, info, _) = userinfo(one)?;
+        Some(match info.split_once(':') {
+            Some((user, password)) => UrlCredentials::User {
+                user: percent_decode(user),
+                password: percent_decode(password),
+            },
+            None => UrlCredentials::Token(percent_decode(info)),
+        })
+    })
+}
+
+/// `%XX` escapes decoded (a malformed one is kept as written).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(hex) = text.get(i + 1..i + 3)
+            && let Ok(b) = u8::from_str_radix(hex, 16)
+        {
+            out.push(b);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -505,5 +600,28 @@ mod tests {
         .await;
         assert!(!got.unwrap_err().passing);
         assert_eq!(tries, 1);
+    }
+
+    #[test]
+    fn credentials_are_read_from_the_url_and_redacted_from_messages() {
+        assert_eq!(
+            url_credentials("nats://t1:p%40ss@127.0.0.1:4222"),
+            Some(UrlCredentials::User {
+                user: "t1".into(),
+                password: "p@ss".into()
+            })
+        );
+        assert_eq!(
+            url_credentials("nats://a:4222, nats://tok@b:4222"),
+            Some(UrlCredentials::Token("tok".into()))
+        );
+        assert_eq!(url_credentials("nats://127.0.0.1:4222"), None);
+        assert_eq!(url_credentials("127.0.0.1:4222/x@y"), None);
+        assert_eq!(
+            redact_url("nats://t1:secret@127.0.0.1:4222"),
+            "nats://t1:***@127.0.0.1:4222"
+        );
+        assert_eq!(redact_url("nats://h:1"), "nats://h:1");
+        assert_eq!(percent_decode("%zz%41"), "%zzA");
     }
 }

@@ -102,6 +102,7 @@ pub async fn connect_with(url: &str, access: &ControlAccess) -> Result<Source, T
         url: url.to_owned(),
         reason: e.to_string(),
     };
+    let plain = || triggers_sdk::transport::with_url_credentials(plain(), url);
     let options = match &access.credentials {
         Some(c) => c.apply(plain()),
         None => plain(),

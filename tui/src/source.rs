@@ -720,7 +720,7 @@ mod tests {
         let source = crate::connect(lab.url()).await.expect("connects");
         assert_eq!(source.mode(), Mode::Passive);
         let access = ControlAccess {
-            credentials: lab.nats().control_credentials().cloned(),
+            credentials: lab.control_credentials().cloned(),
             token: Some(token),
         };
         let source = crate::connect_with(lab.url(), &access)
@@ -748,7 +748,9 @@ mod tests {
     #[tokio::test]
     async fn passive_decodes_the_locked_subjects() {
         let lab = Harness::start().await.expect("a nats-server");
-        let client = async_nats::connect(lab.url()).await.expect("connects");
+        let client = triggers_sdk::transport::connect(lab.url())
+            .await
+            .expect("connects");
         let source = Source::Passive(client, triggers_sdk::transport::DropCounter::new());
         let (tx, mut rx) = mpsc::channel(256);
         let _tasks = source

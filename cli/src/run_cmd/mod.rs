@@ -82,6 +82,13 @@ pub(crate) struct RunArgs {
     watch: bool,
 }
 
+/// `--isolation`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum IsolationArg {
+    Account,
+    Server,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum MessageFormat {
     Human,
@@ -91,7 +98,8 @@ enum MessageFormat {
 /// Options `run` and `demo` share.
 #[derive(Debug, Args)]
 pub(crate) struct CommonArgs {
-    /// Scenarios run at once, each on its own nats-server (1 or more).
+    /// Scenarios run at once (1 or more), on accounts of one shared nats-server unless
+    /// `--isolation server`.
     #[arg(short = 'j', long = "jobs", value_name = "N", default_value_t = 1, value_parser = parse_jobs)]
     jobs: usize,
     /// Each scenario's time limit, overriding its file's `timeout` (e.g. 90s, 5m; at most 100
@@ -105,6 +113,12 @@ pub(crate) struct CommonArgs {
     /// TRIGGERS_NATS_URL is not used unless given here.
     #[arg(long, value_name = "URL")]
     nats: Option<String>,
+    /// `account` (the default): each scenario gets a NATS account of its own on one nats-server
+    /// the run shares; a scenario that restarts, stops or kills the server, or runs a cluster,
+    /// gets a server of its own anyway. `server`: a nats-server of its own for every scenario
+    /// (slower; for hunting a problem the sharing might cause).
+    #[arg(long, value_enum, default_value = "account", value_name = "ISOLATION")]
+    isolation: IsolationArg,
     /// Print every step as it ends, with what it did.
     #[arg(short, long)]
     verbose: bool,
@@ -600,8 +614,14 @@ fn execute(
         });
         w
     });
+    let mut nats = choice.config;
+    nats.isolation = match common.isolation {
+        // Where an account cannot be had (a URL, Docker), a server of its own as before.
+        IsolationArg::Account => triggers_emulator::nats::Isolation::Auto,
+        IsolationArg::Server => triggers_emulator::nats::Isolation::Server,
+    };
     let options = RunOptions {
-        nats: choice.config,
+        nats,
         timeout: common.timeout,
         on_event: Some(on_event),
         watch,

@@ -40,7 +40,7 @@ pub async fn lab_with(config: EmulatorConfig) -> Harness {
 }
 
 pub async fn connect(lab: &Harness) -> async_nats::Client {
-    async_nats::connect(lab.url()).await.unwrap()
+    triggers_sdk::transport::connect(lab.url()).await.unwrap()
 }
 
 /// A sealed manifest: one NATS source `<service>.inbound`, the given actions (flat schemas).

@@ -266,7 +266,7 @@ pub async fn run(config: FuzzConfig) -> FuzzReport {
         .flow
         .version;
     lab.deploy(canary).await.expect("the canary deploys");
-    let client = async_nats::connect(lab.url())
+    let client = triggers_sdk::transport::connect(lab.url())
         .await
         .expect("the fuzzer's connection");
     let js = async_nats::jetstream::new(client.clone());

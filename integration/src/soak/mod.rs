@@ -311,7 +311,10 @@ async fn kill_nats(lab: &mut Harness, report: &mut SoakReport) {
     }
     // Let the services notice (publishes fail, pulls break) before it comes back.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    if let Err(e) = lab.nats_mut().restart().await {
+    if let Some(Err(e)) = match lab.nats_mut() {
+        Some(server) => Some(server.restart().await),
+        None => None,
+    } {
         report
             .problems
             .push(format!("the nats-server did not come back: {e}"));
@@ -349,7 +352,8 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         seed: config.seed,
         ..Default::default()
     };
-    let mut lab = crate::lab_with(emulator_config(&config)).await;
+    // It kills and restarts the server: one of its own.
+    let mut lab = crate::own_lab_with(emulator_config(&config)).await;
     let successes: Successes = Arc::default();
     let mut services: Vec<RunningService> = Vec::new();
     let mut crashable = None;

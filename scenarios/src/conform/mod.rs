@@ -326,7 +326,7 @@ pub async fn conform(
         env,
         cwd,
     };
-    let client = async_nats::connect(lab.url())
+    let client = triggers_sdk::transport::connect(lab.url())
         .await
         .map_err(|e| ConformError::Harness(format!("cannot connect to {}: {e}", lab.url())))?;
     let mut ctx = checks::Ctx {

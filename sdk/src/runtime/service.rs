@@ -292,11 +292,11 @@ impl Service {
         if let Some(capacity) = config.subscription_capacity {
             options = options.subscription_capacity(capacity);
         }
-        let client = options
+        let client = crate::transport::with_url_credentials(options, &config.nats_url)
             .connect(config.nats_url.as_str())
             .await
             .map_err(|e| StartError::Connect {
-                url: config.nats_url.clone(),
+                url: crate::transport::redact_url(&config.nats_url),
                 reason: e.to_string(),
             })?;
         let nats = |action: &'static str| {
