@@ -118,9 +118,13 @@ impl Harness {
                 })?;
             config.control_client = Some(control);
         }
-        config.wire_tap = config
-            .wire_tap
-            .resolve(nats.url(), nats.orchestrator_credentials());
+        // The tap logs in as the orchestrator where there is one, else as the URL's user (an
+        // account's, on a shared server): it sees what the emulator sees, in the same account.
+        let tap_url = match &nats {
+            Nats::Own(server) => server.url(),
+            Nats::Shared(account) => account.url(),
+        };
+        config.wire_tap = config.wire_tap.resolve(tap_url, orchestrator);
         let emulator = Emulator::start(client.clone(), config).await?;
         Ok(Harness {
             emulator,
