@@ -302,8 +302,11 @@ pub async fn conform(
             return Err(ConformError::UnknownCheck(name.clone()));
         }
     }
+    // A server of its own: the server_restart check restarts it.
+    let mut nats = options.nats.clone();
+    nats.isolation = triggers_emulator::nats::Isolation::Server;
     let lab = Harness::start_with(
-        options.nats.clone(),
+        nats,
         EmulatorConfig {
             wait_timeout: options.timeout,
             ..EmulatorConfig::default()

@@ -232,7 +232,13 @@ fn describe(ctx: &Ctx, run: &RunId, echo: &[String]) -> String {
 
 pub(super) async fn server_restart(ctx: &mut Ctx) -> Result<(), Failure> {
     ctx.deploy(super::echo_flow()).await?;
-    ctx.lab.nats_mut().restart().await.map_err(|e| Failure {
+    let Some(server) = ctx.lab.nats_mut() else {
+        return fail(
+            "the kit to restart the nats-server",
+            "the kit runs on an account of a shared server, which it may not restart",
+        );
+    };
+    server.restart().await.map_err(|e| Failure {
         expected: "the kit to restart the nats-server".into(),
         arrived: e.to_string(),
     })?;
