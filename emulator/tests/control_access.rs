@@ -188,7 +188,7 @@ async fn services_cannot_answer_the_emulators_jetstream_requests(lab: Harness) {
 #[tokio::test]
 async fn services_cannot_delete_or_purge_the_emulators_streams() {
     let lab = private_lab(Backend::Binary).await;
-    let service = async_nats::connect(lab.url()).await.unwrap();
+    let service = triggers_sdk::transport::connect(lab.url()).await.unwrap();
     let js = async_nats::jetstream::new(service.clone());
     for stream in [
         triggers_emulator::EVENTS_STREAM,

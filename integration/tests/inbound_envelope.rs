@@ -86,7 +86,7 @@ async fn a_hop_carries_the_runs_version_after_a_redeploy() {
     let v2 = lab.deploy(chain()).await.unwrap();
     assert_eq!(v2.flow.version, 2, "the redeploy is version 2");
     // A plain subscription sees the hop as JetStream stores it.
-    let client = async_nats::connect(lab.url()).await.unwrap();
+    let client = triggers_sdk::transport::connect(lab.url()).await.unwrap();
     let mut hops = client.subscribe("mail.inbound").await.unwrap();
     client.flush().await.unwrap();
 

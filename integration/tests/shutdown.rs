@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use triggers_integration::lab;
+use triggers_integration::{lab, own_lab};
 use triggers_sdk::runtime::{ActionContext, ActionDef, ActionError, RuntimeConfig, Service};
 
 /// Set in the child: the URL its service connects to.
@@ -36,7 +36,8 @@ fn service(url: &str) -> Service {
 
 #[tokio::test]
 async fn shutdown_returns_and_says_so_when_nats_is_gone() {
-    let lab = lab().await;
+    // It stops the server: one of its own.
+    let lab = own_lab().await;
     let running = service(lab.url()).start().await.expect("starts");
     lab.wait_for_registration("stopper").await.unwrap();
     lab.stop().await.expect("the server stops");
@@ -75,7 +76,8 @@ async fn child_runs_a_service_until_a_signal() {
 // output.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_until_signal_exits_on_sigterm_with_nats_gone() {
-    let lab = lab().await;
+    // It stops the server: one of its own.
+    let lab = own_lab().await;
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",

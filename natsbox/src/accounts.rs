@@ -127,7 +127,7 @@ pub const PROTECTED_STREAMS: [&str; 2] = ["TRIGGERS_DLQ", "TRIGGERS_EVENTS"];
 
 /// The JetStream API subjects the services' user may not publish on: every request that would
 /// remove or change one of [`PROTECTED_STREAMS`] or what it holds.
-fn protected_api() -> Vec<String> {
+pub(crate) fn protected_api() -> Vec<String> {
     let mut subjects = Vec::new();
     for stream in PROTECTED_STREAMS {
         for op in [

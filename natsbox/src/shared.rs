@@ -42,7 +42,9 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use tokio::time::{Instant, sleep, timeout};
 
-use crate::accounts::{ControlCredentials, ORCHESTRATOR_INBOX, OrchestratorCredentials, secret};
+use crate::accounts::{
+    ControlCredentials, ORCHESTRATOR_INBOX, OrchestratorCredentials, protected_api, secret,
+};
 use crate::binary::{self, BinaryServer};
 use crate::config::{Backend, Isolation, Resolved};
 use crate::probe::{self, Login};
@@ -294,6 +296,13 @@ fn config_text(slots: &[Slot]) -> String {
          jetstream { max_file_store: 16TB, max_memory_store: 512GB }\n\
          accounts {\n",
     );
+    // The services' user may not remove or change the emulator's own streams, as on a server
+    // of its own with a private control account.
+    let protected = protected_api()
+        .iter()
+        .map(|s| format!("\"{s}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
     for (index, slot) in slots.iter().enumerate() {
         let n = index + 1;
         let user =
@@ -302,7 +311,7 @@ fn config_text(slots: &[Slot]) -> String {
             "  T{n}: {{ jetstream: {ACCOUNT_JETSTREAM}, users: [\n    {open}\n    \
              {{ user: \"{services_user}\", password: \"{services_password}\", permissions: {{ \
              subscribe: {{ deny: [\"$JS.API.>\", \"{ORCHESTRATOR_INBOX}.>\"] }}, \
-             publish: {{ deny: [\"{ORCHESTRATOR_INBOX}.>\"] }} }} }}\n    {orchestrator}\n  ] }}\n  \
+             publish: {{ deny: [\"{ORCHESTRATOR_INBOX}.>\", {protected}] }} }} }}\n    {orchestrator}\n  ] }}\n  \
              T{n}_LAB: {{ users: [ {control} ] }}\n",
             open = user(&slot.open),
             services_user = slot.services.0,
@@ -561,6 +570,7 @@ mod tests {
             "T2_LAB: { users: [ { user: \"t2-lab\"",
             "\"t1-services\"",
             "\"t2-orchestrator\"",
+            "\"$JS.API.STREAM.DELETE.TRIGGERS_EVENTS\"",
             &slots[1].open.1,
         ] {
             assert!(text.contains(needle), "{needle} missing from\n{text}");
