@@ -381,7 +381,7 @@ pub async fn run(config: SoakConfig) -> SoakReport {
     }
     let emulator = lab.emulator().clone();
     let hostile = if config.hostile {
-        let client = async_nats::connect(lab.url())
+        let client = triggers_sdk::transport::connect(lab.url())
             .await
             .expect("the hostile client connects");
         hostile::refused_registrations(&lab, &client, &mut report).await;
