@@ -29,9 +29,9 @@ use serde::Serialize;
 use triggers_sdk::wire::durable_timer;
 
 use crate::recorder::{Body, SharedHeaders, share_headers};
+use triggers_sdk::wire::GoTime;
 use triggers_sdk::wire::header::{Envelope, Headers, Traceparent, names};
 use triggers_sdk::wire::subject::{self, LockedSubject};
-use triggers_sdk::wire::{GoTime, Manifest};
 
 mod object;
 pub(crate) use object::clip;
@@ -124,8 +124,8 @@ pub enum Origin {
 }
 
 /// Registered services by name, each with its current manifest (shared, so a new snapshot of the
-/// registry copies pointers, not manifests).
-pub type Manifests = BTreeMap<String, std::sync::Arc<Manifest>>;
+/// registry copies pointers, not manifests; kept as bytes and an outline, see [`KeptManifest`]).
+pub type Manifests = BTreeMap<String, crate::KeptManifest>;
 
 /// What the checker knows of the emulator's state.
 #[derive(Debug, Clone, Copy)]

@@ -39,6 +39,7 @@ pub mod drops;
 mod emulator;
 mod error;
 mod harness;
+mod kept_manifest;
 mod observe;
 mod order;
 pub mod recorder;
@@ -64,6 +65,7 @@ pub use emulator::{
 };
 pub use error::{ControlError, EmulatorError, HarnessError, NatsError, RecordingError, WaitError};
 pub use harness::Harness;
+pub use kept_manifest::KeptManifest;
 pub use nats::{Backend, ChosenBackend, NatsConfig, NatsServer, SkippedBackend};
 pub use release::{ReleaseCode, ReleaseProblem};
 pub use resend::Resent;

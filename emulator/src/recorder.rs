@@ -13,10 +13,11 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::kept_manifest::KeptManifest;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use triggers_sdk::flow::Flow;
-use triggers_sdk::wire::{CompletionEvent, DlqEntry, GoTime, Headers, Heartbeat, Manifest};
+use triggers_sdk::wire::{CompletionEvent, DlqEntry, GoTime, Headers, Heartbeat};
 
 pub use crate::run::{
     ArmedTimer, CANCEL_STEP, Cancelled, MAX_TIMELINE, Run, RunStatus, TimelineEntry,
@@ -416,8 +417,9 @@ impl RecordKind {
 /// A registered service as the emulator sees it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ServiceState {
-    /// Its current manifest (one copy, shared with the conformance checker's registry).
-    pub manifest: Arc<Manifest>,
+    /// Its current manifest: its bytes once and an outline without schemas (see
+    /// [`KeptManifest`]), shared with the conformance checker's registry.
+    pub manifest: KeptManifest,
     /// When it (last) registered, wall clock.
     pub registered_at: GoTime,
     /// How many times it registered.

@@ -14,6 +14,7 @@ use triggers_sdk::wire::subject;
 use triggers_sdk::wire::{FlowEnvelope, GoTime, Manifest, RegisterReply, json};
 
 use crate::emulator::{Emulator, HashMismatchPolicy, Registry, Shared};
+use crate::kept_manifest::KeptManifest;
 use crate::recorder::{Body, RecordKind, ServiceState};
 use crate::release;
 
@@ -102,7 +103,7 @@ impl Emulator {
                 .get(&asked)
                 .map(|s| s.manifest.clone());
             let bytes = match &manifest {
-                Some(m) => m.to_json().unwrap_or_default(),
+                Some(m) => m.bytes().to_vec(),
                 None => json::to_vec(&RegisterReply {
                     // Clipped: a request of any size gets a reply NATS can carry.
                     error: format!(
@@ -262,16 +263,17 @@ impl Shared {
         {
             return refuse(e, service, hash);
         }
+        // Kept once, as its bytes and an outline without schemas: the service table and the
+        // checker's registry share it.
+        let manifest = KeptManifest::received(manifest, &msg.payload);
         let new_subjects: Vec<String> = {
             let mut state = self.lock();
             let now = GoTime::now();
-            // Parsed once, kept once: the service table and the checker's registry share it.
-            let manifest = Arc::new(manifest.clone());
             let entry = state
                 .services
                 .entry(service.clone())
                 .or_insert_with(|| ServiceState {
-                    manifest: Arc::clone(&manifest),
+                    manifest: manifest.clone(),
                     registered_at: now,
                     registrations: 0,
                     last_heartbeat: None,
@@ -279,7 +281,7 @@ impl Shared {
                     heartbeats: 0,
                     replicas: BTreeMap::new(),
                 });
-            entry.manifest = Arc::clone(&manifest);
+            entry.manifest = manifest.clone();
             entry.registered_at = now;
             entry.registrations += 1;
             // Subjects under triggers.v2. reach the catch-all subscription already.
@@ -295,7 +297,7 @@ impl Shared {
                 manifests: state.registry.manifests.clone(),
                 inbound: state.registry.inbound.clone(),
             };
-            registry.manifests.insert(service.clone(), manifest);
+            registry.manifests.insert(service.clone(), manifest.clone());
             for s in &sources {
                 registry.inbound.insert(s.clone(), service.clone());
             }

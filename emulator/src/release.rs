@@ -429,7 +429,7 @@ mod tests {
     fn registry(entries: &[(&str, &[&str])]) -> crate::conformance::Manifests {
         entries
             .iter()
-            .map(|(s, c)| ((*s).to_owned(), std::sync::Arc::new(manifest(s, c))))
+            .map(|(s, c)| ((*s).to_owned(), crate::KeptManifest::new(manifest(s, c))))
             .collect()
     }
 

@@ -4,9 +4,9 @@
 //! it is, so an example added without one fails here rather than going unchecked.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use serde_json::{Value, json};
+use triggers_emulator::KeptManifest;
 use triggers_emulator::conformance::Manifests;
 use triggers_emulator::release::check_release;
 use triggers_sdk::flow::{self, Flow, NodeType};
@@ -93,7 +93,7 @@ fn services() -> Manifests {
     let mut m = Manifests::new();
     m.insert(
         "shop".into(),
-        Arc::new(manifest(
+        KeptManifest::new(manifest(
             "shop",
             &["charge", "refund"],
             &["condition", "mapping"],
@@ -102,7 +102,7 @@ fn services() -> Manifests {
     );
     m.insert(
         "mail".into(),
-        Arc::new(manifest(
+        KeptManifest::new(manifest(
             "mail",
             &["send_reminder"],
             &["lookup", "mapping"],

@@ -55,7 +55,12 @@ async fn registration_success_wrong_major_hash_mismatch_and_malformed_json() {
     assert_eq!(reply.error, "");
     assert!(reply.flows.is_empty());
     assert_eq!(
-        *lab.wait_for_registration("alpha").await.unwrap().manifest,
+        lab.wait_for_registration("alpha")
+            .await
+            .unwrap()
+            .manifest
+            .full()
+            .unwrap(),
         ok
     );
     // The inbound stream exists, over the service's NATS source.

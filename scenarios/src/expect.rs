@@ -624,13 +624,17 @@ pub(crate) async fn expect_registration(lab: &Lab<'_>, r: &ExpectRegistrationSte
             r.service
         ));
     };
+    // The emulator keeps no catalog values parsed: its kept bytes have them.
+    let manifest = state
+        .manifest
+        .full()
+        .map_err(|e| format!("cannot read {:?}'s manifest: {e}", r.service))?;
     let mut problems = Vec::new();
     for (action, want) in fields {
-        let Some(a) = state.manifest.actions.iter().find(|a| a.name == *action) else {
+        let Some(a) = manifest.actions.iter().find(|a| a.name == *action) else {
             problems.push(format!(
                 "the manifest has no action {action:?} (it has {:?})",
-                state
-                    .manifest
+                manifest
                     .actions
                     .iter()
                     .map(|a| a.name.as_str())

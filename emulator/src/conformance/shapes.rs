@@ -255,7 +255,7 @@ pub(super) fn heartbeat(ctx: &Context<'_>, report: &mut Report<'_>) {
                 ),
             );
         } else if let Some(m) = ctx.manifests.get(&hb.service) {
-            let computed = m.compute_hash().unwrap_or_default();
+            let computed = m.computed_hash();
             if hb.manifest_hash != m.manifest_hash && hb.manifest_hash != computed {
                 report.push(
                     "heartbeat_hash_unknown",

@@ -71,7 +71,7 @@ struct World {
 impl World {
     fn new() -> Self {
         World {
-            manifests: [(SVC.to_owned(), std::sync::Arc::new(manifest()))].into(),
+            manifests: [(SVC.to_owned(), crate::KeptManifest::new(manifest()))].into(),
             inbound: [(INBOUND.to_owned(), SVC.to_owned())].into(),
         }
     }

@@ -29,7 +29,7 @@ pub(super) async fn refused_registrations(
     let Some(base) = lab
         .services()
         .get("k0")
-        .and_then(|s| serde_json::to_value(&*s.manifest).ok())
+        .and_then(|s| serde_json::to_value(&s.manifest).ok())
     else {
         report
             .problems

@@ -33,11 +33,12 @@ pub trait FuzzTarget {
 
 impl FuzzTarget for Emulator {
     async fn manifests(&self) -> Result<BTreeMap<String, Manifest>, String> {
-        Ok(self
-            .services()
+        // The whole manifests: the payloads are made from their schemas, which the emulator
+        // keeps as bytes only.
+        self.services()
             .into_iter()
-            .map(|(name, s)| (name, Manifest::clone(&s.manifest)))
-            .collect())
+            .map(|(name, s)| Ok((name, s.manifest.full().map_err(|e| e.to_string())?)))
+            .collect()
     }
 
     async fn deploy(&self, flow: Flow) -> Result<(), String> {
@@ -88,13 +89,12 @@ const POLL: Duration = Duration::from_millis(50);
 
 impl FuzzTarget for ControlClient {
     async fn manifests(&self) -> Result<BTreeMap<String, Manifest>, String> {
-        Ok(self
-            .services()
+        self.services()
             .await
             .map_err(|e| e.to_string())?
             .into_iter()
-            .map(|(name, s)| (name, Manifest::clone(&s.manifest)))
-            .collect())
+            .map(|(name, s)| Ok((name, s.manifest.full().map_err(|e| e.to_string())?)))
+            .collect()
     }
 
     async fn deploy(&self, flow: Flow) -> Result<(), String> {
