@@ -1021,6 +1021,14 @@ pub(crate) async fn trigger(
             if run.status == RunStatus::Failed {
                 return Err(VerdictFailed(format!("run {run_id} failed")).into());
             }
+            // Cancelled by hand: it did not do its work, so no success either.
+            if run.status == RunStatus::Cancelled {
+                return Err(VerdictFailed(format!(
+                    "run {run_id} was cancelled before it settled (`runs show {run_id}` says what \
+                     it dropped)"
+                ))
+                .into());
+            }
             return Ok(());
         }
         let idle = virtual_clock && run.status == RunStatus::Waiting && run.pending.is_empty();

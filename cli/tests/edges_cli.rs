@@ -798,3 +798,95 @@ fn init_scaffolds_a_scenario_and_a_flow_that_run_side_by_side() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("triggers-lab"));
     }
 }
+
+/// A scripted service whose `hang` action answers in an hour: a run of `slow` stays running.
+const HANGS: &str = r#"name: hangs
+services:
+  - name: slow
+    actions:
+      - name: hang
+        timeout: 2h
+        behavior: {sleep: 1h, return: {ok: true}}
+flows:
+  - id: slow
+    nodes:
+      - {id: in, type: service-in, service: slow}
+      - {id: hang, type: action, service: slow, action: hang}
+    edges:
+      - {id: e1, from: in, to: hang}
+steps:
+  - deploy: slow
+"#;
+
+#[test]
+fn trigger_wait_on_a_run_cancelled_by_hand_exits_1() {
+    let xdg = tempfile::tempdir().unwrap();
+    let lab = |args: &[&str]| {
+        bin()
+            .env("XDG_RUNTIME_DIR", xdg.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let scenario = xdg.path().join("slow.scenario.yaml");
+    std::fs::write(&scenario, HANGS).unwrap();
+    let out = lab(&[
+        "up",
+        "--detach",
+        "--backend",
+        "binary",
+        "--port",
+        &port,
+        "--services",
+        scenario.to_str().unwrap(),
+    ]);
+    let _down = DownAll(&lab);
+    assert_eq!(out.status.code(), Some(0), "{}", streams(&out).1);
+    let flow = xdg.path().join("slow.yaml");
+    std::fs::write(
+        &flow,
+        "id: slow\nnodes:\n  - {id: in, type: service-in, service: slow}\n  - {id: hang, type: action, service: slow, action: hang}\nedges:\n  - {id: e1, from: in, to: hang}\n",
+    )
+    .unwrap();
+    let out = lab(&["deploy", flow.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", streams(&out).1);
+
+    // `trigger --wait` prints the run's id first, then waits: it is cancelled meanwhile (or
+    // before --wait looks at it: either way it sees the run settled `cancelled`).
+    let mut waiting = bin()
+        .env("XDG_RUNTIME_DIR", xdg.path())
+        .args(["trigger", "slow", "{}", "--wait", "--wait-timeout", "10m"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(waiting.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+    let run_id = first.trim().to_owned();
+    assert!(run_id.starts_with("run-"), "no run id: {first:?}");
+    let out = lab(&["runs", "cancel", &run_id]);
+    assert_eq!(out.status.code(), Some(0), "{}", streams(&out).1);
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let mut stderr = String::new();
+    waiting
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = waiting.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "{rest}\n{stderr}");
+    assert!(rest.contains(&format!("run {run_id}: cancelled")), "{rest}");
+    assert!(
+        stderr.contains(&format!("run {run_id} was cancelled before it settled")),
+        "{stderr}"
+    );
+}
