@@ -105,6 +105,7 @@ async fn each_broken_behaviour_fails_its_own_check() {
         "redeploy_mid_run",
         "replicas",
         "timer_strip",
+        "server_restart",
     ];
     let cases = cases.into_iter().chain(protocol.iter().map(|c| {
         let one: &[&str] = std::slice::from_ref(c);

@@ -49,12 +49,15 @@ pub enum ProtocolBreak {
     /// `timer_strip`: outputs carry a Durable Timer triplet, as if forwarded from a timer's
     /// delivery.
     TimerTripletOnOutputs,
+    /// `server_restart`: once the connection was lost, deliveries are dropped unhandled (a
+    /// service that does not resume its work after the server comes back).
+    IdleAfterConnectionLoss,
 }
 
 #[cfg(feature = "conformance-breaks")]
 impl ProtocolBreak {
     /// Every break, with the name of the check it fails.
-    pub const ALL: [(&'static str, ProtocolBreak); 19] = [
+    pub const ALL: [(&'static str, ProtocolBreak); 20] = [
         ("mapping_condition", ProtocolBreak::FalseConditionSucceeds),
         ("timer_rejected", ProtocolBreak::AcceptAnyTimerTriplet),
         ("hop_traceparent", ProtocolBreak::DropHopTraceparent),
@@ -80,6 +83,7 @@ impl ProtocolBreak {
         ("redeploy_mid_run", ProtocolBreak::HeldFlowVersion),
         ("replicas", ProtocolBreak::BroadcastsInQueueGroup),
         ("timer_strip", ProtocolBreak::TimerTripletOnOutputs),
+        ("server_restart", ProtocolBreak::IdleAfterConnectionLoss),
     ];
 
     /// The break whose check is `check`.
@@ -103,6 +107,21 @@ pub fn set(mistake: ProtocolBreak) {
 #[cfg(feature = "conformance-breaks")]
 pub(crate) fn on(mistake: ProtocolBreak) -> bool {
     BROKEN.get() == Some(&mistake)
+}
+
+/// Set once the connection was lost (for [`ProtocolBreak::IdleAfterConnectionLoss`]).
+static CONNECTION_LOST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The connection was lost: remembered for the breaks that act after it.
+pub(crate) fn connection_lost() {
+    CONNECTION_LOST.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether deliveries are to be dropped unhandled: the connection was lost and the runtime is
+/// to make [`ProtocolBreak::IdleAfterConnectionLoss`]. Never, without the feature.
+pub(crate) fn idle() -> bool {
+    on(ProtocolBreak::IdleAfterConnectionLoss)
+        && CONNECTION_LOST.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// Whether the runtime is to make `mistake`: never, without the feature.

@@ -143,6 +143,9 @@ impl Runtime {
         let origin = ledger::Origin::of(&msg);
         let delivered = origin.delivered();
         let last = delivered >= i64::from(self.config.max_deliver);
+        if breaks::idle() {
+            return;
+        }
         if breaks::on(ProtocolBreak::AckOnPull) {
             let _ = msg.ack().await;
         }

@@ -273,6 +273,7 @@ impl Service {
                     match event {
                         async_nats::Event::Disconnected => {
                             lost.store(true, Ordering::SeqCst);
+                            super::breaks::connection_lost();
                             tracing::warn!("NATS connection lost; reconnecting")
                         }
                         async_nats::Event::Connected => {
