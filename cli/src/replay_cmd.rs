@@ -174,6 +174,12 @@ fn violations(records: &[Record]) -> BTreeMap<(String, String), (usize, String)>
     out
 }
 
+/// Whether the recorded run was cancelled by hand: where it stopped depends on when someone
+/// cancelled it, which a replay cannot know, so its replay is not compared with it.
+fn cancelled_by_hand(was: &RunFacts) -> bool {
+    was.status == Some(status_word(RunStatus::Cancelled))
+}
+
 /// How a run's replay differs from its recording, a phrase a difference; empty when the same.
 fn differences(was: &RunFacts, now: &RunFacts) -> Vec<String> {
     let mut out = Vec::new();
@@ -348,7 +354,13 @@ async fn replay_on(
                 let run_id = started.map_err(|e| {
                     VerdictFailed(format!("run {was} of {flow_id} was not started again: {e}"))
                 })?;
-                wait_run(client, &run_id, args.settle_timeout).await?;
+                if cancelled_by_hand(&facts(recorded, was)) {
+                    // Cancelled at once, as it was by hand (best effort: it may have settled
+                    // already); it is not compared, so it is not waited for either.
+                    let _ = client.cancel(&run_id).await;
+                } else {
+                    wait_run(client, &run_id, args.settle_timeout).await?;
+                }
                 runs.push((was.clone(), run_id));
             }
             Step::Advance(by) => {
@@ -385,8 +397,19 @@ async fn replay_on(
     }
 
     let mut differing = 0;
+    let mut not_compared = 0u64;
     for (i, (was, now)) in runs.iter().enumerate() {
-        let diff = differences(&facts(recorded, was), &facts(&now_records, now));
+        let was_facts = facts(recorded, was);
+        if cancelled_by_hand(&was_facts) {
+            outln!(
+                "run {} (was {was}): cancelled by hand in the recording: not compared (a replay \
+                 cannot cancel it at the same point)",
+                i + 1
+            );
+            not_compared += 1;
+            continue;
+        }
+        let diff = differences(&was_facts, &facts(&now_records, now));
         if diff.is_empty() {
             outln!("run {} (was {was}): same", i + 1);
         } else {
@@ -418,10 +441,18 @@ async fn replay_on(
         .into());
     }
     outln!(
-        "replay of {name}: {} the same as recorded",
+        "replay of {name}: {} the same as recorded{}",
         match runs.len() {
             1 => "the 1 run".to_owned(),
             n => format!("all {n} runs"),
+        },
+        if not_compared > 0 {
+            format!(
+                " ({} cancelled by hand not compared)",
+                crate::out::count(not_compared, "run")
+            )
+        } else {
+            String::new()
         }
     );
     Ok(())
@@ -435,6 +466,21 @@ mod tests {
         s.iter()
             .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
             .collect()
+    }
+
+    #[test]
+    fn a_run_cancelled_by_hand_is_not_compared() {
+        let was = RunFacts {
+            status: Some("cancelled"),
+            steps: steps(&[("a", "succeeded")]),
+            dlq: Vec::new(),
+        };
+        assert!(cancelled_by_hand(&was));
+        let failed = RunFacts {
+            status: Some("failed"),
+            ..RunFacts::default()
+        };
+        assert!(!cancelled_by_hand(&failed));
     }
 
     #[test]
