@@ -124,7 +124,7 @@ pub enum Origin {
 }
 
 /// Registered services by name, each with its current manifest (shared, so a new snapshot of the
-/// registry copies pointers, not manifests; kept as bytes and an outline, see [`KeptManifest`]).
+/// registry copies pointers, not manifests; kept as bytes and an outline, see [`KeptManifest`](crate::KeptManifest)).
 pub type Manifests = BTreeMap<String, crate::KeptManifest>;
 
 /// What the checker knows of the emulator's state.

@@ -71,7 +71,7 @@ const POLL: Duration = Duration::from_millis(10);
 
 /// An account of its own on the process's shared nats-server: a subject space and a JetStream of
 /// its own. [`url`](Self::url) carries its credentials. Dropping it hands the account back,
-/// cleaned before its next use (see the [module docs](self)).
+/// cleaned before its next use.
 pub struct SharedAccount {
     server: Arc<Server>,
     index: usize,

@@ -15,9 +15,9 @@
 //! at the end. Anything that would make it partial (a run evicted before it was checked, a stream
 //! that discarded messages, a slow-consumer drop) is reported as such and fails the soak.
 //!
-//! Beside the services, a hostile client ([`hostile`]) registers what the emulator must refuse
-//! and publishes completion events for made-up runs in volume, past `max_followed_runs`: neither
-//! may cost the soak a run.
+//! Beside the services, a hostile client (its `hostile` module) registers what the emulator must
+//! refuse and publishes completion events for made-up runs in volume, past `max_followed_runs`:
+//! neither may cost the soak a run.
 //!
 //! The replica that crashes runs on a Tokio runtime of its own; the crash is that runtime shut
 //! down at once: its tasks (the handlers, the pulls, the NATS connection) stop where they are,
