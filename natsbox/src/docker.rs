@@ -544,7 +544,7 @@ impl DockerServer {
                 Ok(container) => container,
                 Err(e) => {
                     remove_attempt(docker, &attempt_id).await;
-                    if attempt < PORT_ATTEMPTS && fixed_port.is_none() && is_port_conflict(&e) {
+                    if attempt < attempts && is_port_conflict(&e) {
                         tracing::debug!(%e, "nats container lost a port race; retrying");
                         continue;
                     }

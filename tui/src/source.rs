@@ -776,8 +776,10 @@ mod tests {
         let lab = Harness::start().await.expect("a nats-server");
         let drops = triggers_sdk::transport::DropCounter::new();
         // A slow consumer on purpose: room for one message at a time.
-        let client = triggers_emulator::drops::connect_options("slow watch", &drops)
-            .subscription_capacity(1)
+        let options = triggers_emulator::drops::connect_options("slow watch", &drops)
+            .subscription_capacity(1);
+        // The harness's URL carries its account's user, which async-nats does not read itself.
+        let client = triggers_sdk::transport::with_url_credentials(options, lab.url())
             .connect(lab.url())
             .await
             .expect("connects");
