@@ -70,6 +70,32 @@ fn read_pid(path: &Path) -> Option<u32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
+/// A `run` killed if the test ends while it still runs (a failed assertion included): left alone,
+/// a `run --watch` never ends, and it would keep its nats-server with it.
+struct Running(Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 fn signal(child: &Child, sig: Signal) {
     kill_process(Pid::from_raw(child.id() as i32).unwrap(), sig).unwrap();
 }
@@ -126,7 +152,7 @@ steps:
         Setup { dir, tmp, pids }
     }
 
-    fn spawn_run(&self) -> Child {
+    fn spawn_run(&self) -> Running {
         let out = std::fs::File::create(self.dir.path().join("stdout")).unwrap();
         let err = std::fs::File::create(self.dir.path().join("stderr")).unwrap();
         bin()
@@ -142,6 +168,7 @@ steps:
             .stdout(out)
             .stderr(err)
             .spawn()
+            .map(Running)
             .unwrap()
     }
 
@@ -508,13 +535,15 @@ fn run_watch_runs_again_on_a_change_and_ctrl_c_stops_it() {
         )
     };
     std::fs::write(&file, scenario("first")).unwrap();
-    let mut child = bin()
-        .args(["run", "--watch", "--backend", "binary"])
-        .arg(dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Running(
+        bin()
+            .args(["run", "--watch", "--backend", "binary"])
+            .arg(dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     for stream in [
         Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
