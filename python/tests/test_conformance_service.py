@@ -95,3 +95,25 @@ def test_a_refused_release_carries_its_problems(triggers_lab):
         triggers_lab.deploy(flow)
     assert "release refused" in refused.value.message
     assert [(p["code"], p.get("node")) for p in refused.value.problems] == [("unknown_action", "x")]
+
+
+def test_a_refused_flow_file_carries_its_problems(triggers_lab, tmp_path):
+    start_conformance(triggers_lab)
+    flow = tmp_path / "bad.yaml"
+    flow.write_text(
+        "id: bad\n"
+        "nodes:\n"
+        "  - {id: in, type: service-in, service: conformance}\n"
+        "  - {id: x, type: action, service: conformance, action: nope}\n"
+        "edges:\n"
+        "  - {id: e1, from: in, to: x}\n"
+    )
+    with pytest.raises(ControlError) as refused:
+        triggers_lab.deploy(flow)
+    assert "unknown_action" in refused.value.message
+    assert [(p["code"], p.get("node")) for p in refused.value.problems] == [("unknown_action", "x")]
+    # A key the flow format does not have is refused at its line, before the emulator sees it.
+    flow.write_text(flow.read_text().replace("edges:", "edgs:"))
+    with pytest.raises(ControlError, match=r"bad.yaml:5:1: .*unknown key `edgs`") as refused:
+        triggers_lab.deploy(flow)
+    assert refused.value.problems == []

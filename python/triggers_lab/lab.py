@@ -13,6 +13,7 @@ import atexit
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -43,7 +44,8 @@ LOG_TAIL_BYTES = 64 * 1024
 
 _counter = itertools.count(1)
 _live: "weakref.WeakSet[Lab]" = weakref.WeakSet()
-_live_lock = threading.Lock()
+# Re-entrant: the SIGTERM handler may run close_all() while the main thread holds it.
+_live_lock = threading.RLock()
 
 
 class Process:
@@ -214,12 +216,17 @@ class Lab:
         path = Path(flow)
         if path.suffix.lower() == ".json":
             return self._client.deploy(json.loads(path.read_text()))
+        since = self._client.state(runs_limit=0).get("last_seq", 0)
         done = subprocess.run(
             [self.binary, "deploy", str(path), "--instance", self.instance],
             stdin=subprocess.DEVNULL, capture_output=True, text=True, env=self._env,
         )
         if done.returncode != 0:
-            raise ControlError("deploy", f"{path}: {done.stderr.strip() or done.stdout.strip()}")
+            raise ControlError(
+                "deploy",
+                f"{path}: {done.stderr.strip() or done.stdout.strip()}",
+                self._refused_problems(since),
+            )
         # The flow as released: its id is in what deploy printed (`deployed <id> v<n>, ...`).
         words = done.stdout.split()
         flow_id = words[1] if len(words) > 1 and words[0] == "deployed" else None
@@ -227,6 +234,21 @@ class Lab:
             raise TriggersLabError(f"unexpected output of triggers-lab deploy: {done.stdout!r}")
         released = self._client.flow(flow_id)
         return {"flow": released, "broadcast_subject": words[-1] if words else ""}
+
+    def _refused_problems(self, since: int) -> List[dict]:
+        """The problems of the release `deploy` just saw refused, from the emulator's record of
+        it (``code (node N): message``, as the CLI and the log write them); none when the file
+        was refused before it reached the emulator (an unknown key, bad YAML)."""
+        problems: List[dict] = []
+        for record in self._client.records(since, 1000):
+            if record.get("kind") == "deploy_refused":
+                for text in record.get("problems", []):
+                    m = _PROBLEM.match(text)
+                    problem = {"code": m.group(1), "message": m.group(3)} if m else {"code": "", "message": text}
+                    if m and m.group(2):
+                        problem["node"] = m.group(2)
+                    problems.append(problem)
+        return problems
 
     def trigger(self, flow_id: str, payload: Any = None, **kwargs: Any) -> str:
         """Starts a run of ``flow_id`` with ``payload``; its run id."""
@@ -361,6 +383,9 @@ class Lab:
 
 def format_violation(v: Violation) -> str:
     return f"  {v.get('severity', '?').upper():<7} {v.get('rule', '?')} on {v.get('subject', '?')}: {v.get('message', '')}"
+
+
+_PROBLEM = re.compile(r"^([a-z0-9_]+)(?: \(node ([^)]*)\))?: (.*)$", re.S)
 
 
 def _safe(name: str) -> str:
