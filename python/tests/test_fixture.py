@@ -107,3 +107,24 @@ def test_an_interrupted_run_leaves_nothing(tmp_path, sig):
             inner.wait()
     assert inner.returncode != 0
     assert_nothing_left(json.loads((tmp_path / "lab.json").read_text()))
+
+
+def test_ini_options_reach_up(tmp_path):
+    # --auto-advance: the virtual clock jumps to the next timer whenever every run is idle.
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\ntriggers_lab_up_args = --auto-advance\ntriggers_lab_timeout = 20\n"
+    )
+    (tmp_path / "test_timer.py").write_text(textwrap.dedent(f'''
+        import sys
+
+        def test_the_timer_fires_by_itself(triggers_lab):
+            assert triggers_lab.timeout == 20
+            triggers_lab.start_service([sys.executable, {str(EXAMPLE / "service.py")!r}])
+            triggers_lab.wait_service("conformance")
+            triggers_lab.deploy({str(EXAMPLE / "flows" / "c-timer.yaml")!r})
+            run = triggers_lab.wait_settled(triggers_lab.trigger("c-timer", {{"t": 1}}))
+            assert run["status"] == "succeeded"
+            assert "echo2" in run["completed"]
+    '''))
+    done = run_pytest(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
