@@ -39,6 +39,8 @@ from .types import DlqRecord, Run, Violation
 START_TIMEOUT_S = 60.0
 #: How long a process is given to stop after SIGTERM before SIGKILL.
 STOP_GRACE_S = 10.0
+#: The most runs a failing test's report shows (the last ones).
+REPORT_RUNS = 20
 #: The most of a log attached to a report.
 LOG_TAIL_BYTES = 64 * 1024
 
@@ -127,7 +129,6 @@ class Lab:
         self.instance = f"pytest-{os.getpid()}-{next(_counter)}"
         self.workdir = Path(tempfile.mkdtemp(prefix=f"triggers-lab-{self.instance}-"))
         self.services: List[Process] = []
-        self.runs: List[str] = []
         self._env = dict(os.environ if env is None else env)
         self._closed = False
         self.client: Optional[ControlClient] = None
@@ -252,9 +253,7 @@ class Lab:
 
     def trigger(self, flow_id: str, payload: Any = None, **kwargs: Any) -> str:
         """Starts a run of ``flow_id`` with ``payload``; its run id."""
-        run_id = self._client.trigger(flow_id, payload, **kwargs)
-        self.runs.append(run_id)
-        return run_id
+        return self._client.trigger(flow_id, payload, **kwargs)
 
     def wait_service(self, name: str, timeout: Optional[float] = None) -> dict:
         """Waits until the service ``name`` has registered. A service this lab started that
@@ -328,8 +327,8 @@ class Lab:
         sections: Dict[str, str] = {}
         if self.client is not None and self.up.alive():
             try:
-                runs = [format_timeline(self.client.run(r)) for r in self.runs]
-                sections["triggers-lab runs"] = "\n".join(runs) or "(no run triggered)"
+                runs = [format_timeline(self.client.run(r)) for r in self._run_ids()]
+                sections["triggers-lab runs"] = "\n".join(runs) or "(no run)"
             except Exception as e:  # the report must not hide the test's own failure
                 sections["triggers-lab runs"] = f"(could not read the runs: {e})"
             try:
@@ -343,6 +342,19 @@ class Lab:
         for p in self.services:
             sections[f"service {p.name} log (pid {p.pid})"] = p.log()
         return sections
+
+    def _run_ids(self) -> List[str]:
+        """The runs of this lab's emulator (every run is this test's, however it was started),
+        the last ``REPORT_RUNS`` of them."""
+        ids: List[str] = []
+        after = 0
+        while True:
+            page = self._client.run_page(after)
+            ids.extend(r["id"] for r in page.get("runs", []))
+            ids = ids[-REPORT_RUNS:]
+            if not page.get("more") or page.get("next", after) == after:
+                return ids
+            after = page["next"]
 
     def close(self) -> None:
         """Stops the services, then ``up`` (its server and store go with it), and removes the
