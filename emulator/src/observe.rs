@@ -576,8 +576,7 @@ impl Shared {
         let (registry, origin) = {
             let mut state = self.lock();
             // The emulator's bytes, whoever published them, are not judged (see `Ownership`).
-            let own = ownership(headers, |id| state.own_msg_ids.contains(id))
-                != Ownership::Foreign
+            let own = ownership(headers, |id| state.own_msg_ids.contains(id)) != Ownership::Foreign
                 || (subject.starts_with("triggers.v2.flow.broadcast.")
                     && headers.is_empty()
                     && state.own_broadcasts.remove(payload.as_bytes()));
@@ -832,12 +831,39 @@ mod ownership_tests {
     fn the_msg_id_decides_and_the_key_stands_in_only_without_one() {
         let own = |id: &str| id.starts_with("emu-");
         let cases = [
-            (vec![(names::NATS_MSG_ID, "emu-1"), (names::IDEMPOTENCY_KEY, "emu-1")], Ownership::Published),
-            (vec![(names::NATS_MSG_ID, "emu-1"), (names::IDEMPOTENCY_KEY, "svc-1")], Ownership::Published),
-            (vec![(names::IDEMPOTENCY_KEY, "emu-1")], Ownership::Published),
+            (
+                vec![
+                    (names::NATS_MSG_ID, "emu-1"),
+                    (names::IDEMPOTENCY_KEY, "emu-1"),
+                ],
+                Ownership::Published,
+            ),
+            (
+                vec![
+                    (names::NATS_MSG_ID, "emu-1"),
+                    (names::IDEMPOTENCY_KEY, "svc-1"),
+                ],
+                Ownership::Published,
+            ),
+            (
+                vec![(names::IDEMPOTENCY_KEY, "emu-1")],
+                Ownership::Published,
+            ),
             (vec![(names::NATS_MSG_ID, "emu-1")], Ownership::Published),
-            (vec![(names::NATS_MSG_ID, "again"), (names::IDEMPOTENCY_KEY, "emu-1")], Ownership::Republished),
-            (vec![(names::NATS_MSG_ID, "svc-1"), (names::IDEMPOTENCY_KEY, "svc-1")], Ownership::Foreign),
+            (
+                vec![
+                    (names::NATS_MSG_ID, "again"),
+                    (names::IDEMPOTENCY_KEY, "emu-1"),
+                ],
+                Ownership::Republished,
+            ),
+            (
+                vec![
+                    (names::NATS_MSG_ID, "svc-1"),
+                    (names::IDEMPOTENCY_KEY, "svc-1"),
+                ],
+                Ownership::Foreign,
+            ),
             (vec![(names::IDEMPOTENCY_KEY, "svc-1")], Ownership::Foreign),
             (vec![], Ownership::Foreign),
         ];
