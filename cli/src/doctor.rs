@@ -7,7 +7,7 @@
 
 use std::process::ExitCode;
 
-use natsbox::{NatsConfig, survey};
+use triggers_emulator::nats::{NatsConfig, survey};
 
 /// `triggers-lab doctor [--prepare]`.
 #[derive(Debug, clap::Args)]

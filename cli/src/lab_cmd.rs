@@ -783,10 +783,12 @@ impl From<&Instance> for Target {
             url: i.url.clone(),
             access: ControlAccess {
                 credentials: match (&i.user, &i.password) {
-                    (Some(user), Some(password)) => Some(natsbox::ControlCredentials {
-                        user: user.clone(),
-                        password: password.clone(),
-                    }),
+                    (Some(user), Some(password)) => {
+                        Some(triggers_emulator::nats::ControlCredentials {
+                            user: user.clone(),
+                            password: password.clone(),
+                        })
+                    }
                     _ => None,
                 },
                 token: i.token.clone().map(ControlToken::new),
@@ -913,15 +915,12 @@ pub(crate) async fn deploy(args: ControlArgs, file: PathBuf) -> Result<()> {
         }
         other => other.into(),
     })?;
-    let version = released
-        .pointer("/flow/version")
-        .and_then(Value::as_i64)
-        .unwrap_or_default();
-    let subject = released
-        .get("broadcast_subject")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    outln!("deployed {} v{version}, broadcast on {subject}", flow.id);
+    outln!(
+        "deployed {} v{}, broadcast on {}",
+        flow.id,
+        released.flow.version,
+        released.broadcast_subject
+    );
     Ok(())
 }
 
@@ -1077,19 +1076,11 @@ pub(crate) async fn trigger(
 
 pub(crate) async fn advance(args: ControlArgs, by: Duration) -> Result<()> {
     let client = control(&args).await?;
-    let result = client.advance(by).await?;
-    let fired = result
-        .get("fired")
-        .and_then(Value::as_array)
-        .map(Vec::len)
-        .unwrap_or(0);
-    let clock = result
-        .get("clock")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let advanced = client.advance(by).await?;
     outln!(
-        "clock is now {clock}; {} fired",
-        crate::out::count(fired as u64, "timer")
+        "clock is now {}; {} fired",
+        advanced.clock,
+        crate::out::count(advanced.fired.len() as u64, "timer")
     );
     Ok(())
 }

@@ -233,7 +233,7 @@ fn main() -> ExitCode {
         cli.command,
         Command::Run(_) | Command::Demo(_) | Command::Conform(_) | Command::Up(_)
     ) {
-        natsbox::watchdog::become_child_subreaper();
+        triggers_emulator::watchdog::become_child_subreaper();
     }
     match cli.command {
         Command::Manifest(cmd) => manifest_cmd::run(cmd),

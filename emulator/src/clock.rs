@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use triggers_sdk::wire::GoTime;
 
 /// Which clock timers run on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ClockMode {
     /// Time moves only by `advance` (or by auto-advance when every run is idle).

@@ -308,7 +308,7 @@ async fn clean_inbound_streams(js: &jetstream::Context) -> Vec<FoundAtStart> {
 }
 
 /// The result of a deploy.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Deployment {
     /// The flow as released: owners assigned, inbound subjects resolved, version set.
     pub flow: Flow,
@@ -342,7 +342,7 @@ pub struct TriggerOptions {
 }
 
 /// A timer that fired during an `advance`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct FiredTimer {
     /// The run.
     pub run_id: String,

@@ -437,7 +437,7 @@ pub struct ServiceState {
 }
 
 /// A service's liveness from its heartbeats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Liveness {
     /// Registered, no heartbeat yet.

@@ -12,7 +12,9 @@ use triggers_sdk::wire::manifest::{DURABLE_TIMER_V1, TRANSPORT_NATS};
 use triggers_sdk::wire::{Manifest, subject};
 
 /// Why a release is refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ReleaseCode {
     /// The flow itself is malformed (ids, edges, settings, cycles).
@@ -115,7 +117,7 @@ impl fmt::Display for ReleaseCode {
 }
 
 /// One reason a release is refused.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ReleaseProblem {
     /// The stable code.
     pub code: ReleaseCode,

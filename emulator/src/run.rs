@@ -37,7 +37,7 @@ pub const CANCEL_STEP: &str = "(run)";
 const MAX_UNEXPECTED: usize = 100;
 
 /// Where a run is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     /// Some node is pending.

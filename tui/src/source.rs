@@ -180,13 +180,7 @@ impl Source {
             (Source::Control(c), Cmd::Advance(by)) => Some(done(
                 c.advance(by)
                     .await
-                    .map(|v| {
-                        let fired = v
-                            .get("fired")
-                            .and_then(|f| f.as_array())
-                            .map_or(0, Vec::len);
-                        advanced(by, fired)
-                    })
+                    .map(|v| advanced(by, v.fired.len()))
                     .map_err(|e| format!("advance: {e}")),
             )),
             (Source::InProcess(e), Cmd::Advance(by)) => Some(done(

@@ -167,14 +167,8 @@ impl FuzzTarget for ControlClient {
             .await
             .unwrap_or_default()
             .into_iter()
-            .filter(|v| v["severity"] == "error")
-            .map(|v| {
-                format!(
-                    "{}: {}",
-                    v["rule"].as_str().unwrap_or_default(),
-                    v["message"].as_str().unwrap_or_default()
-                )
-            })
+            .filter(|v| v.severity == Severity::Error)
+            .map(|v| format!("{}: {}", v.rule, v.message))
             .collect()
     }
 }
