@@ -157,7 +157,7 @@ fn read(path: &Path) -> Result<Instance> {
 
 /// Whether process `pid` still runs.
 pub(crate) fn alive(pid: u32) -> bool {
-    triggers_emulator::watchdog::process_alive(pid)
+    natsbox::watchdog::process_alive(pid)
 }
 
 /// Where one `up` will write its file: checked before the server starts, so a refusal costs

@@ -7,7 +7,7 @@
 
 use std::process::ExitCode;
 
-use triggers_emulator::nats::{NatsConfig, survey};
+use natsbox::{NatsConfig, survey};
 
 /// `triggers-lab doctor [--prepare]`.
 #[derive(Debug, clap::Args)]

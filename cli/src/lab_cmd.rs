@@ -783,12 +783,10 @@ impl From<&Instance> for Target {
             url: i.url.clone(),
             access: ControlAccess {
                 credentials: match (&i.user, &i.password) {
-                    (Some(user), Some(password)) => {
-                        Some(triggers_emulator::nats::ControlCredentials {
-                            user: user.clone(),
-                            password: password.clone(),
-                        })
-                    }
+                    (Some(user), Some(password)) => Some(natsbox::ControlCredentials {
+                        user: user.clone(),
+                        password: password.clone(),
+                    }),
                     _ => None,
                 },
                 token: i.token.clone().map(ControlToken::new),

@@ -233,7 +233,7 @@ fn main() -> ExitCode {
         cli.command,
         Command::Run(_) | Command::Demo(_) | Command::Conform(_) | Command::Up(_)
     ) {
-        triggers_emulator::watchdog::become_child_subreaper();
+        natsbox::watchdog::become_child_subreaper();
     }
     match cli.command {
         Command::Manifest(cmd) => manifest_cmd::run(cmd),

@@ -10,8 +10,8 @@
 use std::path::PathBuf;
 
 use clap::ValueEnum;
-use triggers_emulator::nats::survey::Survey;
-use triggers_emulator::nats::{ENV_BACKEND, ENV_SERVER_BIN, ENV_URL};
+use natsbox::survey::Survey;
+use natsbox::{ENV_BACKEND, ENV_SERVER_BIN, ENV_URL};
 use triggers_emulator::{Backend, NatsConfig};
 
 /// `--backend`.
@@ -43,7 +43,7 @@ impl Choice {
         if self.config.backend == Backend::External || self.local_binary {
             return None;
         }
-        match triggers_emulator::nats::survey::survey(&self.config).await {
+        match natsbox::survey::survey(&self.config).await {
             Ok(found) if found.works() => None,
             Ok(mut found) => {
                 external_by_flag(&mut found);

@@ -77,7 +77,7 @@ impl Signals {
             );
             if next.recv().await.is_some() {
                 eprintln!("forced: killing what is left and exiting");
-                triggers_emulator::nats::remove_own_containers(FORCED_CLEANUP).await;
+                natsbox::remove_own_containers(FORCED_CLEANUP).await;
                 std::process::exit(i32::from(first.code()));
             }
         });

@@ -5,7 +5,7 @@ use std::ops::Deref;
 
 use crate::emulator::{Emulator, EmulatorConfig};
 use crate::error::HarnessError;
-use crate::nats::{
+use natsbox::{
     ChosenBackend, ControlCredentials, NatsConfig, NatsServer, OrchestratorCredentials,
     SharedAccount,
 };

@@ -1,8 +1,8 @@
 //! The triggers orchestrator emulator: it runs inside a test process (or as `triggers-lab up`) in
 //! place of the real orchestrator, against a real nats-server.
 //!
-//! - [`nats`]: a nats-server with JetStream from Docker, a local binary or an external URL, behind
-//!   one handle that stops it on drop.
+//! - [`NatsServer`] (from the [`natsbox`] crate): a nats-server with JetStream from Docker, a local
+//!   binary or an external URL, behind one handle that stops it on drop.
 //! - [`Emulator`]: registration, heartbeats, releases and broadcasts, flow runs, Durable Timers on
 //!   a virtual clock, a recorder with waiters, and a conformance checker over everything an SDK
 //!   sends.
@@ -53,11 +53,6 @@ mod timers;
 mod topics;
 mod wait;
 
-/// NATS provisioning: the [`natsbox`] crate, re-exported under its old path.
-pub use natsbox as nats;
-/// Children that die with this process: [`natsbox::watchdog`], re-exported under its old path.
-pub use natsbox::watchdog;
-
 pub use clock::ClockMode;
 pub use emulator::{
     DLQ_STREAM, Deployment, EVENTS_STREAM, Emulator, EmulatorConfig, FiredTimer, FoundAtStart,
@@ -66,7 +61,7 @@ pub use emulator::{
 pub use error::{ControlError, EmulatorError, HarnessError, NatsError, RecordingError, WaitError};
 pub use harness::Harness;
 pub use kept_manifest::KeptManifest;
-pub use nats::{Backend, ChosenBackend, NatsConfig, NatsServer, SkippedBackend};
+pub use natsbox::{Backend, ChosenBackend, NatsConfig, NatsServer, SkippedBackend};
 pub use release::{ReleaseCode, ReleaseProblem};
 pub use resend::Resent;
 pub use wait::{DlqFilter, DlqRecord};

@@ -94,13 +94,9 @@ pub(crate) async fn tap(
         }
         let payload = Body::from(msg.payload);
         let mut state = shared.lock();
-        // The emulator's own publish carries its id as Nats-Msg-Id (the envelope's key); the same
-        // envelope under another Nats-Msg-Id is someone else's publish of it (a replay, a
-        // delivery forced again), judged as any client's.
-        let own = headers
-            .get(names::NATS_MSG_ID)
-            .or_else(|| headers.get(names::IDEMPOTENCY_KEY))
-            .is_some_and(|id| state.own_msg_ids.contains(id));
+        // Only the emulator's own publish: the same envelope published again by someone else is
+        // that client's delivery, whose reports are its own (see `Ownership`).
+        let own = ownership(&headers, |id| state.own_msg_ids.contains(id)) == Ownership::Published;
         let st = &mut *state;
         let runs = &st.runs;
         let found = st
@@ -403,6 +399,35 @@ pub(crate) fn record_event(shared: &Shared, msg: &jetstream::Message) {
     }
 }
 
+/// Whether a message is the emulator's, by its ids: the one rule the checker (`judge`) and the
+/// wire tap (`tap`) share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ownership {
+    /// The emulator published it: its `Nats-Msg-Id` (or, without one, its idempotency key) is
+    /// one the emulator wrote.
+    Published,
+    /// The emulator's envelope published again by someone else: its idempotency key is the
+    /// emulator's, its `Nats-Msg-Id` is not (a replay, a redelivery forced by hand, a replica's
+    /// store of it). Its bytes are the emulator's, so the checker does not judge them; the
+    /// publish is that client's, so the tap counts what follows as that delivery's, never as
+    /// late reports of the delivery the emulator made.
+    Republished,
+    /// Not the emulator's.
+    Foreign,
+}
+
+/// Whose `headers` are; `is_own` says whether an id is one the emulator wrote.
+fn ownership(headers: &Headers, is_own: impl Fn(&str) -> bool) -> Ownership {
+    let msg_id = headers.get(names::NATS_MSG_ID);
+    let key = headers.get(names::IDEMPOTENCY_KEY);
+    match (msg_id, key) {
+        (Some(id), _) if is_own(id) => Ownership::Published,
+        (None, Some(key)) if is_own(key) => Ownership::Published,
+        (Some(_), Some(key)) if is_own(key) => Ownership::Republished,
+        _ => Ownership::Foreign,
+    }
+}
+
 /// A message as the checker judged it.
 struct Judged {
     /// The registry it was judged on.
@@ -550,10 +575,8 @@ impl Shared {
     fn judge(&self, subject: &str, headers: &Headers, payload: &Body) -> Judged {
         let (registry, origin) = {
             let mut state = self.lock();
-            let own = [names::NATS_MSG_ID, names::IDEMPOTENCY_KEY]
-                .iter()
-                .filter_map(|name| headers.get(name))
-                .any(|id| state.own_msg_ids.contains(id))
+            // The emulator's bytes, whoever published them, are not judged (see `Ownership`).
+            let own = ownership(headers, |id| state.own_msg_ids.contains(id)) != Ownership::Foreign
                 || (subject.starts_with("triggers.v2.flow.broadcast.")
                     && headers.is_empty()
                     && state.own_broadcasts.remove(payload.as_bytes()));
@@ -790,4 +813,62 @@ fn violations_of(
             Violation::new(rule, subject, message, headers.clone(), payload.clone())
         })
         .collect()
+}
+
+#[cfg(test)]
+mod ownership_tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> Headers {
+        let mut h = Headers::new();
+        for (name, value) in pairs {
+            h.insert(*name, *value);
+        }
+        h
+    }
+
+    #[test]
+    fn the_msg_id_decides_and_the_key_stands_in_only_without_one() {
+        let own = |id: &str| id.starts_with("emu-");
+        let cases = [
+            (
+                vec![
+                    (names::NATS_MSG_ID, "emu-1"),
+                    (names::IDEMPOTENCY_KEY, "emu-1"),
+                ],
+                Ownership::Published,
+            ),
+            (
+                vec![
+                    (names::NATS_MSG_ID, "emu-1"),
+                    (names::IDEMPOTENCY_KEY, "svc-1"),
+                ],
+                Ownership::Published,
+            ),
+            (
+                vec![(names::IDEMPOTENCY_KEY, "emu-1")],
+                Ownership::Published,
+            ),
+            (vec![(names::NATS_MSG_ID, "emu-1")], Ownership::Published),
+            (
+                vec![
+                    (names::NATS_MSG_ID, "again"),
+                    (names::IDEMPOTENCY_KEY, "emu-1"),
+                ],
+                Ownership::Republished,
+            ),
+            (
+                vec![
+                    (names::NATS_MSG_ID, "svc-1"),
+                    (names::IDEMPOTENCY_KEY, "svc-1"),
+                ],
+                Ownership::Foreign,
+            ),
+            (vec![(names::IDEMPOTENCY_KEY, "svc-1")], Ownership::Foreign),
+            (vec![], Ownership::Foreign),
+        ];
+        for (pairs, expected) in cases {
+            assert_eq!(ownership(&headers(&pairs), own), expected, "{pairs:?}");
+        }
+    }
 }

@@ -13,18 +13,14 @@ use triggers_sdk::transport::DropCounter;
 
 /// A binary nats-server, a fault proxy in front of it, and a lab that reaches the server only
 /// through the proxy.
-async fn lab_behind_proxy(
-    config: EmulatorConfig,
-) -> (NatsServer, triggers_emulator::nats::FaultProxy, Harness) {
+async fn lab_behind_proxy(config: EmulatorConfig) -> (NatsServer, natsbox::FaultProxy, Harness) {
     let server = NatsServer::start(NatsConfig {
         backend: Backend::Binary,
         ..Default::default()
     })
     .await
     .unwrap();
-    let proxy = triggers_emulator::nats::FaultProxy::start(server.url())
-        .await
-        .unwrap();
+    let proxy = natsbox::FaultProxy::start(server.url()).await.unwrap();
     let lab = Harness::start_with(
         NatsConfig {
             backend: Backend::External,

@@ -17,8 +17,8 @@
 
 use std::time::{Duration, Instant};
 
+use natsbox::Isolation;
 use serde_json::json;
-use triggers_emulator::nats::Isolation;
 use triggers_emulator::{Backend, EmulatorConfig, Harness, NatsConfig};
 use triggers_integration::{config, one_step};
 use triggers_sdk::runtime::{ActionContext, ActionDef, ActionError, Service};

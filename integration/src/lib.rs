@@ -8,8 +8,8 @@ pub mod fuzz;
 pub mod shapes;
 pub mod soak;
 
+use natsbox::Isolation;
 use serde_json::{Value, json};
-use triggers_emulator::nats::Isolation;
 use triggers_emulator::{Backend, EmulatorConfig, Harness, NatsConfig};
 use triggers_sdk::flow::Flow;
 use triggers_sdk::runtime::RuntimeConfig;

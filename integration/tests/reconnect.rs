@@ -88,10 +88,10 @@ async fn a_running_service_registers_again_with_the_emulator_of_a_restarted_serv
 /// completion events: they are plain publishes), with a first run handled, and a subscriber to
 /// its events on the server itself.
 ///
-/// [`FaultProxy`]: triggers_emulator::nats::FaultProxy
+/// [`FaultProxy`]: natsbox::FaultProxy
 struct Proxied {
-    _server: triggers_emulator::nats::NatsServer,
-    proxy: triggers_emulator::nats::FaultProxy,
+    _server: natsbox::NatsServer,
+    proxy: natsbox::FaultProxy,
     running: triggers_sdk::runtime::RunningService,
     js: async_nats::jetstream::Context,
     name: &'static str,
@@ -106,9 +106,7 @@ impl Proxied {
         use triggers_sdk::runtime::RuntimeConfig;
         use triggers_sdk::wire::subject;
         let server = bench::server().await;
-        let proxy = triggers_emulator::nats::FaultProxy::start(server.url())
-            .await
-            .unwrap();
+        let proxy = natsbox::FaultProxy::start(server.url()).await.unwrap();
         let inbound = format!("{name}.inbound");
         let running = bench::stand_in(
             server.url(),

@@ -14,7 +14,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::Command;
 use tokio::sync::watch;
 
-use triggers_emulator::watchdog::{
+use natsbox::watchdog::{
     TREE_MARK_VAR, TreeKiller, Watchdog, marked_processes, new_tree_mark, process_group_alive,
     signal_marked,
 };

@@ -38,7 +38,7 @@ pub type EventFn = Arc<dyn Fn(Event) + Send + Sync>;
 pub struct RunOptions {
     /// How each scenario gets its nats-server (default: as [`triggers_emulator::NatsServer`]
     /// chooses): by default an account of its own on the process's shared server
-    /// ([`triggers_emulator::nats::SharedAccount`]), a server of its own when it restarts,
+    /// ([`natsbox::SharedAccount`]), a server of its own when it restarts,
     /// stops or kills the server, runs a cluster, or `isolation` says `Server`.
     pub nats: NatsConfig,
     /// Overrides every scenario's `timeout`.
@@ -522,7 +522,7 @@ async fn setup<'a>(scenario: &'a Scenario, options: &RunOptions) -> Result<Lab<'
     }
     // A step that restarts, stops or kills the server needs a server of its own.
     if disturbs_the_server(scenario) {
-        nats.isolation = triggers_emulator::nats::Isolation::Server;
+        nats.isolation = natsbox::Isolation::Server;
     }
     let harness = Harness::start_with(nats, config).await.map_err(|e| {
         plain(format!(

@@ -101,11 +101,7 @@ async fn a_scenario_whose_emulator_lost_its_connection_fails_unless_a_step_did_i
     })
     .await
     .unwrap();
-    let proxy = Arc::new(
-        triggers_emulator::nats::FaultProxy::start(server.url())
-            .await
-            .unwrap(),
-    );
+    let proxy = Arc::new(natsbox::FaultProxy::start(server.url()).await.unwrap());
     let cut = proxy.clone();
     let watch: WatchFn = Arc::new(move |emulator: Emulator| {
         let cut = cut.clone();

@@ -617,8 +617,8 @@ fn execute(
     let mut nats = choice.config;
     nats.isolation = match common.isolation {
         // Where an account cannot be had (a URL, Docker), a server of its own as before.
-        IsolationArg::Account => triggers_emulator::nats::Isolation::Auto,
-        IsolationArg::Server => triggers_emulator::nats::Isolation::Server,
+        IsolationArg::Account => natsbox::Isolation::Auto,
+        IsolationArg::Server => natsbox::Isolation::Server,
     };
     let options = RunOptions {
         nats,

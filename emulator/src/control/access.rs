@@ -61,7 +61,7 @@ pub fn records_subject(token: Option<&ControlToken>) -> String {
 #[derive(Debug, Clone, Default)]
 pub struct ControlAccess {
     /// Log in to the server's control account as this user.
-    pub credentials: Option<crate::nats::ControlCredentials>,
+    pub credentials: Option<natsbox::ControlCredentials>,
     /// Send this token with every request, and follow the records on its subject.
     pub token: Option<ControlToken>,
 }

@@ -217,7 +217,7 @@ pub(crate) struct Ctx {
     /// How the service was started.
     pub(crate) launch: Launch,
     /// The proxy the service is connected through, once a check put one in between (`ack_lost`).
-    pub(crate) proxy: Option<triggers_emulator::nats::FaultProxy>,
+    pub(crate) proxy: Option<natsbox::FaultProxy>,
 }
 
 /// How many times its patience a check waits, at most, while the service shows progress.

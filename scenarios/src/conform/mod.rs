@@ -304,7 +304,7 @@ pub async fn conform(
     }
     // A server of its own: the server_restart check restarts it.
     let mut nats = options.nats.clone();
-    nats.isolation = triggers_emulator::nats::Isolation::Server;
+    nats.isolation = natsbox::Isolation::Server;
     let lab = Harness::start_with(
         nats,
         EmulatorConfig {

@@ -12,7 +12,7 @@ use triggers_emulator::recorder::{RecordKind, RunStatus};
 use triggers_sdk::wire::shapes::status;
 
 use futures::StreamExt;
-use triggers_emulator::nats::FaultProxy;
+use natsbox::FaultProxy;
 
 use super::{Ctx, Failure, SERVICE, action, cin, fail, line};
 use crate::external::External;
