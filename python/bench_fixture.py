@@ -50,6 +50,42 @@ def one(with_service: bool) -> dict:
     return t
 
 
+TEST = """
+import sys
+
+def test_{i}(triggers_lab):
+    if {with_service}:
+        triggers_lab.start_service([sys.executable, {service!r}])
+        triggers_lab.wait_service("conformance")
+        triggers_lab.deploy({flow!r})
+        run = triggers_lab.wait_settled(triggers_lab.trigger("echo-flow", {{"a": 1}}))
+        assert run["status"] == "succeeded"
+"""
+
+
+def session(n: int, with_service: bool, spare: bool) -> float:
+    """Wall time of a pytest session of n such tests, over n (pytest's own start excluded: a
+    session of one empty test is taken off)."""
+    import os
+    import subprocess
+    import tempfile
+
+    def run(count: int, body: bool) -> float:
+        with tempfile.TemporaryDirectory() as d:
+            for i in range(count):
+                Path(d, f"test_{i}.py").write_text(TEST.format(
+                    i=i, with_service=body, service=str(SERVICE), flow=ECHO))
+            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    "-o", f"triggers_lab_spare={'true' if spare else 'false'}"]
+            if os.environ.get("TRIGGERS_LAB_BENCH_PLUGIN"):
+                argv += ["-p", "triggers_lab.pytest_plugin"]
+            t0 = time.perf_counter()
+            subprocess.run(argv, cwd=d, check=True, capture_output=True)
+            return time.perf_counter() - t0
+
+    return (run(n, with_service) - run(1, False)) / (n - 1)
+
+
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     for with_service in (False, True):
@@ -58,7 +94,13 @@ def main() -> None:
         parts = ", ".join(
             f"{k} {statistics.median(s[k] for s in samples) * 1000:.1f} ms" for k in samples[0]
         )
-        print(f"{label}, median of {n}: {parts}")
+        print(f"Lab, {label}, median of {n}: {parts}")
+    for with_service in (False, True):
+        for spare in (False, True):
+            per = session(n, with_service, spare)
+            label = "whole test" if with_service else "fixture alone"
+            print(f"pytest session, {label}, spare {'on' if spare else 'off'}: "
+                  f"{per * 1000:.1f} ms a test ({n} tests)")
 
 
 if __name__ == "__main__":

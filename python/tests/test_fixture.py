@@ -30,7 +30,8 @@ INNER = textwrap.dedent(
         triggers_lab.wait_for_violation("unknown_field")
         with open("lab.json.tmp", "w") as f:
             json.dump({{"workdir": str(triggers_lab.workdir), "up": triggers_lab.up.pid,
-                        "service": service.pid, "run_id": run_id, "url": triggers_lab.url}}, f)
+                        "service": service.pid, "run_id": run_id, "url": triggers_lab.url,
+                        "instance": triggers_lab.instance}}, f)
         os.rename("lab.json.tmp", "lab.json")
         {behaviour}
     '''
@@ -48,14 +49,16 @@ def write_inner(folder: Path, behaviour: str) -> None:
 
 
 def assert_nothing_left(lab: dict) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and (pid_alive(lab["up"]) or pid_alive(lab["service"])):
-        time.sleep(0.05)
     assert not pid_alive(lab["up"]), "triggers-lab up outlived the test"
     assert not pid_alive(lab["service"]), "the service outlived the test"
     # The nats-server's store, config and log were in the lab's folder: no process names it.
     assert processes_mentioning(lab["workdir"]) == []
     assert not Path(lab["workdir"]).exists(), "the lab's folder was left behind"
+    # Nor any other lab of that pytest (the spare started for a next test).
+    workdir = Path(lab["workdir"])
+    prefix = workdir.name.split(lab["instance"], 1)[0] + lab["instance"].rsplit("-", 1)[0] + "-"
+    assert processes_mentioning(str(workdir.parent / prefix)) == []
+    assert sorted(p.name for p in workdir.parent.glob(prefix + "*")) == []
 
 
 def test_a_failing_test_names_the_timeline_the_violations_and_the_logs(tmp_path):
@@ -81,9 +84,10 @@ def test_a_failing_test_names_the_timeline_the_violations_and_the_logs(tmp_path)
     assert_nothing_left(lab)
 
 
-def test_a_passing_test_leaves_nothing(tmp_path):
+@pytest.mark.parametrize("spare", ["true", "false"], ids=["spare", "no-spare"])
+def test_a_passing_test_leaves_nothing(tmp_path, spare):
     write_inner(tmp_path, "pass")
-    done = run_pytest(tmp_path)
+    done = run_pytest(tmp_path, "-o", f"triggers_lab_spare={spare}")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "triggers-lab runs" not in done.stdout
     assert_nothing_left(json.loads((tmp_path / "lab.json").read_text()))

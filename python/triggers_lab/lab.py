@@ -131,6 +131,9 @@ class Lab:
         self.services: List[Process] = []
         self._env = dict(os.environ if env is None else env)
         self._closed = False
+        # A lab may be started in one thread (the plugin's spare) and closed from another (the
+        # atexit hook): what it starts and close() take turns.
+        self._lock = threading.Lock()
         self.client: Optional[ControlClient] = None
         self.discovery: Optional[Discovery] = None
         with _live_lock:
@@ -140,14 +143,22 @@ class Lab:
             # nothing of it can outlive close(), which removes the folder.
             up_tmp = self.workdir / "tmp"
             up_tmp.mkdir()
-            self.up = Process(
-                "up",
-                [self.binary, "up", "--port", "0", "--instance", self.instance, *args],
-                self.workdir / "up.log",
-                {**self._env, "TMPDIR": str(up_tmp)},
-            )
+            with self._lock:
+                if self._closed:
+                    raise TriggersLabError("closed while it started")
+                self.up = Process(
+                    "up",
+                    [self.binary, "up", "--port", "0", "--instance", self.instance, *args],
+                    self.workdir / "up.log",
+                    {**self._env, "TMPDIR": str(up_tmp)},
+                )
             self.discovery = self._wait_discovery()
-            self.client = ControlClient(discovery=self.discovery, timeout=timeout)
+            client = ControlClient(discovery=self.discovery, timeout=timeout)
+            with self._lock:
+                if self._closed:
+                    client.close()
+                    raise TriggersLabError("closed while it started")
+                self.client = client
         except BaseException:
             self.close()
             raise
@@ -359,9 +370,10 @@ class Lab:
     def close(self) -> None:
         """Stops the services, then ``up`` (its server and store go with it), and removes the
         lab's folder. Safe to call twice, and from any state."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         try:
             if self.client is not None:
                 try:

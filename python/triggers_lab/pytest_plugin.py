@@ -7,14 +7,17 @@ conformance violations, and the logs of ``up`` and of the services it started.
 
 Why an ``up`` per test and not one per session with an account per test: ``up`` serves one
 emulator on one NATS account, and the emulator has no reset. Per-test isolation then needs a
-fresh ``up``; it costs about what a nats-server start costs (docs/benchmarks.md).
+fresh ``up``; it costs about what a nats-server start costs, which the session's spare (the next
+test's ``up``, started while a test runs; a test's lab closed in the background) takes off the
+tests' clock (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import os
 import signal
-from typing import Any, Generator, Optional
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Generator, List, Optional
 
 import pytest
 
@@ -38,6 +41,12 @@ def pytest_addoption(parser: Any) -> None:
     )
     parser.addini("triggers_lab_timeout", "seconds a wait of the triggers_lab fixture allows", default="10")
     parser.addini("triggers_lab_up_args", "extra arguments for `triggers-lab up`", type="args", default=[])
+    parser.addini(
+        "triggers_lab_spare",
+        "start the next test's `up` while a test runs, and close a test's lab in the background",
+        type="bool",
+        default=True,
+    )
 
 
 def pytest_configure(config: Any) -> None:
@@ -55,25 +64,86 @@ def pytest_configure(config: Any) -> None:
             pass
 
 
+class _Labs:
+    """The session's labs: each test takes a lab that is already up (a spare, started while the
+    test before it ran) and leaves it to be closed in the background, so that neither `up`'s
+    start nor the services' shutdown is on the test's clock. Every lab is closed, and every close
+    finished, before the session ends."""
+
+    def __init__(self, config: Any):
+        timeout: Optional[float] = config.getoption("--triggers-lab-timeout")
+        if timeout is None:
+            timeout = float(config.getini("triggers_lab_timeout"))
+        self._kwargs = dict(
+            binary=config.getoption("--triggers-lab-binary"),
+            timeout=timeout,
+            args=config.getini("triggers_lab_up_args"),
+        )
+        self._spare = config.getini("triggers_lab_spare")
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="triggers-lab")
+        self._next: Optional[Future] = None
+        self._closing: List[Future] = []
+
+    def take(self) -> Lab:
+        lab = None
+        if self._next is not None:
+            spare, self._next = self._next, None
+            try:
+                lab = spare.result()
+            except Exception:
+                lab = None  # started again below, in the foreground: its error is the test's
+        if lab is None:
+            lab = Lab.start(**self._kwargs)
+        if self._spare:
+            self._next = self._pool.submit(Lab.start, **self._kwargs)
+        return lab
+
+    def give_back(self, lab: Lab) -> None:
+        if self._spare:
+            self._closing.append(self._pool.submit(lab.close))
+        else:
+            lab.close()
+
+    def close(self) -> None:
+        if self._next is not None:
+            self._closing.append(self._pool.submit(_close_when_up, self._next))
+            self._next = None
+        for closing in self._closing:
+            try:
+                closing.result()
+            except Exception:
+                pass
+        self._pool.shutdown(wait=True)
+        close_all()
+
+
+def _close_when_up(spare: Future) -> None:
+    try:
+        spare.result().close()
+    except Exception:
+        pass
+
+
+@pytest.fixture(scope="session")
+def _triggers_lab_session(request: Any) -> Generator[_Labs, None, None]:
+    labs = _Labs(request.config)
+    try:
+        yield labs
+    finally:
+        labs.close()
+
+
 @pytest.fixture
-def triggers_lab(request: Any) -> Generator[Lab, None, None]:
+def triggers_lab(request: Any, _triggers_lab_session: _Labs) -> Generator[Lab, None, None]:
     """A running emulator of this test's own: ``url``, ``start_service``, ``deploy``,
     ``trigger``, ``wait_service``, ``wait_settled``, ``dlq``, ``violations``,
     ``assert_no_conformance_errors``, ``advance`` (docs/python.md)."""
-    config = request.config
-    timeout: Optional[float] = config.getoption("--triggers-lab-timeout")
-    if timeout is None:
-        timeout = float(config.getini("triggers_lab_timeout"))
-    lab = Lab.start(
-        binary=config.getoption("--triggers-lab-binary"),
-        timeout=timeout,
-        args=config.getini("triggers_lab_up_args"),
-    )
+    lab = _triggers_lab_session.take()
     _stash(request.node, lab)
     try:
         yield lab
     finally:
-        lab.close()
+        _triggers_lab_session.give_back(lab)
 
 
 def _stash(node: Any, lab: Lab) -> None:
