@@ -2,6 +2,8 @@
 //! protocol's types generate, and every control-API example in docs/emulator.md (requests and
 //! replies) validates against it and decodes into those types.
 
+mod common;
+
 use std::path::PathBuf;
 
 use serde_json::Value;
@@ -233,4 +235,89 @@ fn the_schema_refuses_what_the_server_refuses() {
     assert!(!problems("TriggerReply", &wrong).is_empty());
     let refused = serde_json::json!({"ok": false, "error": "no run \"x\""});
     assert!(problems("RunReply", &refused).is_empty());
+}
+
+/// Sends `body` to `op` as a client in another language would, checks the request against
+/// `#/$defs/Request` and the reply against `#/$defs/<Op>Reply`, decodes the reply into the op's
+/// type, and returns it.
+async fn checked(client: &async_nats::Client, op: &str, body: Value) -> Value {
+    let mut tagged = body.clone();
+    tagged["op"] = Value::from(op);
+    let request = problems("Request", &tagged);
+    assert!(request.is_empty(), "{op} request {body}: {request:?}");
+    let reply = common::control(client, op, &serde_json::to_vec(&body).unwrap()).await;
+    let def = format!("{}Reply", control::pascal(op));
+    let wrong = problems(&def, &reply);
+    assert!(wrong.is_empty(), "{op} reply {reply}: {wrong:?}");
+    decode_reply_of(op, &reply).unwrap_or_else(|e| panic!("{op} reply {reply}: {e}"));
+    reply
+}
+
+#[tokio::test]
+async fn every_reply_of_a_live_emulator_validates_and_decodes() {
+    use serde_json::json;
+    let lab = common::lab().await;
+    let client = common::connect(&lab).await;
+    common::register(&client, &common::manifest("shop", &["charge"], &[])).await;
+    let flow = serde_json::to_value(common::one_step_flow("order", "shop", "charge")).unwrap();
+    let mut refused = flow.clone();
+    refused["nodes"][1]["action"] = json!("refund");
+    checked(&client, "check_release", json!({ "flow": flow })).await;
+    let error = checked(&client, "deploy", json!({ "flow": refused })).await;
+    assert_eq!(error["error"]["problems"][0]["code"], "unknown_action");
+    assert_eq!(
+        checked(&client, "deploy", json!({ "flow": flow })).await["ok"],
+        true
+    );
+    let started = checked(
+        &client,
+        "trigger",
+        json!({"flow_id": "order", "payload": {"n": 1}}),
+    )
+    .await;
+    let run_id = started["result"]["run_id"].clone();
+    common::next_delivery(&client, "shop").await;
+    // A violation on purpose: the orchestrator's DLQ subject, published by a client.
+    client
+        .publish("triggers.v2.dlq.source.x", "oops".into())
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while lab.violations().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no violation recorded"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let state = checked(&client, "state", json!({})).await;
+    assert_eq!(state["result"]["runs_total"], 1);
+    checked(&client, "state", json!({"runs_limit": 0})).await;
+    checked(&client, "run_page", json!({"after": 0, "limit": 10})).await;
+    checked(&client, "runs", json!({})).await;
+    checked(&client, "run", json!({ "run_id": run_id })).await;
+    checked(
+        &client,
+        "run",
+        json!({"run_id": run_id, "timeline_from": 0}),
+    )
+    .await;
+    checked(&client, "flow", json!({"flow_id": "order"})).await;
+    checked(&client, "flow_list", json!({})).await;
+    let records = checked(&client, "records", json!({"since": 0, "limit": 100})).await;
+    assert!(
+        records["result"].as_array().unwrap().len() >= 3,
+        "{records}"
+    );
+    let violations = checked(&client, "violations", json!({})).await;
+    assert_eq!(violations["result"][0]["rule"], "source_dlq_publish");
+    checked(&client, "services", json!({"limit": 10})).await;
+    checked(&client, "advance", json!({"duration_ms": 1000})).await;
+    checked(&client, "follow", json!({"lease_ms": 1000})).await;
+    checked(&client, "resend_dlq", json!({"msg_id": "nope"})).await;
+    let cancelled = checked(&client, "cancel", json!({ "run_id": run_id })).await;
+    assert_eq!(cancelled["result"]["run_id"], run_id);
+    let gone = checked(&client, "run", json!({"run_id": "nope"})).await;
+    assert_eq!(gone["ok"], false);
 }
