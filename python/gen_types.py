@@ -169,7 +169,8 @@ def generate(schema: Dict[str, Any]) -> str:
     out.append("")
     out.append("#: Every op and the type of its reply's `result`.")
     out.append("RESULTS: Dict[str, Any] = {")
-    out.extend(f"    {op!r}: {result_type(defs, op).strip(chr(39))}," for op in ops)
+    # Every definition exists by here: the names are written unquoted.
+    out.extend(f"    {op!r}: {result_type(defs, op).replace(chr(39), '')}," for op in ops)
     out.append("}")
     out.append("")
     return "\n".join(out)

@@ -52,3 +52,14 @@ def test_every_type_resolves():
         obj = getattr(generated, name)
         if isinstance(obj, type) and hasattr(obj, "__required_keys__"):
             typing.get_type_hints(obj)  # raises on a name the schema does not define
+
+
+def test_each_method_returns_the_schemas_result_type():
+    from triggers_lab._schema import RESULTS, Run
+
+    # Where the client gives more than the op's reply: trigger's run id alone, and run's whole
+    # timeline (read a page at a time) in place of one page.
+    made_by_the_client = {"trigger": str, "run": Run}
+    for op, result in RESULTS.items():
+        hints = typing.get_type_hints(getattr(AsyncControlClient, op))
+        assert hints["return"] == made_by_the_client.get(op, result), op

@@ -23,7 +23,23 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, TypeVar, Union
 
 from .errors import ControlError, NoEmulator, WaitTimeout
-from .types import OPS, DlqRecord, Fired, Run, Violation
+from .types import (
+    OPS,
+    Advanced,
+    Cancelled,
+    Deployment,
+    DlqRecord,
+    Flow,
+    FlowSummary,
+    FollowLease,
+    Record,
+    Resent,
+    Run,
+    RunPage,
+    ServiceState,
+    StateSummary,
+    Violation,
+)
 
 T = TypeVar("T")
 
@@ -228,14 +244,14 @@ class AsyncControlClient:
 
     # -- one method per op ------------------------------------------------------------------
 
-    async def state(self, runs_limit: Optional[int] = None) -> dict:
+    async def state(self, runs_limit: Optional[int] = None) -> StateSummary:
         return await self.request("state", {} if runs_limit is None else {"runs_limit": runs_limit})
 
-    async def deploy(self, flow: dict) -> dict:
+    async def deploy(self, flow: dict) -> Deployment:
         """Deploys a flow (a dict); ``{"flow": released flow, "broadcast_subject"}``."""
         return await self.request("deploy", {"flow": flow})
 
-    async def check_release(self, flow: dict) -> dict:
+    async def check_release(self, flow: dict) -> Flow:
         return await self.request("check_release", {"flow": flow})
 
     async def trigger(
@@ -254,14 +270,14 @@ class AsyncControlClient:
             body["payload_json"] = payload_json
         return (await self.request("trigger", body))["run_id"]
 
-    async def resend_dlq(self, msg_id: str) -> dict:
+    async def resend_dlq(self, msg_id: str) -> Resent:
         return await self.request("resend_dlq", {"msg_id": msg_id})
 
-    async def advance(self, duration: Union[str, int, float]) -> dict:
+    async def advance(self, duration: Union[str, int, float]) -> Advanced:
         """Moves the virtual clock (``"1h"``, ``"90s"``, or seconds); ``{"fired", "clock"}``."""
         return await self.request("advance", {"duration_ms": duration_ms(duration)})
 
-    async def cancel(self, run_id: str) -> dict:
+    async def cancel(self, run_id: str) -> Cancelled:
         return await self.request("cancel", {"run_id": run_id})
 
     async def run(self, run_id: str) -> Run:
@@ -284,19 +300,19 @@ class AsyncControlClient:
         """Every run, whole (an error once they outgrow one message: use ``run_page``)."""
         return await self.request("runs")
 
-    async def run_page(self, after: int = 0, limit: Optional[int] = None) -> dict:
+    async def run_page(self, after: int = 0, limit: Optional[int] = None) -> RunPage:
         body: Dict[str, Any] = {"after": after}
         if limit is not None:
             body["limit"] = limit
         return await self.request("run_page", body)
 
-    async def flow(self, flow_id: str) -> dict:
+    async def flow(self, flow_id: str) -> Flow:
         return await self.request("flow", {"flow_id": flow_id})
 
-    async def flow_list(self) -> List[dict]:
+    async def flow_list(self) -> List[FlowSummary]:
         return await self.request("flow_list")
 
-    async def records(self, since: int = 0, limit: int = 1000) -> List[dict]:
+    async def records(self, since: int = 0, limit: int = 1000) -> List[Record]:
         """Records after ``since`` (a ``seq``): at most ``limit``, as many as fit in a message."""
         return await self.request("records", {"since": since, "limit": limit})
 
@@ -309,9 +325,9 @@ class AsyncControlClient:
                 return out
             out.extend(page)
 
-    async def services(self) -> Dict[str, dict]:
+    async def services(self) -> Dict[str, ServiceState]:
         """Every registered service by name, read a page at a time."""
-        out: Dict[str, dict] = {}
+        out: Dict[str, ServiceState] = {}
         after: Optional[str] = None
         while True:
             body: Dict[str, Any] = {"limit": 1000}
@@ -323,7 +339,7 @@ class AsyncControlClient:
             out.update(page)
             after = max(page)
 
-    async def follow(self, lease_ms: Optional[int] = None) -> dict:
+    async def follow(self, lease_ms: Optional[int] = None) -> FollowLease:
         """Asks for the records on ``triggerslab.v1.records[.<token>]`` for a lease;
         ``{"subject", "lease_ms"}``. Renew it before it runs out to keep them coming."""
         return await self.request("follow", {} if lease_ms is None else {"lease_ms": lease_ms})
