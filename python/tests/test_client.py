@@ -47,3 +47,21 @@ def test_a_client_finds_the_up_by_its_instance_name(triggers_lab):
     found.token = "not-the-token"
     with ControlClient(discovery=found) as client, pytest.raises(ControlError, match="token"):
         client.state()
+
+
+def test_the_package_runs_its_binary():
+    import os
+    import subprocess
+    import sys
+    import sysconfig
+    from pathlib import Path
+
+    from conftest import INSTALLED
+    from triggers_lab import find_triggers_lab
+
+    done = subprocess.run([sys.executable, "-m", "triggers_lab", "--version"],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.startswith("triggers-lab ")
+    if INSTALLED and "TRIGGERS_LAB" not in os.environ:
+        # pip put the binary in this environment's scripts folder, beside python.
+        assert Path(find_triggers_lab()) == Path(sysconfig.get_path("scripts")) / "triggers-lab"
