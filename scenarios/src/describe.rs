@@ -1,132 +1,19 @@
-//! Words for people: a step's one-line label, and accounts of what arrived (run timelines, DLQ
-//! entries, registrations, heartbeats, calls, HTTP requests) for failure messages.
+//! Words for people: a step's one-line label (each kind words its own, in `steps/`), and
+//! accounts of what arrived (run timelines, DLQ entries, registrations, heartbeats, calls, HTTP
+//! requests) for failure messages.
 
 use std::collections::BTreeMap;
 
 use triggers_emulator::Emulator;
 use triggers_emulator::recorder::{Record, RecordKind};
 
-use crate::model::{Short, Step};
+use crate::model::Step;
 use crate::scripted::Call;
 
 /// A step in a few words: `trigger flow-lab as r1`, `wait_settled r1`...
 #[must_use]
 pub fn label(step: &Step) -> String {
-    match step {
-        Step::Deploy(Short(d)) => match &d.expect_error {
-            Some(codes) => format!("deploy {} (expect {})", d.flow, codes.0.join(", ")),
-            None => format!("deploy {}", d.flow),
-        },
-        Step::Trigger(t) => {
-            let mut s = format!("trigger {}", t.flow);
-            if t.raw.is_some() {
-                s.push_str(" (raw bytes)");
-            }
-            if let Some(n) = &t.name {
-                s.push_str(&format!(" as {n}"));
-            }
-            s
-        }
-        Step::Advance(d) => format!("advance {d}"),
-        Step::Sleep(d) => format!("sleep {d}"),
-        Step::WaitNode(w) => format!(
-            "wait_node {} {}{}",
-            w.run,
-            w.node,
-            w.status
-                .as_ref()
-                .map(|s| format!(" {s}"))
-                .unwrap_or_default()
-        ),
-        Step::WaitSettled(Short(w)) => format!(
-            "wait_settled {}{}",
-            w.run,
-            w.status
-                .as_ref()
-                .map(|s| format!(" {s}"))
-                .unwrap_or_default()
-        ),
-        Step::WaitIdle(Short(w)) => format!(
-            "wait_idle {}{}",
-            w.run,
-            w.status
-                .as_ref()
-                .map(|s| format!(" {s}"))
-                .unwrap_or_default()
-        ),
-        Step::ExpectEvents(e) => format!(
-            "expect_events {} ({} event{})",
-            e.run,
-            e.events.len(),
-            if e.events.len() == 1 { "" } else { "s" }
-        ),
-        Step::ExpectDlq(d) => {
-            let mut parts = vec!["expect_dlq".to_owned()];
-            if let Some(s) = &d.subject {
-                parts.push(s.clone());
-            }
-            if let Some(k) = &d.kind {
-                parts.push(format!("kind={k}"));
-            }
-            if let Some(r) = &d.run {
-                parts.push(format!("run={r}"));
-            }
-            if let Some(c) = d.count {
-                parts.push(format!("count={c}"));
-            }
-            parts.join(" ")
-        }
-        Step::ExpectRegistration(r) => format!(
-            "expect_registration {} {}",
-            r.service,
-            if r.accepted { "accepted" } else { "refused" }
-        ),
-        Step::Register(r) => format!(
-            "register {}",
-            r.manifest
-                .get("service")
-                .and_then(|s| s.as_str())
-                .unwrap_or("?")
-        ),
-        Step::ExpectHeartbeat(h) => format!(
-            "expect_heartbeat {}{}",
-            h.service,
-            match h.shutting_down {
-                Some(true) => " shutting_down",
-                _ => "",
-            }
-        ),
-        Step::ExpectService(s) => format!("expect_service {}", s.service),
-        Step::ExpectBroadcast(Short(b)) => format!("expect_broadcast {}", b.flow),
-        Step::ExpectCalls(c) => format!("expect_calls {}.{}", c.service, c.action),
-        Step::ExpectHttp(h) => format!("expect_http {}", h.stub),
-        Step::ExpectViolation(Short(v)) => format!("expect_violation {}", v.rule),
-        Step::Publish(p) => format!("publish {}", p.subject),
-        Step::RestartNats(_) => "restart_nats".into(),
-        Step::StopNatsNode(n) => format!("stop_nats_node {n}"),
-        Step::KillNatsNode(n) => format!("kill_nats_node {n}"),
-        Step::RestartNatsNode(n) => format!("restart_nats_node {n}"),
-        Step::StopService(s) => format!("stop_service {s}"),
-        Step::Fuzz(f) => format!(
-            "fuzz {}.{} ({} inputs, seed {})",
-            f.service,
-            f.action,
-            f.runs.unwrap_or(crate::model::DEFAULT_FUZZ_RUNS),
-            f.seed.unwrap_or(1)
-        ),
-        Step::Load(l) => format!(
-            "load {} ({} runs, {})",
-            l.flow,
-            l.runs.unwrap_or(crate::model::DEFAULT_LOAD_RUNS),
-            match (l.rate, l.concurrency) {
-                (Some(r), _) => format!("rate {r}/s"),
-                (None, c) => format!(
-                    "concurrency {}",
-                    c.unwrap_or(crate::model::DEFAULT_LOAD_CONCURRENCY)
-                ),
-            }
-        ),
-    }
+    step.kind().label()
 }
 
 /// The run names of a scenario, by run id, to show `r1 (run-…)`.

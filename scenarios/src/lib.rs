@@ -28,7 +28,6 @@ pub mod coverage;
 mod describe;
 mod discover;
 mod error;
-mod expect;
 mod external;
 mod flowfile;
 pub mod fuzz;
@@ -64,7 +63,9 @@ pub use load::{
     DEFAULT_STEP_TIMEOUT, DEFAULT_TIMEOUT, FlowDef, Scenario, StepAt, load_file, load_str,
     parse_document,
 };
-pub use report::{Outcome, ScenarioReport, ShardInfo, StepReport, SuiteReport, Totals};
+pub use report::{
+    FailureKind, Outcome, ScenarioReport, ShardInfo, StepReport, SuiteReport, Totals,
+};
 pub use runner::{Event, EventFn, RunOptions, WatchFn, run_scenario};
 pub use scripted::{Call, ScriptedServices};
 pub use suite::{Filter, load_all, run_suite};

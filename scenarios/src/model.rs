@@ -17,6 +17,15 @@ use serde_saphyr::Spanned;
 use triggers_sdk::runtime::DEFAULT_RETRY;
 use triggers_sdk::wire::Retry;
 
+pub use crate::steps::{
+    AdvanceStep, DEFAULT_FUZZ_RUNS, DEFAULT_LOAD_CONCURRENCY, DEFAULT_LOAD_RUNS, DeployStep,
+    EventOrder, EventSpec, ExpectBroadcastStep, ExpectCallsStep, ExpectDlqStep, ExpectEventsStep,
+    ExpectHeartbeatStep, ExpectHttpStep, ExpectRegistrationStep, ExpectServiceStep,
+    ExpectViolationStep, FuzzStep, KillNatsNodeStep, LoadExpect, LoadStep, MAX_FUZZ_RUNS, NodeRef,
+    PublishStep, RegisterStep, RestartNatsNodeStep, RestartNatsStep, SleepStep, StopNatsNodeStep,
+    StopServiceStep, TriggerStep, WaitIdleStep, WaitNodeStep, WaitRunStep, WaitSettledStep,
+};
+
 /// A scenario file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -108,29 +117,6 @@ impl NatsSpec {
     /// How many servers: the cluster's nodes, else 1.
     pub fn nodes(&self) -> usize {
         self.cluster.unwrap_or(1)
-    }
-}
-
-/// Which node of a cluster a `*_nats_node` step acts on.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(untagged)]
-pub enum NodeRef {
-    /// Node N, 1-based (node 1 is the one clients connect to first).
-    Number(usize),
-    /// The node that leads a service's inbound stream when the step runs:
-    /// `{leader_of: shop}`. Killing it forces a leader election.
-    LeaderOf {
-        /// The service.
-        leader_of: String,
-    },
-}
-
-impl std::fmt::Display for NodeRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NodeRef::Number(n) => write!(f, "{n}"),
-            NodeRef::LeaderOf { leader_of } => write!(f, "(leader of {leader_of})"),
-        }
     }
 }
 
@@ -383,11 +369,13 @@ pub struct Behavior {
 }
 
 /// `return: null` is a value, not an absent key.
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+pub(crate) fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(d).map(Some)
 }
 
-/// One step.
+/// One step. What each kind checks when the file is read, what it does when it runs and how
+/// it is labelled live together in the kind's own module (`src/steps/`); adding a kind is a
+/// module there and a variant here.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Step {
@@ -396,15 +384,15 @@ pub enum Step {
     /// Start a run.
     Trigger(TriggerStep),
     /// Move the virtual clock forward; due timers fire.
-    Advance(Dur),
+    Advance(AdvanceStep),
     /// Wait this long (wall clock). Prefer a `wait_*` or `expect_*` step.
-    Sleep(Dur),
+    Sleep(SleepStep),
     /// Wait until a node of a run has finished, with a status.
     WaitNode(WaitNodeStep),
     /// Wait until a run has settled, with a status.
-    WaitSettled(Short<WaitRunStep>),
+    WaitSettled(Short<WaitSettledStep>),
     /// Wait until nothing of a run is pending (settled, or waiting on a timer).
-    WaitIdle(Short<WaitRunStep>),
+    WaitIdle(Short<WaitIdleStep>),
     /// Expect completion events of a run.
     ExpectEvents(ExpectEventsStep),
     /// Expect DLQ entries.
@@ -428,466 +416,19 @@ pub enum Step {
     /// Publish raw bytes on a subject.
     Publish(PublishStep),
     /// Restart the nats-server (same URL, same store).
-    RestartNats(Nothing),
+    RestartNats(RestartNatsStep),
     /// Stop a node of a `nats: {cluster: ..}` gracefully; it hands over what it leads.
-    StopNatsNode(NodeRef),
+    StopNatsNode(StopNatsNodeStep),
     /// Kill a node of a cluster (SIGKILL): a crash, no hand-over.
-    KillNatsNode(NodeRef),
+    KillNatsNode(KillNatsNodeStep),
     /// Start a node of a cluster again, with its store; waits until it is ready.
-    RestartNatsNode(NodeRef),
+    RestartNatsNode(RestartNatsNodeStep),
     /// Stop a service gracefully.
-    StopService(String),
+    StopService(StopServiceStep),
     /// Fuzz an action with inputs generated from its registered `input_schema`.
     Fuzz(FuzzStep),
     /// Drive a deployed flow with many runs and check how it held up.
     Load(LoadStep),
-}
-
-/// `load`: `runs` runs of a deployed flow, at a fixed `concurrency` (default 4) or `rate` (runs
-/// per second), each sent `payload` (with `{{i}}` replaced by the run's number) or the payloads of
-/// `payloads_file` in turn; reports throughput and latency percentiles (per run and per node) and
-/// fails unless every run settled in time and `expect` holds.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LoadStep {
-    /// The flow id (deployed by an earlier step).
-    pub flow: String,
-    /// How many runs (default 100).
-    #[serde(default)]
-    pub runs: Option<u64>,
-    /// At most this many runs in flight (default 4).
-    #[serde(default)]
-    pub concurrency: Option<usize>,
-    /// Runs started per second (instead of `concurrency`).
-    #[serde(default)]
-    pub rate: Option<f64>,
-    /// The payload of every run (default `{}`).
-    #[serde(default)]
-    pub payload: Option<Value>,
-    /// A file of payloads (a JSON array, or one JSON value per line), relative to the scenario.
-    #[serde(default)]
-    pub payloads_file: Option<String>,
-    /// How long each run may take to settle (default: the scenario's `step_timeout`).
-    #[serde(default)]
-    pub run_timeout: Option<Dur>,
-    /// What must hold beyond every run settling in time.
-    #[serde(default)]
-    pub expect: LoadExpect,
-}
-
-/// `load`'s `expect`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LoadExpect {
-    /// Runs that may fail (default 0).
-    #[serde(default)]
-    pub max_failed: u64,
-    /// DLQ entries the failed runs may write (default: no bound of its own; failed runs are
-    /// bounded by `max_failed`).
-    #[serde(default)]
-    pub max_dlq: Option<u64>,
-    /// The runs' p99 latency (trigger to settled) must be below this. In CI, a generous ceiling.
-    #[serde(default)]
-    pub p99_below: Option<Dur>,
-    /// Settled runs per second at least.
-    #[serde(default)]
-    pub min_throughput: Option<f64>,
-}
-
-/// Runs a `load` step makes when it does not say.
-pub const DEFAULT_LOAD_RUNS: u64 = 100;
-/// Runs a `load` step keeps in flight when it names neither `concurrency` nor `rate`.
-pub const DEFAULT_LOAD_CONCURRENCY: usize = 4;
-
-/// `fuzz`: inputs generated from the action's registered `input_schema` (edges first), each
-/// through a flow of its own; fails on a DLQ entry, a failed or stuck run, a result that does not
-/// validate against `result_schema`, or a conformance error, naming a shrunk input and the seed.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FuzzStep {
-    /// The service (scripted or external).
-    pub service: String,
-    /// Its action.
-    pub action: String,
-    /// How many inputs (default 100).
-    #[serde(default)]
-    pub runs: Option<u32>,
-    /// The seed (default 1): the same seed sends the same inputs.
-    #[serde(default)]
-    pub seed: Option<u64>,
-    /// Also send inputs that break the schema (every fourth): each must be dead-lettered as
-    /// `invalid_input`.
-    #[serde(default)]
-    pub invalid: bool,
-    /// How long each run may take to settle (default: the scenario's `step_timeout`).
-    #[serde(default)]
-    pub run_timeout: Option<Dur>,
-}
-
-/// Inputs a `fuzz` step sends when it does not say.
-pub const DEFAULT_FUZZ_RUNS: u32 = 100;
-
-/// The most inputs one `fuzz` step may send.
-pub const MAX_FUZZ_RUNS: u32 = 100_000;
-
-/// `deploy`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DeployStep {
-    /// The flow id (of `flows`).
-    pub flow: String,
-    /// The release must be refused with this code (or these codes).
-    #[serde(default)]
-    pub expect_error: Option<OneOrMany>,
-}
-
-impl From<String> for DeployStep {
-    fn from(flow: String) -> Self {
-        DeployStep {
-            flow,
-            expect_error: None,
-        }
-    }
-}
-
-/// `trigger`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TriggerStep {
-    /// The flow id.
-    pub flow: String,
-    /// The payload, as JSON (default `{}`).
-    #[serde(default)]
-    pub payload: Option<Value>,
-    /// Exact payload bytes instead (need not be JSON: a poison message).
-    #[serde(default)]
-    pub raw: Option<String>,
-    /// The service-in to start at (default the flow's first entry point).
-    #[serde(default)]
-    pub entry: Option<String>,
-    /// The run id (default a new one).
-    #[serde(default)]
-    pub run_id: Option<String>,
-    /// The name later steps call the run by.
-    #[serde(default, rename = "as")]
-    pub name: Option<String>,
-}
-
-/// `wait_node`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WaitNodeStep {
-    /// The run's name (its `as:`).
-    pub run: String,
-    /// The node.
-    pub node: String,
-    /// The status it must finish with: `succeeded` (default), `failed`, `skipped` or `any`.
-    #[serde(default)]
-    pub status: Option<String>,
-    /// This step's time limit.
-    #[serde(default)]
-    pub timeout: Option<Dur>,
-}
-
-/// `wait_settled` and `wait_idle`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WaitRunStep {
-    /// The run's name.
-    pub run: String,
-    /// The status it must have: `succeeded`, `failed`, `waiting` or `any` (default `succeeded`
-    /// for `wait_settled`, `any` for `wait_idle`).
-    #[serde(default)]
-    pub status: Option<String>,
-    /// This step's time limit.
-    #[serde(default)]
-    pub timeout: Option<Dur>,
-}
-
-impl From<String> for WaitRunStep {
-    fn from(run: String) -> Self {
-        WaitRunStep {
-            run,
-            status: None,
-            timeout: None,
-        }
-    }
-}
-
-/// How `expect_events` compares.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EventOrder {
-    /// The listed events appear in this order, others may come between (default).
-    #[default]
-    InOrder,
-    /// The run's events are exactly these, in this order (the engine's `triggered`, `armed`,
-    /// `fired` count only when one of them is listed).
-    Strict,
-    /// Each listed event appears, in any order.
-    Any,
-}
-
-/// `expect_events`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExpectEventsStep {
-    /// The run's name.
-    pub run: String,
-    /// How to compare.
-    #[serde(default)]
-    pub order: EventOrder,
-    /// The events.
-    pub events: Vec<EventSpec>,
-    /// This step's time limit.
-    #[serde(default)]
-    pub timeout: Option<Dur>,
-}
-
-/// One expected completion event (or engine step).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EventSpec {
-    /// The node.
-    pub node: String,
-    /// `succeeded`, `retrying`, `failed`, `skipped`, or the engine's `triggered`, `armed`, `fired`
-    /// (default: any).
-    #[serde(default)]
-    pub status: Option<String>,
-    /// The service that reported it.
-    #[serde(default)]
-    pub service: Option<String>,
-    /// Text the event's error contains.
-    #[serde(default)]
-    pub error_contains: Option<String>,
-}
-
-/// `expect_dlq`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExpectDlqStep {
-    /// The exact subject.
-    #[serde(default)]
-    pub subject: Option<String>,
-    /// The run's name (the entry's `envelope.flow_run_id`).
-    #[serde(default)]
-    pub run: Option<String>,
-    /// The entry's `kind`.
-    #[serde(default)]
-    pub kind: Option<String>,
-    /// `dlq_form` (`<idempotency_key>:dlq:<unix_ns>`, key matching the entry) or an exact id.
-    #[serde(default)]
-    pub msg_id: Option<String>,
-    /// Text the entry's `err_msg` contains.
-    #[serde(default)]
-    pub err_contains: Option<String>,
-    /// The entry's `body`, as JSON.
-    #[serde(default, deserialize_with = "present")]
-    pub body: Option<Value>,
-    /// Exactly this many match (checked after `settle`); without it, at least one.
-    #[serde(default)]
-    pub count: Option<usize>,
-    /// How long to watch for more after the count is reached (default 250ms).
-    #[serde(default)]
-    pub settle: Option<Dur>,
-    /// This step's time limit.
-    #[serde(default)]
-    pub timeout: Option<Dur>,
-}
-
-/// `expect_registration`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExpectRegistrationStep {
-    /// The service.
-    pub service: String,
-    /// Accepted (default true) or refused.
-    #[serde(default = "yes")]
-    pub accepted: bool,
-    /// Text the refusal contains.
-    #[serde(default)]
-    pub error_contains: Option<String>,
-    /// The fields of each action's `result_event` in the registered manifest:
-    /// `{action: [field, ...]}` (`[]`: the action declares none).
-    #[serde(default)]
-    pub result_event: Option<BTreeMap<String, Vec<String>>>,
-    /// This step's time limit.
-    #[serde(default)]
-    pub timeout: Option<Dur>,
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// `register`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RegisterStep {
-    /// The manifest. Without `manifest_hash`, the right hash is sealed in.
-    pub manifest: Value,
-    /// The reply's error must contain this; without it, the registration must be accepted.
-    #[serde(default)]
-    pub expect_error: Option<String>,
-    /// This step's time limit.
-    #[serde(default)]
-    pub timeout: Option<Dur>,
-}
-
-/// `expect_heartbeat`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExpectHeartbeatStep {
-    /// The service.
-    pub service: String,
-    /// The heartbeat's `shutting_down` (default: either).
-    #[serde(default)]
-    pub shutting_down: Option<bool>,
-    /// This step's time limit.
-    #[serde(default)]
-    pub timeout: Option<Dur>,
-}
-
-/// `expect_service`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExpectServiceStep {
-    /// The service.
-    pub service: String,
-    /// Replicas seen (distinct `started_at` in its heartbeats).
-    #[serde(default)]
-    pub replicas: Option<usize>,
-    /// This step's time limit.
-    #[serde(default)]
-    pub timeout: Option<Dur>,
-}
-
-/// `expect_broadcast`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExpectBroadcastStep {
-    /// The flow id (deployed).
-    pub flow: String,
-    /// Only this scripted service's replicas (default: every scripted service of the flow).
-    #[serde(default)]
-    pub service: Option<String>,
-    /// The subject it must have been broadcast on.
-    #[serde(default)]
-    pub subject: Option<String>,
-    /// This step's time limit.
-    #[serde(default)]
-    pub timeout: Option<Dur>,
-}
-
-impl From<String> for ExpectBroadcastStep {
-    fn from(flow: String) -> Self {
-        ExpectBroadcastStep {
-            flow,
-            service: None,
-            subject: None,
-            timeout: None,
-        }
-    }
-}
-
-/// `expect_calls`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExpectCallsStep {
-    /// The scripted service.
-    pub service: String,
-    /// The action.
-    pub action: String,
-    /// Only calls of this run.
-    #[serde(default)]
-    pub run: Option<String>,
-    /// Only calls with this input (JSON).
-    #[serde(default, deserialize_with = "present")]
-    pub input: Option<Value>,
-    /// Exactly this many calls (attempts) match; without it, at least one.
-    #[serde(default)]
-    pub count: Option<usize>,
-    /// How long to watch for more after the count is reached (default 250ms).
-    #[serde(default)]
-    pub settle: Option<Dur>,
-    /// This step's time limit.
-    #[serde(default)]
-    pub timeout: Option<Dur>,
-}
-
-/// `expect_http`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExpectHttpStep {
-    /// The stub.
-    pub stub: String,
-    /// Only requests with this JSON body.
-    #[serde(default, deserialize_with = "present")]
-    pub body: Option<Value>,
-    /// Only requests with these headers (names in any case, exact values).
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// Only requests without these headers.
-    #[serde(default)]
-    pub headers_absent: Vec<String>,
-    /// Exactly this many requests match; without it, at least one.
-    #[serde(default)]
-    pub count: Option<usize>,
-    /// How long to watch for more after the count is reached (default 250ms).
-    #[serde(default)]
-    pub settle: Option<Dur>,
-    /// This step's time limit.
-    #[serde(default)]
-    pub timeout: Option<Dur>,
-}
-
-/// `expect_violation`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExpectViolationStep {
-    /// The rule (`triggers_emulator::conformance::RULES`).
-    pub rule: String,
-    /// Only on this subject.
-    #[serde(default)]
-    pub subject: Option<String>,
-    /// Exactly this many; without it, at least one.
-    #[serde(default)]
-    pub count: Option<usize>,
-    /// How long to watch for more after the count is reached (default 250ms).
-    #[serde(default)]
-    pub settle: Option<Dur>,
-    /// This step's time limit.
-    #[serde(default)]
-    pub timeout: Option<Dur>,
-}
-
-impl From<String> for ExpectViolationStep {
-    fn from(rule: String) -> Self {
-        ExpectViolationStep {
-            rule,
-            subject: None,
-            count: None,
-            settle: None,
-            timeout: None,
-        }
-    }
-}
-
-/// `publish`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PublishStep {
-    /// The subject.
-    pub subject: String,
-    /// Headers, written as given.
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// The body, as text (exact bytes).
-    #[serde(default)]
-    pub body: Option<String>,
-    /// The body, as JSON (written as Go writes it) instead.
-    #[serde(default, deserialize_with = "present")]
-    pub json: Option<Value>,
 }
 
 /// A key that takes nothing: `restart_nats: {}` (or an empty value).

@@ -80,9 +80,51 @@ pub struct StepReport {
     pub detail: String,
 }
 
+/// What kind of failure ended a scenario: decided where the failure was made (a step, the
+/// setup, the conformance check...), never read back from its message.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// What a step expects did not hold: the services did not do what the scenario says.
+    #[default]
+    Expectation,
+    /// A step could not be carried out as written: a `${...}` with no value, a run not started,
+    /// a flow or manifest that does not parse once its values are in.
+    Invalid,
+    /// What a step needs around it failed: a request NATS refused, a server that would not
+    /// restart, records the emulator could not keep.
+    Environment,
+    /// A step waited its time limit (or the scenario's) out.
+    Timeout,
+    /// The run was stopped (Ctrl-C, SIGTERM) while the scenario ran or started.
+    Interrupted,
+    /// The scenario's server, emulator or services could not be started.
+    Setup,
+    /// The conformance checker found what the scenario's `conformance` does not allow.
+    Conformance,
+    /// NATS dropped messages, or the emulator lost its connection: no verdict can be reached.
+    Dropped,
+    /// A service would not stop.
+    Teardown,
+}
+
+impl FailureKind {
+    /// The outcome of a step or scenario that ended with this kind of failure.
+    #[must_use]
+    pub fn outcome(self) -> Outcome {
+        match self {
+            FailureKind::Interrupted => Outcome::Interrupted,
+            _ => Outcome::Failed,
+        }
+    }
+}
+
 /// Why a scenario failed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Failure {
+    /// The kind of failure (`expectation` in a report written before the field existed).
+    #[serde(default)]
+    pub kind: FailureKind,
     /// The step (1-based), or none for setup, the conformance check or teardown.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step: Option<usize>,
@@ -456,6 +498,7 @@ mod tests {
 
     fn scenario(outcome: Outcome, failed_attempts: usize) -> ScenarioReport {
         let failure = Failure {
+            kind: FailureKind::Expectation,
             step: Some(1),
             at: "s.scenario.yaml:3:5".into(),
             what: "expect_calls shop.charge".into(),

@@ -22,9 +22,10 @@ use crate::describe::{self, RunNames};
 use crate::external::{External, Output};
 use crate::interrupt::Interrupt;
 use crate::load::Scenario;
-use crate::model::{ClockSpec, Conformance, HashMismatchSpec, Readiness, Step, StubSpec};
-use crate::report::{Failure, Outcome, ScenarioReport, ServiceOutput, StepReport};
+use crate::model::{ClockSpec, Conformance, HashMismatchSpec, Readiness, StubSpec};
+use crate::report::{Failure, FailureKind, Outcome, ScenarioReport, ServiceOutput, StepReport};
 use crate::scripted::Scripted;
+use crate::steps::StepFailure;
 use crate::vars;
 
 /// Called with the emulator of each scenario as it starts (for `--tui`); the scenario's
@@ -147,8 +148,13 @@ impl Waiter {
         true
     }
 
+    /// The timeout failure: what it waited for, and what it saw.
+    pub(crate) fn timeout(&self, waiting_for: String, saw: String) -> StepFailure {
+        StepFailure::timeout(self.timeout_message(waiting_for, saw))
+    }
+
     /// The timeout message: what it waited for, and what it saw.
-    pub(crate) fn timeout(&self, waiting_for: String, saw: String) -> String {
+    fn timeout_message(&self, waiting_for: String, saw: String) -> String {
         let text = WaitError::Timeout {
             waited: round(self.started.elapsed()),
             waiting_for,
@@ -232,11 +238,12 @@ impl Lab<'_> {
     }
 
     /// The run id of a run name.
-    pub(crate) fn run_id(&self, name: &str) -> Result<String, String> {
-        self.runs
-            .get(name)
-            .cloned()
-            .ok_or_else(|| format!("no run named {name:?} has started (did its trigger step run?)"))
+    pub(crate) fn run_id(&self, name: &str) -> Result<String, StepFailure> {
+        self.runs.get(name).cloned().ok_or_else(|| {
+            StepFailure::invalid(format!(
+                "no run named {name:?} has started (did its trigger step run?)"
+            ))
+        })
     }
 
     fn lookup(&self, name: &str) -> Option<String> {
@@ -256,13 +263,13 @@ impl Lab<'_> {
     }
 
     /// `${...}` replaced in a JSON value.
-    pub(crate) fn subst(&self, value: &Value) -> Result<Value, String> {
-        vars::substitute(value, &|n| self.lookup(n))
+    pub(crate) fn subst(&self, value: &Value) -> Result<Value, StepFailure> {
+        vars::substitute(value, &|n| self.lookup(n)).map_err(StepFailure::invalid)
     }
 
     /// `${...}` replaced in text.
-    pub(crate) fn subst_str(&self, text: &str) -> Result<String, String> {
-        vars::substitute_str(text, &|n| self.lookup(n))
+    pub(crate) fn subst_str(&self, text: &str) -> Result<String, StepFailure> {
+        vars::substitute_str(text, &|n| self.lookup(n)).map_err(StepFailure::invalid)
     }
 
     pub(crate) fn account_run(&self, id: &str) -> String {
@@ -298,132 +305,9 @@ pub async fn run_scenario(
         services: Vec::new(),
         failed_attempts: Vec::new(),
     };
-    let whole_file = scenario.file.clone();
     match setup(scenario, options).await {
-        Err(SetupError {
-            message,
-            outputs,
-            interrupted,
-        }) => {
-            let (outcome, what, steps) = match interrupted {
-                Some(_) => (Outcome::Interrupted, "interrupted", Outcome::NotRun),
-                None => (Outcome::Failed, "setup", Outcome::Skipped),
-            };
-            report.outcome = outcome;
-            report.failure = Some(Failure {
-                step: None,
-                at: whole_file,
-                what: what.into(),
-                message,
-            });
-            report.services = outputs;
-            for (i, s) in scenario.steps.iter().enumerate() {
-                report.steps.push(StepReport {
-                    index: i + 1,
-                    line: s.line,
-                    label: describe::label(&s.step),
-                    outcome: steps,
-                    duration: Duration::ZERO,
-                    detail: String::new(),
-                });
-            }
-        }
-        Ok(mut lab) => {
-            report.nats = lab.harness.nats_summary();
-            let watching = options
-                .watch
-                .as_ref()
-                .map(|w| tokio::spawn(w(lab.em().clone())));
-            lab.timeout = options.timeout.unwrap_or(scenario.timeout);
-            lab.deadline = after(Instant::now(), lab.timeout);
-            run_steps(&mut lab, &mut report, index, &emitter, &options.interrupt).await;
-            let interrupted = report.outcome == Outcome::Interrupted;
-            if report.failure.is_none()
-                && !interrupted
-                && let Some(message) = conformance(&lab)
-            {
-                report.failure = Some(Failure {
-                    step: None,
-                    at: whole_file.clone(),
-                    what: format!("conformance: {:?}", scenario.conformance).to_lowercase(),
-                    message,
-                });
-            }
-            if let Some(w) = watching {
-                // An interrupted run does not wait for the viewer to be quit.
-                if interrupted {
-                    w.abort();
-                }
-                let _ = w.await;
-            }
-            let (dropped, mut account) = drops(&lab);
-            report.dropped_messages = dropped;
-            let losses = lab.em().connection_losses();
-            let unplanned_losses = losses > 0 && !disturbs_the_server(lab.scenario);
-            if unplanned_losses {
-                let lost = format!(
-                    "the emulator's connection to NATS was lost {losses} time(s) though no step \
-                     restarted or stopped a server (the server cuts off a client that falls more \
-                     than its max_pending behind: a flood): what was published on plain subjects \
-                     meanwhile was not seen, and a verdict reached on partial data is not a verdict"
-                );
-                account = if account.is_empty() {
-                    lost
-                } else {
-                    format!("{account}; {lost}")
-                };
-            }
-            if dropped > 0 || unplanned_losses {
-                match &mut report.failure {
-                    None => {
-                        report.failure = Some(Failure {
-                            step: None,
-                            at: whole_file.clone(),
-                            what: "dropped messages".into(),
-                            message: account,
-                        });
-                    }
-                    Some(failure) => {
-                        failure.message.push_str(&format!(
-                            "\n(and: {account}; this failure may come from them)"
-                        ));
-                    }
-                }
-            }
-            if let Some(message) = teardown(&mut lab).await
-                && report.failure.is_none()
-            {
-                report.failure = Some(Failure {
-                    step: None,
-                    at: whole_file,
-                    what: "teardown".into(),
-                    message,
-                });
-            }
-            report.services = lab
-                .outputs
-                .iter()
-                .map(|(service, out)| ServiceOutput {
-                    service: service.clone(),
-                    output: out.text(),
-                })
-                .collect();
-            if report.failure.is_some() && !interrupted {
-                report.outcome = Outcome::Failed;
-            }
-            if let Some(coverage) = &options.coverage {
-                coverage
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .observe_emulator(lab.em());
-            }
-            // Gracefully, so a Docker container is stopped and removed, a binary's store deleted,
-            // before the next scenario (or the exit) comes.
-            let Lab { harness, .. } = lab;
-            if let Err(e) = harness.stop().await {
-                tracing::warn!(%e, "the scenario's nats-server did not stop cleanly");
-            }
-        }
+        Err(e) => not_started(&mut report, scenario, e),
+        Ok(lab) => run_lab(lab, &mut report, options, index, &emitter).await,
     }
     report.duration = started.elapsed();
     emitter.emit(Event::ScenarioFinished {
@@ -432,6 +316,144 @@ pub async fn run_scenario(
         report: Box::new(report.clone()),
     });
     report
+}
+
+/// The report of a scenario whose setup failed or was interrupted: its steps were not run.
+fn not_started(report: &mut ScenarioReport, scenario: &Scenario, e: SetupError) {
+    let (kind, what, steps) = match e.interrupted {
+        Some(_) => (FailureKind::Interrupted, "interrupted", Outcome::NotRun),
+        None => (FailureKind::Setup, "setup", Outcome::Skipped),
+    };
+    report.outcome = kind.outcome();
+    report.failure = Some(Failure {
+        kind,
+        step: None,
+        at: scenario.file.clone(),
+        what: what.into(),
+        message: e.message,
+    });
+    report.services = e.outputs;
+    for (i, s) in scenario.steps.iter().enumerate() {
+        report.steps.push(StepReport {
+            index: i + 1,
+            line: s.line,
+            label: describe::label(&s.step),
+            outcome: steps,
+            duration: Duration::ZERO,
+            detail: String::new(),
+        });
+    }
+}
+
+/// A started scenario: its steps, the conformance check, what NATS dropped, the teardown; the
+/// first failure is the scenario's.
+async fn run_lab(
+    mut lab: Lab<'_>,
+    report: &mut ScenarioReport,
+    options: &RunOptions,
+    index: usize,
+    emitter: &Emitter,
+) {
+    let scenario = lab.scenario;
+    report.nats = lab.harness.nats_summary();
+    let watching = options
+        .watch
+        .as_ref()
+        .map(|w| tokio::spawn(w(lab.em().clone())));
+    lab.timeout = options.timeout.unwrap_or(scenario.timeout);
+    lab.deadline = after(Instant::now(), lab.timeout);
+    run_steps(&mut lab, report, index, emitter, &options.interrupt).await;
+    let interrupted = report.outcome == Outcome::Interrupted;
+    if report.failure.is_none()
+        && !interrupted
+        && let Some(message) = conformance(&lab)
+    {
+        report.failure = Some(Failure {
+            kind: FailureKind::Conformance,
+            step: None,
+            at: scenario.file.clone(),
+            what: format!("conformance: {:?}", scenario.conformance).to_lowercase(),
+            message,
+        });
+    }
+    if let Some(w) = watching {
+        // An interrupted run does not wait for the viewer to be quit.
+        if interrupted {
+            w.abort();
+        }
+        let _ = w.await;
+    }
+    report_drops(&lab, report);
+    if let Some(message) = teardown(&mut lab).await
+        && report.failure.is_none()
+    {
+        report.failure = Some(Failure {
+            kind: FailureKind::Teardown,
+            step: None,
+            at: scenario.file.clone(),
+            what: "teardown".into(),
+            message,
+        });
+    }
+    report.services = service_outputs(&lab.outputs);
+    if let Some(failure) = &report.failure
+        && !interrupted
+    {
+        report.outcome = failure.kind.outcome();
+    }
+    if let Some(coverage) = &options.coverage {
+        coverage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe_emulator(lab.em());
+    }
+    // Gracefully, so a Docker container is stopped and removed, a binary's store deleted,
+    // before the next scenario (or the exit) comes.
+    let Lab { harness, .. } = lab;
+    if let Err(e) = harness.stop().await {
+        tracing::warn!(%e, "the scenario's nats-server did not stop cleanly");
+    }
+}
+
+/// What NATS dropped, and connections the emulator lost though no step took a server down: the
+/// scenario's failure when it has none, else a note on the one it has (it may come from them).
+fn report_drops(lab: &Lab<'_>, report: &mut ScenarioReport) {
+    let (dropped, mut account) = drops(lab);
+    report.dropped_messages = dropped;
+    let losses = lab.em().connection_losses();
+    let unplanned_losses = losses > 0 && !disturbs_the_server(lab.scenario);
+    if unplanned_losses {
+        let lost = format!(
+            "the emulator's connection to NATS was lost {losses} time(s) though no step \
+             restarted or stopped a server (the server cuts off a client that falls more \
+             than its max_pending behind: a flood): what was published on plain subjects \
+             meanwhile was not seen, and a verdict reached on partial data is not a verdict"
+        );
+        account = if account.is_empty() {
+            lost
+        } else {
+            format!("{account}; {lost}")
+        };
+    }
+    if dropped == 0 && !unplanned_losses {
+        return;
+    }
+    match &mut report.failure {
+        None => {
+            report.failure = Some(Failure {
+                kind: FailureKind::Dropped,
+                step: None,
+                at: lab.scenario.file.clone(),
+                what: "dropped messages".into(),
+                message: account,
+            });
+        }
+        Some(failure) => {
+            failure.message.push_str(&format!(
+                "\n(and: {account}; this failure may come from them)"
+            ));
+        }
+    }
 }
 
 /// Why a scenario could not start: a failure, or an interruption while it started.
@@ -558,82 +580,108 @@ async fn setup<'a>(scenario: &'a Scenario, options: &RunOptions) -> Result<Lab<'
         lab.stubs
             .insert(stub.name.clone(), (stub.clone(), start_stub(stub).await));
     }
-    for spec in &scenario.services {
-        if spec.is_external() {
-            let mut ext =
-                External::start(spec, &scenario.base_dir, lab.harness.url()).map_err(plain)?;
-            lab.outputs.push((spec.name.clone(), ext.output.clone()));
-            if spec.ready.unwrap_or_default() == Readiness::Registered {
-                let limit = spec.ready_timeout.map_or(Duration::from_secs(300), |d| d.0);
-                let ready = tokio::select! {
-                    biased;
-                    why = options.interrupt.requested() => Err((
-                        interrupted_message(&why, &format!("the start of service {:?}", spec.name)),
-                        Some(why),
-                    )),
-                    r = wait_registered(&lab, &mut ext, limit).boxed_local() => r.map_err(|m| (m, None)),
-                };
-                if let Err((message, interrupted)) = ready {
-                    let outputs = vec![ServiceOutput {
-                        service: spec.name.clone(),
-                        output: ext.output.text(),
-                    }];
-                    let _ = ext.stop().await;
-                    teardown(&mut lab).boxed_local().await;
-                    let _ = lab.harness.stop().await;
-                    return Err(SetupError {
-                        message,
-                        outputs,
-                        interrupted,
-                    });
-                }
-            }
-            lab.external.insert(spec.name.clone(), ext);
-        } else {
-            match Scripted::start(spec, lab.harness.url()).boxed_local().await {
-                Ok(s) => {
-                    lab.scripted.insert(spec.name.clone(), s);
-                }
-                Err(message) => {
-                    let outputs = lab
-                        .outputs
-                        .iter()
-                        .map(|(service, o)| ServiceOutput {
-                            service: service.clone(),
-                            output: o.text(),
-                        })
-                        .collect();
-                    teardown(&mut lab).boxed_local().await;
-                    let _ = lab.harness.stop().await;
-                    return Err(SetupError {
-                        message,
-                        outputs,
-                        interrupted: None,
-                    });
-                }
-            }
-        }
+    if let Err(abort) = start_services(&mut lab, options).await {
+        return Err(abandon(lab, abort).await);
     }
     // Starting is not cut short (a half-started container would be left behind); what started
     // is stopped before the first step instead.
     if let Some(why) = options.interrupt.reason() {
-        let outputs = lab
-            .outputs
-            .iter()
-            .map(|(service, o)| ServiceOutput {
-                service: service.clone(),
-                output: o.text(),
-            })
-            .collect();
-        teardown(&mut lab).boxed_local().await;
-        let _ = lab.harness.stop().await;
-        return Err(SetupError {
+        let abort = Abort {
             message: interrupted_message(&why, "its setup"),
-            outputs,
             interrupted: Some(why),
-        });
+            outputs: None,
+        };
+        return Err(abandon(lab, abort).await);
     }
     Ok(lab)
+}
+
+/// Why a setup was given up, before what it started is stopped.
+struct Abort {
+    message: String,
+    /// Why the run was stopped, when it was.
+    interrupted: Option<String>,
+    /// The output to report, when not every service's (the one service that failed to start).
+    outputs: Option<Vec<ServiceOutput>>,
+}
+
+/// Gives a setup up: the one path by which every service, stub and the server it started is
+/// stopped, whatever the reason (a service that would not start, an interruption).
+async fn abandon(mut lab: Lab<'_>, abort: Abort) -> SetupError {
+    let outputs = abort
+        .outputs
+        .unwrap_or_else(|| service_outputs(&lab.outputs));
+    teardown(&mut lab).boxed_local().await;
+    let _ = lab.harness.stop().await;
+    SetupError {
+        message: abort.message,
+        outputs,
+        interrupted: abort.interrupted,
+    }
+}
+
+/// The last lines of each external service's output.
+fn service_outputs(outputs: &[(String, Output)]) -> Vec<ServiceOutput> {
+    outputs
+        .iter()
+        .map(|(service, out)| ServiceOutput {
+            service: service.clone(),
+            output: out.text(),
+        })
+        .collect()
+}
+
+/// Starts the scenario's services in order, each external one awaited until it is ready.
+async fn start_services(lab: &mut Lab<'_>, options: &RunOptions) -> Result<(), Abort> {
+    let scenario = lab.scenario;
+    for spec in &scenario.services {
+        if !spec.is_external() {
+            let s = Scripted::start(spec, lab.harness.url())
+                .boxed_local()
+                .await
+                .map_err(|message| Abort {
+                    message,
+                    interrupted: None,
+                    outputs: None,
+                })?;
+            lab.scripted.insert(spec.name.clone(), s);
+            continue;
+        }
+        let mut ext =
+            External::start(spec, &scenario.base_dir, lab.harness.url()).map_err(|message| {
+                Abort {
+                    message,
+                    interrupted: None,
+                    outputs: None,
+                }
+            })?;
+        lab.outputs.push((spec.name.clone(), ext.output.clone()));
+        if spec.ready.unwrap_or_default() == Readiness::Registered {
+            let limit = spec.ready_timeout.map_or(Duration::from_secs(300), |d| d.0);
+            let ready = tokio::select! {
+                biased;
+                why = options.interrupt.requested() => Err((
+                    interrupted_message(&why, &format!("the start of service {:?}", spec.name)),
+                    Some(why),
+                )),
+                r = wait_registered(lab, &mut ext, limit).boxed_local() => r.map_err(|m| (m, None)),
+            };
+            if let Err((message, interrupted)) = ready {
+                let outputs = vec![ServiceOutput {
+                    service: spec.name.clone(),
+                    output: ext.output.text(),
+                }];
+                let _ = ext.stop().await;
+                return Err(Abort {
+                    message,
+                    interrupted,
+                    outputs: Some(outputs),
+                });
+            }
+        }
+        lab.external.insert(spec.name.clone(), ext);
+    }
+    Ok(())
 }
 
 async fn start_stub(spec: &StubSpec) -> wiremock::MockServer {
@@ -676,7 +724,7 @@ async fn wait_registered(lab: &Lab<'_>, ext: &mut External, limit: Duration) -> 
             ));
         }
         if !w.next().await {
-            return Err(w.timeout(
+            return Err(w.timeout_message(
                 format!(
                     "service {:?} to register (it is external: `ready: registered`)",
                     ext.name
@@ -723,7 +771,7 @@ async fn run_steps(
         });
         let started = Instant::now();
         let result = if Instant::now() >= lab.deadline {
-            Err(Stopped::Failed(format!(
+            Err(StepFailure::timeout(format!(
                 "the scenario's timeout ({}) ran out before this step",
                 crate::model::Dur(lab.timeout)
             )))
@@ -736,38 +784,34 @@ async fn run_steps(
             // Biased: once the run is interrupted, no further step starts.
             tokio::select! {
                 biased;
-                why = interrupt.requested() => Err(Stopped::Interrupted(why)),
-                r = step => match r {
-                    Ok(r) => r.map_err(Stopped::Failed),
-                    Err(_) => Err(Stopped::Failed(format!(
-                        "the step did not finish within the scenario's timeout ({})",
-                        crate::model::Dur(lab.timeout)
-                    ))),
-                },
+                why = interrupt.requested() => Err(StepFailure::interrupted(
+                    interrupted_message(&why, &format!("step {}/{steps}", i + 1)),
+                )),
+                r = step => r.unwrap_or_else(|_| Err(StepFailure::timeout(format!(
+                    "the step did not finish within the scenario's timeout ({})",
+                    crate::model::Dur(lab.timeout)
+                )))),
             }
         };
         let (outcome, detail) = match result {
             Ok(detail) => (Outcome::Passed, detail),
-            Err(Stopped::Interrupted(why)) => {
-                report.outcome = Outcome::Interrupted;
-                let message = interrupted_message(&why, &format!("step {}/{steps}", i + 1));
+            Err(failure) => {
+                let outcome = failure.kind().outcome();
+                // An interrupted step stops the run where it is: the steps after it are not
+                // run; a failed one skips them.
+                if outcome == Outcome::Interrupted {
+                    report.outcome = Outcome::Interrupted;
+                } else {
+                    failed = true;
+                }
                 report.failure = Some(Failure {
+                    kind: failure.kind(),
                     step: Some(i + 1),
                     at: format!("{}:{}:{}", scenario.file, at.line, at.column),
                     what: label.clone(),
-                    message: message.clone(),
+                    message: failure.message().to_owned(),
                 });
-                (Outcome::Interrupted, message)
-            }
-            Err(Stopped::Failed(message)) => {
-                failed = true;
-                report.failure = Some(Failure {
-                    step: Some(i + 1),
-                    at: format!("{}:{}:{}", scenario.file, at.line, at.column),
-                    what: label.clone(),
-                    message: message.clone(),
-                });
-                (Outcome::Failed, message)
+                (outcome, failure.message().to_owned())
             }
         };
         let step = StepReport {
@@ -786,12 +830,6 @@ async fn run_steps(
         });
         report.steps.push(step);
     }
-}
-
-/// Why a step did not pass.
-enum Stopped {
-    Failed(String),
-    Interrupted(String),
 }
 
 /// The violations the scenario's `conformance` setting does not allow, described with their
@@ -826,15 +864,10 @@ fn conformance(lab: &Lab<'_>) -> Option<String> {
 /// Whether a step of `scenario` restarts, stops or kills a server: then the emulator's
 /// connection is lost by design, and what it misses meanwhile is the scenario's to check.
 fn disturbs_the_server(scenario: &Scenario) -> bool {
-    scenario.steps.iter().any(|s| {
-        matches!(
-            s.step,
-            Step::RestartNats(_)
-                | Step::StopNatsNode(_)
-                | Step::KillNatsNode(_)
-                | Step::RestartNatsNode(_)
-        )
-    })
+    scenario
+        .steps
+        .iter()
+        .any(|s| s.step.kind().disturbs_the_server())
 }
 
 /// Messages NATS dropped for slow subscriptions of the emulator and the scripted services, and
