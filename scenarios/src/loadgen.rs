@@ -549,28 +549,7 @@ pub async fn run_load<T: LoadTarget>(
     let pace_text = check(config.runs, config.pace)?;
     // Not a million "not started" lines for a flow that is not there.
     target.deployed(&config.flow).await?;
-    let histogram = || Histogram::<u64>::new(3).expect("3 significant figures is valid");
-    let mut run_hist = histogram();
-    let mut node_hists: BTreeMap<String, (NodeLoad, Histogram<u64>)> = BTreeMap::new();
-    let mut report = LoadReport {
-        flow: config.flow.clone(),
-        runs: config.runs,
-        pace: pace_text,
-        succeeded: 0,
-        failed: 0,
-        timed_out: 0,
-        not_started: 0,
-        dlq_entries: 0,
-        dlq_unread: 0,
-        elapsed_ms: 0,
-        throughput: 0.0,
-        late_starts: 0,
-        run_latency: Latency::default(),
-        nodes: BTreeMap::new(),
-        node_order: Vec::new(),
-        failures: Vec::new(),
-        emulator_missed: None,
-    };
+    let mut tally = Tally::new(LoadReport::empty(config, pace_text));
     let missed_before = target.missed().await;
     let limit = match config.pace {
         Pace::Concurrency(n) => n,
@@ -593,9 +572,6 @@ pub async fn run_load<T: LoadTarget>(
     let mut next = 0u64;
     let mut settled = 0u64;
     let mut counted_late = None;
-    // Failed runs, with the DLQ entries each had when it settled: their entries may land just
-    // after the failed event settles them, so they are read again at the end.
-    let mut unsuccessful: Vec<(String, usize)> = Vec::new();
     while settled < config.runs {
         // Start what the pace allows.
         while next < config.runs && in_flight.len() < limit {
@@ -626,7 +602,7 @@ pub async fn run_load<T: LoadTarget>(
                     }
                 } else {
                     if due <= Instant::now() && counted_late != Some(next) {
-                        report.late_starts += 1;
+                        tally.report.late_starts += 1;
                         counted_late = Some(next);
                     }
                     in_flight.next().await
@@ -639,53 +615,131 @@ pub async fn run_load<T: LoadTarget>(
         };
         settled += 1;
         progress(settled, config.runs);
+        tally.add(index, &run_id, begun, outcome, config.run_timeout);
+    }
+    let mut report = tally.finish(start.elapsed(), target).await;
+    report.emulator_missed = match (missed_before, target.missed().await) {
+        (Some(before), Some(after)) => Some(after.saturating_sub(before)),
+        _ => None,
+    };
+    Ok(report)
+}
+
+impl LoadReport {
+    /// The report of a load none of whose runs has settled yet.
+    fn empty(config: &LoadConfig, pace: String) -> Self {
+        LoadReport {
+            flow: config.flow.clone(),
+            runs: config.runs,
+            pace,
+            succeeded: 0,
+            failed: 0,
+            timed_out: 0,
+            not_started: 0,
+            dlq_entries: 0,
+            dlq_unread: 0,
+            elapsed_ms: 0,
+            throughput: 0.0,
+            late_starts: 0,
+            run_latency: Latency::default(),
+            nodes: BTreeMap::new(),
+            node_order: Vec::new(),
+            failures: Vec::new(),
+            emulator_missed: None,
+        }
+    }
+}
+
+/// What the runs of a load settled so far add up to.
+struct Tally {
+    report: LoadReport,
+    run_hist: Histogram<u64>,
+    node_hists: BTreeMap<String, (NodeLoad, Histogram<u64>)>,
+    /// Failed runs, with the DLQ entries each had when it settled: their entries may land just
+    /// after the failed event settles them, so they are read again at the end.
+    unsuccessful: Vec<(String, usize)>,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::<u64>::new(3).expect("3 significant figures is valid")
+}
+
+impl Tally {
+    fn new(report: LoadReport) -> Self {
+        Tally {
+            report,
+            run_hist: histogram(),
+            node_hists: BTreeMap::new(),
+            unsuccessful: Vec::new(),
+        }
+    }
+
+    /// Run `index` (`run_id`, started at `begun`) is done: settled, not settled in time, not
+    /// started, or not readable.
+    fn add(
+        &mut self,
+        index: u64,
+        run_id: &str,
+        begun: Instant,
+        outcome: Result<Run, Result<Run, String>>,
+        run_timeout: Duration,
+    ) {
+        let report = &mut self.report;
         let run = match outcome {
             Ok(run) => {
-                let _ = run_hist.record(micros(begun.elapsed()));
+                let _ = self.run_hist.record(micros(begun.elapsed()));
                 if run.status == RunStatus::Succeeded {
                     report.succeeded += 1;
                 } else {
                     report.failed += 1;
-                    failure(&mut report, index, &run_id, failed_reason(&run));
-                    unsuccessful.push((run_id.clone(), run.dlq.len()));
+                    failure(report, index, run_id, failed_reason(&run));
+                    self.unsuccessful.push((run_id.to_owned(), run.dlq.len()));
                 }
                 run
             }
             Err(Ok(run)) => {
                 report.timed_out += 1;
                 failure(
-                    &mut report,
+                    report,
                     index,
-                    &run_id,
+                    run_id,
                     format!(
                         "not settled within {:?} (it is {:?}; pending: {})",
-                        config.run_timeout,
+                        run_timeout,
                         run.status,
                         run.pending.keys().cloned().collect::<Vec<_>>().join(", ")
                     ),
                 );
-                unsuccessful.push((run_id.clone(), run.dlq.len()));
+                self.unsuccessful.push((run_id.to_owned(), run.dlq.len()));
                 run
             }
             Err(Err(e)) => {
                 if run_id.is_empty() {
                     report.not_started += 1;
-                    failure(&mut report, index, "", format!("not started: {e}"));
+                    failure(report, index, "", format!("not started: {e}"));
                 } else {
                     report.timed_out += 1;
-                    failure(&mut report, index, &run_id, format!("cannot be read: {e}"));
+                    failure(report, index, run_id, format!("cannot be read: {e}"));
                 }
-                continue;
+                return;
             }
         };
+        self.add_nodes(&run);
+    }
+
+    /// Each node's finishes, retries and failures, and when the run reached it.
+    fn add_nodes(&mut self, run: &Run) {
         for entry in &run.timeline {
             if entry.service == "engine" {
                 continue;
             }
-            let (stats, hist) = node_hists.entry(entry.node_id.clone()).or_insert_with(|| {
-                report.node_order.push(entry.node_id.clone());
-                (NodeLoad::default(), histogram())
-            });
+            let (stats, hist) = self
+                .node_hists
+                .entry(entry.node_id.clone())
+                .or_insert_with(|| {
+                    self.report.node_order.push(entry.node_id.clone());
+                    (NodeLoad::default(), histogram())
+                });
             match entry.status.as_str() {
                 "retrying" => stats.retried += 1,
                 status => {
@@ -699,38 +753,40 @@ pub async fn run_load<T: LoadTarget>(
             }
         }
     }
-    let elapsed = start.elapsed();
-    report.elapsed_ms = elapsed.as_millis() as u64;
-    let ran = report.succeeded + report.failed;
-    report.throughput = if elapsed.is_zero() {
-        0.0
-    } else {
-        ran as f64 / elapsed.as_secs_f64()
-    };
-    report.run_latency = Latency::of(&run_hist);
-    report.nodes = node_hists
-        .into_iter()
-        .map(|(node, (mut stats, hist))| {
-            stats.reached = Latency::of(&hist);
-            (node, stats)
-        })
-        .collect();
-    // Read again: a DLQ entry is written after the failed event that settled its run.
-    tokio::time::sleep(DLQ_GRACE).await;
-    for (run_id, at_settlement) in &unsuccessful {
-        match target.current(run_id).await {
-            Ok(run) => report.dlq_entries += run.dlq.len().max(*at_settlement) as u64,
-            Err(_) => {
-                report.dlq_entries += *at_settlement as u64;
-                report.dlq_unread += 1;
+
+    /// The report, once every run is done, `elapsed` after the first started: throughput,
+    /// latencies, and the failed runs' DLQ entries read again.
+    async fn finish<T: LoadTarget>(self, elapsed: Duration, target: &T) -> LoadReport {
+        let mut report = self.report;
+        report.elapsed_ms = elapsed.as_millis() as u64;
+        let ran = report.succeeded + report.failed;
+        report.throughput = if elapsed.is_zero() {
+            0.0
+        } else {
+            ran as f64 / elapsed.as_secs_f64()
+        };
+        report.run_latency = Latency::of(&self.run_hist);
+        report.nodes = self
+            .node_hists
+            .into_iter()
+            .map(|(node, (mut stats, hist))| {
+                stats.reached = Latency::of(&hist);
+                (node, stats)
+            })
+            .collect();
+        // Read again: a DLQ entry is written after the failed event that settled its run.
+        tokio::time::sleep(DLQ_GRACE).await;
+        for (run_id, at_settlement) in &self.unsuccessful {
+            match target.current(run_id).await {
+                Ok(run) => report.dlq_entries += run.dlq.len().max(*at_settlement) as u64,
+                Err(_) => {
+                    report.dlq_entries += *at_settlement as u64;
+                    report.dlq_unread += 1;
+                }
             }
         }
+        report
     }
-    report.emulator_missed = match (missed_before, target.missed().await) {
-        (Some(before), Some(after)) => Some(after.saturating_sub(before)),
-        _ => None,
-    };
-    Ok(report)
 }
 
 fn micros(d: Duration) -> u64 {

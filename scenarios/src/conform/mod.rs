@@ -281,27 +281,11 @@ pub enum ConformError {
     Start(String),
 }
 
-/// Runs the checks against the service `options.command` starts. `progress` is called with each
-/// result as it is known.
-///
-/// # Errors
-/// [`ConformError`] when nothing could be judged (no command, no nats-server, a command that
-/// cannot be started). A service that misbehaves is a report with failed checks, not an error.
-pub async fn conform(
+/// Starts what the checks share: a server and an emulator of their own, the peer service, and
+/// the service under test.
+async fn start(
     options: &ConformOptions,
-    mut progress: impl FnMut(&CheckResult),
-) -> Result<ConformReport, ConformError> {
-    if options.command.is_empty() {
-        return Err(ConformError::NoCommand);
-    }
-    if options.timeout < MIN_TIMEOUT {
-        return Err(ConformError::TimeoutTooShort(options.timeout));
-    }
-    for name in &options.only {
-        if !CHECKS.iter().any(|(n, _)| n == name) {
-            return Err(ConformError::UnknownCheck(name.clone()));
-        }
-    }
+) -> Result<(checks::Ctx, triggers_sdk::runtime::RunningService), ConformError> {
     // A server of its own: the server_restart check restarts it.
     let mut nats = options.nats.clone();
     nats.isolation = natsbox::Isolation::Server;
@@ -332,7 +316,7 @@ pub async fn conform(
     let client = triggers_sdk::transport::connect(lab.url())
         .await
         .map_err(|e| ConformError::Harness(format!("cannot connect to {}: {e}", lab.url())))?;
-    let mut ctx = checks::Ctx {
+    let ctx = checks::Ctx {
         lab,
         client,
         service,
@@ -343,6 +327,51 @@ pub async fn conform(
         launch,
         proxy: None,
     };
+    Ok((ctx, peer))
+}
+
+/// Runs check `name`; a failure says so when the service has exited.
+async fn run_check(name: &str, ctx: &mut checks::Ctx) -> CheckOutcome {
+    ctx.strict_only = false;
+    match run_watching_exit(name, ctx).await {
+        Ok(()) => CheckOutcome::Passed,
+        Err(failure) => {
+            let mut arrived = failure.arrived;
+            if let Some(status) = ctx.service.exited()
+                && !arrived.contains("the service has exited")
+            {
+                arrived.push_str(&format!(" (the service has exited: {status})"));
+            }
+            CheckOutcome::Failed {
+                expected: failure.expected,
+                arrived,
+            }
+        }
+    }
+}
+
+/// Runs the checks against the service `options.command` starts. `progress` is called with each
+/// result as it is known.
+///
+/// # Errors
+/// [`ConformError`] when nothing could be judged (no command, no nats-server, a command that
+/// cannot be started). A service that misbehaves is a report with failed checks, not an error.
+pub async fn conform(
+    options: &ConformOptions,
+    mut progress: impl FnMut(&CheckResult),
+) -> Result<ConformReport, ConformError> {
+    if options.command.is_empty() {
+        return Err(ConformError::NoCommand);
+    }
+    if options.timeout < MIN_TIMEOUT {
+        return Err(ConformError::TimeoutTooShort(options.timeout));
+    }
+    for name in &options.only {
+        if !CHECKS.iter().any(|(n, _)| n == name) {
+            return Err(ConformError::UnknownCheck(name.clone()));
+        }
+    }
+    let (mut ctx, peer) = start(options).await?;
     let mut results = Vec::new();
     let mut registered = true;
     for (name, about) in CHECKS {
@@ -358,22 +387,7 @@ pub async fn conform(
                 because: "the service did not register (check `register`)".into(),
             }
         } else {
-            ctx.strict_only = false;
-            match run_watching_exit(name, &mut ctx).await {
-                Ok(()) => CheckOutcome::Passed,
-                Err(failure) => {
-                    let mut arrived = failure.arrived;
-                    if let Some(status) = ctx.service.exited()
-                        && !arrived.contains("the service has exited")
-                    {
-                        arrived.push_str(&format!(" (the service has exited: {status})"));
-                    }
-                    CheckOutcome::Failed {
-                        expected: failure.expected,
-                        arrived,
-                    }
-                }
-            }
+            run_check(name, &mut ctx).await
         };
         if *name == "register" && outcome != CheckOutcome::Passed {
             registered = false;

@@ -164,61 +164,8 @@ pub async fn fuzz_target<T: FuzzTarget>(
     config: &FuzzConfig,
     progress: &mut dyn FnMut(FuzzProgress),
 ) -> Result<FuzzReport, String> {
-    let services = lab.manifests().await?;
-    let manifest = services.get(&config.service).ok_or_else(|| {
-        format!(
-            "service {:?} has not registered (registered: {:?})",
-            config.service,
-            services.keys().collect::<Vec<_>>()
-        )
-    })?;
-    let action = manifest
-        .actions
-        .iter()
-        .find(|a| a.name == config.action)
-        .ok_or_else(|| {
-            format!(
-                "{} has no action {:?} (it has {:?})",
-                config.service,
-                config.action,
-                manifest.actions.iter().map(|a| &a.name).collect::<Vec<_>>()
-            )
-        })?;
-    let input_schema = action
-        .input_schema
-        .clone()
-        .map_or(Value::Bool(true), Value::Object);
-    let result_schema = action
-        .result_schema
-        .clone()
-        .map_or(Value::Bool(true), Value::Object);
-    let results = generate::validator(&result_schema).map_err(|e| {
-        format!(
-            "{}.{}'s result_schema is not a usable JSON Schema: {e}",
-            config.service, config.action
-        )
-    })?;
-    let inputs = Inputs::new(input_schema).map_err(|e| {
-        format!(
-            "{}.{}'s input_schema is not a usable JSON Schema: {e}",
-            config.service, config.action
-        )
-    })?;
-    let flow_id = format!("fuzz-{}-{}", config.service, config.action);
-    let capture = format!("fuzz.capture.{}.{}", config.service, config.action);
-    let flow: Flow = serde_json::from_value(json!({
-        "id": flow_id,
-        "nodes": [
-            {"id": "in", "type": "service-in", "service": config.service},
-            {"id": "act", "type": "action", "service": config.service, "action": config.action},
-            {"id": "capture", "type": "output", "config": {"transport": "nats", "target": capture}}
-        ],
-        "edges": [
-            {"id": "e1", "from": "in", "to": "act"},
-            {"id": "e2", "from": "act", "to": "capture"}
-        ]
-    }))
-    .map_err(|e| e.to_string())?;
+    let (inputs, results) = schemas(lab, config).await?;
+    let (flow_id, capture, flow) = fuzz_flow(config)?;
     lab.deploy(flow)
         .await
         .map_err(|e| format!("the fuzz flow {flow_id} was refused: {e}"))?;
@@ -261,40 +208,9 @@ pub async fn fuzz_target<T: FuzzTarget>(
                 run,
                 reason: reason.clone(),
             });
-            let mut minimal = input.clone();
-            let mut why = reason;
-            // Greedy shrinking, bounded in tries and in time (an input that hangs costs a whole
-            // run timeout per try): take the first smaller input that still fails (a valid
-            // input stays valid), until none does.
-            let mut budget = SHRINK_TRIES;
-            let deadline = tokio::time::Instant::now() + config.shrink_time;
-            let mut stopped = None;
-            'shrinking: loop {
-                for candidate in shrink(&minimal) {
-                    if budget == 0 {
-                        stopped = Some(format!("after {SHRINK_TRIES} tries"));
-                        break 'shrinking;
-                    }
-                    if tokio::time::Instant::now() >= deadline {
-                        stopped = Some(format!("after {:?}", config.shrink_time));
-                        break 'shrinking;
-                    }
-                    budget -= 1;
-                    let candidate_invalid = !inputs.accepts(&candidate);
-                    if candidate_invalid != expect_invalid {
-                        continue;
-                    }
-                    if let Err(r) = probe.judge(&candidate, expect_invalid).await? {
-                        progress(FuzzProgress::Shrunk {
-                            input: candidate.clone(),
-                        });
-                        minimal = candidate;
-                        why = r;
-                        continue 'shrinking;
-                    }
-                }
-                break;
-            }
+            let (minimal, why, stopped) = probe
+                .shrink(&input, reason, expect_invalid, &inputs, config, progress)
+                .await?;
             return Ok(FuzzReport {
                 runs: run + 1,
                 invalid_runs,
@@ -321,6 +237,76 @@ pub async fn fuzz_target<T: FuzzTarget>(
     })
 }
 
+/// The action's inputs (generated from its registered `input_schema`) and the validator of its
+/// results (its `result_schema`).
+async fn schemas<T: FuzzTarget>(
+    lab: &T,
+    config: &FuzzConfig,
+) -> Result<(Inputs, jsonschema::Validator), String> {
+    let services = lab.manifests().await?;
+    let manifest = services.get(&config.service).ok_or_else(|| {
+        format!(
+            "service {:?} has not registered (registered: {:?})",
+            config.service,
+            services.keys().collect::<Vec<_>>()
+        )
+    })?;
+    let action = manifest
+        .actions
+        .iter()
+        .find(|a| a.name == config.action)
+        .ok_or_else(|| {
+            format!(
+                "{} has no action {:?} (it has {:?})",
+                config.service,
+                config.action,
+                manifest.actions.iter().map(|a| &a.name).collect::<Vec<_>>()
+            )
+        })?;
+    let input_schema = action
+        .input_schema
+        .clone()
+        .map_or(Value::Bool(true), Value::Object);
+    let result_schema = action
+        .result_schema
+        .clone()
+        .map_or(Value::Bool(true), Value::Object);
+    let results = generate::validator(&result_schema).map_err(|e| {
+        format!(
+            "{}.{}'s result_schema is not a usable JSON Schema: {e}",
+            config.service, config.action
+        )
+    })?;
+    let inputs = Inputs::new(input_schema).map_err(|e| {
+        format!(
+            "{}.{}'s input_schema is not a usable JSON Schema: {e}",
+            config.service, config.action
+        )
+    })?;
+    Ok((inputs, results))
+}
+
+/// The flow each input goes through: the action, its result captured on a subject of its own.
+/// Its id, the capture subject, and the flow.
+fn fuzz_flow(config: &FuzzConfig) -> Result<(String, String, Flow), String> {
+    let flow_id = format!("fuzz-{}-{}", config.service, config.action);
+    let capture = format!("fuzz.capture.{}.{}", config.service, config.action);
+    let flow: Flow = serde_json::from_value(json!({
+        "id": flow_id,
+        "nodes": [
+            {"id": "in", "type": "service-in", "service": config.service},
+            {"id": "act", "type": "action", "service": config.service, "action": config.action},
+            {"id": "capture", "type": "output", "config": {"transport": "nats", "target": capture}}
+        ],
+        "edges": [
+            {"id": "e1", "from": "in", "to": "act"},
+            {"id": "e2", "from": "act", "to": "capture"}
+        ]
+    }))
+    .map_err(|e| e.to_string())?;
+    Ok((flow_id, capture, flow))
+}
+
 struct Probe<'a, T> {
     lab: &'a T,
     flow_id: &'a str,
@@ -330,6 +316,53 @@ struct Probe<'a, T> {
 }
 
 impl<T: FuzzTarget> Probe<'_, T> {
+    /// Shrinks a failing input greedily, bounded in tries and in time (an input that hangs
+    /// costs a whole run timeout per try): takes the first smaller input that still fails (a
+    /// valid input stays valid), until none does. The smallest input, why it fails, and why
+    /// shrinking stopped early, if it did.
+    async fn shrink(
+        &mut self,
+        input: &Value,
+        reason: String,
+        expect_invalid: bool,
+        inputs: &Inputs,
+        config: &FuzzConfig,
+        progress: &mut dyn FnMut(FuzzProgress),
+    ) -> Result<(Value, String, Option<String>), String> {
+        let mut minimal = input.clone();
+        let mut why = reason;
+        let mut budget = SHRINK_TRIES;
+        let deadline = tokio::time::Instant::now() + config.shrink_time;
+        let mut stopped = None;
+        'shrinking: loop {
+            for candidate in shrink(&minimal) {
+                if budget == 0 {
+                    stopped = Some(format!("after {SHRINK_TRIES} tries"));
+                    break 'shrinking;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    stopped = Some(format!("after {:?}", config.shrink_time));
+                    break 'shrinking;
+                }
+                budget -= 1;
+                let candidate_invalid = !inputs.accepts(&candidate);
+                if candidate_invalid != expect_invalid {
+                    continue;
+                }
+                if let Err(r) = self.judge(&candidate, expect_invalid).await? {
+                    progress(FuzzProgress::Shrunk {
+                        input: candidate.clone(),
+                    });
+                    minimal = candidate;
+                    why = r;
+                    continue 'shrinking;
+                }
+            }
+            break;
+        }
+        Ok((minimal, why, stopped))
+    }
+
     /// Sends one input; `Ok(Err(reason))` when the service got it wrong.
     async fn judge(&mut self, input: &Value, invalid: bool) -> Result<Result<(), String>, String> {
         let errors_before = self.lab.errors().await;
