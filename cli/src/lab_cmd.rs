@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::{Args, ValueEnum};
+use clap::Args;
 use futures::StreamExt;
 use serde_json::Value;
 use triggers_emulator::control::{ControlAccess, ControlClient, ControlToken};
@@ -25,22 +25,6 @@ use crate::files;
 use crate::nats_choice::{self, BackendArg};
 use crate::out::outln;
 use crate::signals::Signals;
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub(crate) enum ClockArg {
-    /// Timers fire only on `triggers-lab advance` (or --auto-advance).
-    Virtual,
-    /// Timers fire on the wall clock.
-    Real,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub(crate) enum HashArg {
-    /// Refuse a registration whose manifest_hash is wrong.
-    Reject,
-    /// Accept it and record a conformance violation.
-    Record,
-}
 
 /// Options of `triggers-lab up`.
 #[derive(Debug, Args)]
@@ -69,14 +53,14 @@ pub(crate) struct UpArgs {
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
     /// The clock Durable Timers run on.
-    #[arg(long, value_enum, default_value = "virtual")]
-    clock: ClockArg,
+    #[arg(long, value_enum, default_value_t)]
+    clock: ClockMode,
     /// On the virtual clock, jump to the next timer whenever every run is idle.
     #[arg(long)]
     auto_advance: bool,
     /// What to do with a registration whose manifest_hash is wrong.
-    #[arg(long, value_enum, default_value = "reject")]
-    hash_mismatch: HashArg,
+    #[arg(long, value_enum, default_value_t)]
+    hash_mismatch: HashMismatchPolicy,
     /// Run without the wire tap: the emulator's second connection that reads the services'
     /// events, DLQ entries, hops and acks in order, for the rules only order tells
     /// (ack_before_reports, dlq_before_failed_event, handed_on_before_event, hop_not_jetstream).
@@ -198,15 +182,9 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
             slow_consumers,
             control_client,
             control_token: Some(token.clone()),
-            clock: match args.clock {
-                ClockArg::Virtual => ClockMode::Virtual,
-                ClockArg::Real => ClockMode::Real,
-            },
+            clock: args.clock,
             auto_advance: args.auto_advance,
-            hash_mismatch: match args.hash_mismatch {
-                HashArg::Reject => HashMismatchPolicy::Reject,
-                HashArg::Record => HashMismatchPolicy::Record,
-            },
+            hash_mismatch: args.hash_mismatch,
             max_runs: args.max_runs.get(),
             max_open_runs: args.max_open_runs.get(),
             max_followed_runs: args.max_followed_runs.get(),

@@ -6,17 +6,34 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use triggers_sdk::wire::GoTime;
 
-/// Which clock timers run on.
+/// Which clock timers run on: the emulator's setting, a scenario's `emulator.clock` (`virtual`,
+/// `real`) and `up --clock`, one type for the three.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
 )]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum ClockMode {
     /// Time moves only by `advance` (or by auto-advance when every run is idle).
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "Timers fire only on `triggers-lab advance` (or --auto-advance)")
+    )]
     Virtual,
     /// The wall clock; timers fire when they are due.
+    #[cfg_attr(feature = "clap", value(help = "Timers fire on the wall clock"))]
     Real,
+}
+
+impl std::fmt::Display for ClockMode {
+    /// The name a scenario file and `up --clock` use: `virtual`, `real`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ClockMode::Virtual => "virtual",
+            ClockMode::Real => "real",
+        })
+    }
 }
 
 #[derive(Debug)]

@@ -25,15 +25,36 @@ use crate::error::EmulatorError;
 use crate::recorder::{Body, Record, RecordKind, Run, ServiceState, share_headers};
 use crate::release::{self, ReleaseCode, ReleaseProblem};
 
-/// What to do when a registration's `manifest_hash` is not the hash of its contents.
+/// What to do when a registration's `manifest_hash` is not the hash of its contents: the
+/// emulator's setting, a scenario's `emulator.hash_mismatch` (`reject`, `record`) and
+/// `up --hash-mismatch`, one type for the three.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum HashMismatchPolicy {
     /// Refuse the registration with an error reply (what the orchestrator does).
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "Refuse a registration whose manifest_hash is wrong")
+    )]
     Reject,
     /// Accept it; the conformance checker records the violation.
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "Accept it and record a conformance violation")
+    )]
     Record,
+}
+
+impl std::fmt::Display for HashMismatchPolicy {
+    /// The name a scenario file and `up --hash-mismatch` use: `reject`, `record`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HashMismatchPolicy::Reject => "reject",
+            HashMismatchPolicy::Record => "record",
+        })
+    }
 }
 
 /// How the emulator behaves. Every field has a default; set what you need and end with

@@ -43,7 +43,7 @@ pub(crate) fn run(em: &Emulator, id: &str, names: &RunNames) -> String {
         run_name(names, &run.id),
         run.flow_id,
         run.flow_version,
-        format!("{:?}", run.status).to_lowercase()
+        run.status.as_str()
     );
     out.push_str("\n  timeline:");
     if run.timeline.is_empty() {

@@ -14,6 +14,9 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use serde_saphyr::Spanned;
+// The emulator's own settings, as a scenario's `emulator:` names them (`clock: real`,
+// `hash_mismatch: record`): one type each for the emulator, scenario files and `up`'s flags.
+pub use triggers_emulator::{ClockMode, HashMismatchPolicy};
 use triggers_sdk::runtime::DEFAULT_RETRY;
 use triggers_sdk::wire::Retry;
 
@@ -78,19 +81,30 @@ pub enum Conformance {
     Off,
 }
 
+impl fmt::Display for Conformance {
+    /// The name a scenario file uses: `strict`, `errors`, `off`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Conformance::Strict => "strict",
+            Conformance::Errors => "errors",
+            Conformance::Off => "off",
+        })
+    }
+}
+
 /// Emulator settings.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EmulatorSpec {
     /// `virtual` (default) or `real`.
     #[serde(default)]
-    pub clock: ClockSpec,
+    pub clock: ClockMode,
     /// Jump the virtual clock to the next timer whenever every run is idle (default false).
     #[serde(default)]
     pub auto_advance: bool,
     /// `reject` (default) or `record` a registration whose `manifest_hash` is wrong.
     #[serde(default)]
-    pub hash_mismatch: HashMismatchSpec,
+    pub hash_mismatch: HashMismatchPolicy,
     /// Settled runs the emulator keeps; the oldest beyond are evicted (default: the emulator's,
     /// 10 000). A `load` of more runs than this that has failures wants it raised, so that the
     /// failed runs' DLQ entries can still be read at its end.
@@ -118,28 +132,6 @@ impl NatsSpec {
     pub fn nodes(&self) -> usize {
         self.cluster.unwrap_or(1)
     }
-}
-
-/// The emulator's clock.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ClockSpec {
-    /// Moves only on `advance` (or auto-advance).
-    #[default]
-    Virtual,
-    /// The wall clock.
-    Real,
-}
-
-/// What the emulator does with a wrong `manifest_hash`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum HashMismatchSpec {
-    /// Refuse the registration (as the orchestrator does).
-    #[default]
-    Reject,
-    /// Accept it; the conformance checker records `manifest_hash_mismatch`.
-    Record,
 }
 
 /// An HTTP stub: a wiremock server answering one method and path.

@@ -14,15 +14,14 @@ use tokio::time::Instant;
 use triggers_emulator::conformance::{Severity, Violation};
 use triggers_emulator::recorder::Record;
 use triggers_emulator::{
-    ClockMode, Deployment, Emulator, EmulatorConfig, Harness, HashMismatchPolicy, NatsConfig,
-    WaitError, describe_violations,
+    Deployment, Emulator, EmulatorConfig, Harness, NatsConfig, WaitError, describe_violations,
 };
 
 use crate::describe::{self, RunNames};
 use crate::external::{External, Output};
 use crate::interrupt::Interrupt;
 use crate::load::Scenario;
-use crate::model::{ClockSpec, Conformance, HashMismatchSpec, Readiness, StubSpec};
+use crate::model::{Conformance, Readiness, StubSpec};
 use crate::report::{Failure, FailureKind, Outcome, ScenarioReport, ServiceOutput, StepReport};
 use crate::scripted::Scripted;
 use crate::steps::StepFailure;
@@ -372,7 +371,7 @@ async fn run_lab(
             kind: FailureKind::Conformance,
             step: None,
             at: scenario.file.clone(),
-            what: format!("conformance: {:?}", scenario.conformance).to_lowercase(),
+            what: format!("conformance: {}", scenario.conformance),
             message,
         });
     }
@@ -521,14 +520,8 @@ async fn setup<'a>(scenario: &'a Scenario, options: &RunOptions) -> Result<Lab<'
     let defaults = EmulatorConfig::default();
     let bound = |given: Option<NonZeroUsize>, default| given.map_or(default, NonZeroUsize::get);
     let config = EmulatorConfig {
-        hash_mismatch: match scenario.emulator.hash_mismatch {
-            HashMismatchSpec::Reject => HashMismatchPolicy::Reject,
-            HashMismatchSpec::Record => HashMismatchPolicy::Record,
-        },
-        clock: match scenario.emulator.clock {
-            ClockSpec::Virtual => ClockMode::Virtual,
-            ClockSpec::Real => ClockMode::Real,
-        },
+        hash_mismatch: scenario.emulator.hash_mismatch,
+        clock: scenario.emulator.clock,
         auto_advance: scenario.emulator.auto_advance,
         wait_timeout: scenario.step_timeout,
         heartbeat_interval: Duration::from_millis(500),
@@ -856,7 +849,7 @@ fn conformance(lab: &Lab<'_>) -> Option<String> {
     }
     Some(format!(
         "the conformance checker found what `conformance: {}` does not allow (expect a rule with expect_violation if it is on purpose):\n{}",
-        format!("{policy:?}").to_lowercase(),
+        policy,
         describe_violations(&failing).trim_end()
     ))
 }

@@ -7,7 +7,7 @@ use futures::FutureExt;
 use futures::future::LocalBoxFuture;
 use serde::Deserialize;
 use tokio::time::Instant;
-use triggers_emulator::recorder::{RunStatus, TimelineEntry};
+use triggers_emulator::recorder::TimelineEntry;
 
 use super::{CheckCx, StepFailure, StepKind, StepOutcome, status_tail};
 use crate::model::Dur;
@@ -170,10 +170,6 @@ impl StepKind for WaitIdleStep {
     }
 }
 
-fn status_word(s: RunStatus) -> String {
-    format!("{s:?}").to_lowercase()
-}
-
 async fn wait_node(lab: &Lab<'_>, wn: &WaitNodeStep) -> StepOutcome {
     let id = lab.run_id(&wn.run)?;
     let want = wn.status.as_deref().unwrap_or("succeeded");
@@ -244,7 +240,7 @@ async fn wait_run(lab: &Lab<'_>, wr: &WaitRunStep, settled: bool) -> StepOutcome
                 run.pending.is_empty()
             };
             if done {
-                let got = status_word(run.status);
+                let got = run.status.as_str();
                 return if want == "any" || got == want {
                     let path: Vec<String> = run
                         .timeline
