@@ -9,14 +9,12 @@ use std::time::Duration;
 use tempfile::TempDir;
 
 use super::config::{ENV_SERVER_BIN, Resolved};
-use super::probe;
+use super::probe::{self, PORT_ATTEMPTS, PortAttempt};
 use super::{ChosenBackend, SkippedBackend};
 use crate::Backend;
 use crate::error::NatsError;
 use crate::watchdog::Watchdog;
 
-/// Port races (another process binding the port we picked) are rare; three tries are plenty.
-pub(crate) const PORT_ATTEMPTS: usize = 3;
 /// nats-server shuts JetStream down in milliseconds; past this it is stuck and gets SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
@@ -150,25 +148,28 @@ impl BinaryServer {
             watchdog: None,
             dir,
         };
-        for attempt in 1..=PORT_ATTEMPTS {
-            let (client_port, monitor_port) = probe::ports(fixed_port)?;
+        // A fixed port is not retried on others: taken is an error.
+        let attempts = if fixed_port.is_some() {
+            1
+        } else {
+            PORT_ATTEMPTS
+        };
+        probe::on_free_ports("nats-server", attempts, async |_| {
+            let (client_port, monitor_port) = probe::ports(fixed_port).map_err(PortAttempt::Failed)?;
             server.client_port = client_port;
             server.monitor_port = monitor_port;
-            server.spawn()?;
+            server.spawn().map_err(PortAttempt::Failed)?;
             match server.wait_ready(ready_timeout).await {
-                Ok(()) => return Ok(server),
-                Err(e)
-                    if attempt < PORT_ATTEMPTS
-                        && fixed_port.is_none()
-                        && server.lost_port_race() =>
-                {
-                    tracing::debug!(%e, "nats-server lost a port race; retrying on other ports");
+                Ok(()) => Ok(()),
+                Err(e) if server.lost_port_race() => {
                     server.kill();
+                    Err(PortAttempt::LostRace(e))
                 }
-                Err(e) => return Err(e),
+                Err(e) => Err(PortAttempt::Failed(e)),
             }
-        }
-        unreachable!("the last attempt returns")
+        })
+        .await?;
+        Ok(server)
     }
 
     /// A server that is not started yet, on the given ports with `extra_args` after the usual

@@ -16,6 +16,7 @@ use testcontainers::bollard::Docker;
 use crate::binary::BinaryServer;
 use crate::docker::{DockerNode, DockerServer, NETWORK_PREFIX};
 use crate::error::NatsError;
+use crate::probe::{PORT_ATTEMPTS, PortAttempt};
 use crate::{ChosenBackend, probe};
 
 /// A cluster name of its own for every cluster this process starts, so nodes of two clusters
@@ -39,7 +40,7 @@ impl BinaryCluster {
     /// Starts `n` nodes from `path` and waits until every one is ready (JetStream answers, which
     /// in a cluster means a meta leader has been elected). A node that lost a port to another
     /// process (between finding the port free and binding it) starts the cluster over on other
-    /// ports, up to [`PORT_ATTEMPTS`](crate::binary::PORT_ATTEMPTS) times.
+    /// ports, up to [`PORT_ATTEMPTS`] times.
     pub(crate) async fn start(
         n: usize,
         path: PathBuf,
@@ -48,21 +49,19 @@ impl BinaryCluster {
         config: Option<String>,
         ready_timeout: Duration,
     ) -> Result<Self, NatsError> {
-        let mut attempt = 1;
-        loop {
-            let mut cluster = Self::spawn(n, &path, &chosen, sha256.as_ref(), config.as_deref())?;
+        probe::on_free_ports("a cluster node", PORT_ATTEMPTS, async |_| {
+            let mut cluster = Self::spawn(n, &path, &chosen, sha256.as_ref(), config.as_deref())
+                .map_err(PortAttempt::Failed)?;
             match cluster.wait_ready(ready_timeout).await {
-                Ok(()) => return Ok(cluster),
-                Err(e)
-                    if attempt < crate::binary::PORT_ATTEMPTS
-                        && cluster.nodes.iter().any(BinaryServer::lost_port_race) =>
-                {
-                    tracing::debug!(%e, "a cluster node lost a port race; starting over on other ports");
-                    attempt += 1;
+                Ok(()) => Ok(cluster),
+                // The whole cluster starts over on other ports.
+                Err(e) if cluster.nodes.iter().any(BinaryServer::lost_port_race) => {
+                    Err(PortAttempt::LostRace(e))
                 }
-                Err(e) => return Err(e),
+                Err(e) => Err(PortAttempt::Failed(e)),
             }
-        }
+        })
+        .await
     }
 
     /// `n` nodes on fresh ports, routed to one another, all spawned (none ready yet).

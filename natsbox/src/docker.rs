@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
 use super::config::{ENV_IMAGE, LOCAL_IMAGE, OFFICIAL_IMAGE, Resolved};
+use super::probe::{PORT_ATTEMPTS, PortAttempt};
 use super::{Backend, ChosenBackend, SkippedBackend, image, probe};
 use crate::error::NatsError;
 
@@ -47,7 +48,6 @@ const SWEEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// A local engine answers a ping in milliseconds; a missing one fails at once. Only a hung
 /// engine needs this bound.
 const PING_TIMEOUT: Duration = Duration::from_secs(3);
-const PORT_ATTEMPTS: usize = 3;
 const BUILD_HINT: &str = "let it be built from the pinned binary: `triggers-lab doctor --prepare`";
 
 /// Names of the networks of Docker clusters start so; the pid of the process that made one
@@ -487,10 +487,10 @@ impl DockerServer {
         } else {
             PORT_ATTEMPTS
         };
-        for attempt in 1..=attempts {
+        probe::on_free_ports("nats container", attempts, async |_| {
             let (client_port, monitor_port) = match node {
                 Some(node) => node.ports,
-                None => probe::ports(fixed_port)?,
+                None => probe::ports(fixed_port).map_err(PortAttempt::Failed)?,
             };
             let attempt_id = attempt_label();
             let mut cmd: Vec<String> = ["-js", "-m", "8222", "--store_dir", STORE_DIR]
@@ -533,10 +533,10 @@ impl DockerServer {
                 request
             };
             let Some(creating) = Creating::new() else {
-                return Err(NatsError::Io {
+                return Err(PortAttempt::Failed(NatsError::Io {
                     action: format!("start a container from {image}"),
                     source: std::io::Error::other("the process is exiting (a forced stop)"),
-                });
+                }));
             };
             let started = request.start().await;
             drop(creating);
@@ -544,19 +544,25 @@ impl DockerServer {
                 Ok(container) => container,
                 Err(e) => {
                     remove_attempt(docker, &attempt_id).await;
-                    if attempt < attempts && is_port_conflict(&e) {
-                        tracing::debug!(%e, "nats container lost a port race; retrying");
-                        continue;
-                    }
-                    return Err(docker_error(format!("start a container from {image}"))(e));
+                    let lost_race = is_port_conflict(&e);
+                    let e = docker_error(format!("start a container from {image}"))(e);
+                    return Err(if lost_race {
+                        PortAttempt::LostRace(e)
+                    } else {
+                        PortAttempt::Failed(e)
+                    });
                 }
             };
             let host = match container.get_host().await {
                 Ok(host) => host.to_string(),
-                Err(e) => return Err(docker_error("find the container's host")(e)),
+                Err(e) => {
+                    return Err(PortAttempt::Failed(docker_error(
+                        "find the container's host",
+                    )(e)));
+                }
             };
             let mut server = DockerServer {
-                image,
+                image: image.clone(),
                 // The client would try ::1 first for "localhost"; the ports are bound on IPv4.
                 host: if host == "localhost" {
                     "127.0.0.1".to_string()
@@ -571,9 +577,9 @@ impl DockerServer {
                 running: true,
             };
             server.follow_logs();
-            return Ok(server);
-        }
-        unreachable!("the last attempt returns")
+            Ok(server)
+        })
+        .await
     }
 
     pub(crate) fn client_url(&self) -> String {

@@ -117,7 +117,34 @@ enum Running {
     DockerCluster(DockerCluster),
 }
 
+/// Where a server just started answers, and what it is.
+struct Endpoint {
+    url: String,
+    monitor_url: Option<String>,
+    backend: ChosenBackend,
+}
+
 impl NatsServer {
+    /// The one constructor, for every backend: a server that answers at `endpoint`, kept
+    /// running by `running`, with the accounts of its configuration file, if any.
+    fn new(
+        endpoint: Endpoint,
+        running: Running,
+        accounts: Option<accounts::Private>,
+        resolved: &Resolved,
+        skipped: Vec<SkippedBackend>,
+    ) -> NatsServer {
+        NatsServer {
+            url: endpoint.url,
+            monitor_url: endpoint.monitor_url,
+            backend: endpoint.backend,
+            skipped,
+            ready_timeout: resolved.ready_timeout,
+            accounts,
+            running,
+        }
+    }
+
     /// Provisions a server as `config` and the environment ask, and returns once it accepts
     /// clients. See the [module docs](self) for the order backends are tried in.
     pub async fn start(config: NatsConfig) -> Result<NatsServer, NatsError> {
@@ -420,18 +447,20 @@ async fn provision(
                     resolved.ready_timeout,
                 )
                 .await?;
-                return Ok(NatsServer {
-                    accounts,
-                    url: cluster.client_url(),
-                    monitor_url: cluster.monitor_url(),
-                    backend: ChosenBackend::Cluster {
-                        nodes: n,
-                        node: Box::new(chosen),
+                return Ok(NatsServer::new(
+                    Endpoint {
+                        url: cluster.client_url(),
+                        monitor_url: cluster.monitor_url(),
+                        backend: ChosenBackend::Cluster {
+                            nodes: n,
+                            node: Box::new(chosen),
+                        },
                     },
-                    skipped: std::mem::take(skipped),
-                    ready_timeout: resolved.ready_timeout,
-                    running: Running::BinaryCluster(cluster),
-                });
+                    Running::BinaryCluster(cluster),
+                    accounts,
+                    resolved,
+                    std::mem::take(skipped),
+                ));
             }
             let server = BinaryServer::start(
                 path,
@@ -442,15 +471,17 @@ async fn provision(
                 resolved.client_port,
             )
             .await?;
-            return Ok(NatsServer {
+            return Ok(NatsServer::new(
+                Endpoint {
+                    url: server.client_url(),
+                    monitor_url: Some(server.monitor_url()),
+                    backend: server.backend(),
+                },
+                Running::Binary(Box::new(server)),
                 accounts,
-                url: server.client_url(),
-                monitor_url: Some(server.monitor_url()),
-                backend: server.backend(),
-                skipped: std::mem::take(skipped),
-                ready_timeout: resolved.ready_timeout,
-                running: Running::Binary(Box::new(server)),
-            });
+                resolved,
+                std::mem::take(skipped),
+            ));
         }
     }
 
@@ -471,18 +502,20 @@ async fn provision(
                     let node = cluster.image_backend().unwrap_or(ChosenBackend::Docker {
                         image: String::new(),
                     });
-                    return Ok(NatsServer {
-                        accounts,
-                        url: cluster.client_url(),
-                        monitor_url: cluster.monitor_url(),
-                        backend: ChosenBackend::Cluster {
-                            nodes: n,
-                            node: Box::new(node),
+                    return Ok(NatsServer::new(
+                        Endpoint {
+                            url: cluster.client_url(),
+                            monitor_url: cluster.monitor_url(),
+                            backend: ChosenBackend::Cluster {
+                                nodes: n,
+                                node: Box::new(node),
+                            },
                         },
-                        skipped: std::mem::take(skipped),
-                        ready_timeout: resolved.ready_timeout,
-                        running: Running::DockerCluster(cluster),
-                    });
+                        Running::DockerCluster(cluster),
+                        accounts,
+                        resolved,
+                        std::mem::take(skipped),
+                    ));
                 }
                 let server = DockerServer::start(
                     &engine,
@@ -492,15 +525,17 @@ async fn provision(
                     resolved.client_port,
                 )
                 .await?;
-                return Ok(NatsServer {
+                return Ok(NatsServer::new(
+                    Endpoint {
+                        url: server.client_url(),
+                        monitor_url: Some(server.monitor_url()),
+                        backend: server.backend(),
+                    },
+                    Running::Docker(Box::new(server)),
                     accounts,
-                    url: server.client_url(),
-                    monitor_url: Some(server.monitor_url()),
-                    backend: server.backend(),
-                    skipped: std::mem::take(skipped),
-                    ready_timeout: resolved.ready_timeout,
-                    running: Running::Docker(Box::new(server)),
-                });
+                    resolved,
+                    std::mem::take(skipped),
+                ));
             }
             Err(skip) => skipped.push(skip),
         }
@@ -531,17 +566,19 @@ async fn external(
         waited: resolved.ready_timeout,
         reason,
     })?;
-    Ok(NatsServer {
-        url: url.to_string(),
-        monitor_url,
-        backend: ChosenBackend::External {
+    Ok(NatsServer::new(
+        Endpoint {
             url: url.to_string(),
+            monitor_url,
+            backend: ChosenBackend::External {
+                url: url.to_string(),
+            },
         },
+        Running::External,
+        None,
+        resolved,
         skipped,
-        ready_timeout: resolved.ready_timeout,
-        accounts: None,
-        running: Running::External,
-    })
+    ))
 }
 
 /// What JetStream may reserve on a server the harness starts. JetStream reserves every stream's

@@ -37,6 +37,40 @@ pub(crate) fn free_port_pair() -> std::io::Result<(u16, u16)> {
     Ok((a.local_addr()?.port(), b.local_addr()?.port()))
 }
 
+/// Port races (another process binding a port we found free before the server binds it) are
+/// rare; three tries are plenty.
+pub(crate) const PORT_ATTEMPTS: usize = 3;
+
+/// How one start on free ports ended, when it did not start.
+pub(crate) enum PortAttempt<E> {
+    /// It lost a port to another process between finding it free and binding it: other ports
+    /// may do.
+    LostRace(E),
+    /// Anything else: other ports would not help.
+    Failed(E),
+}
+
+/// The one port-retry loop of every backend (a binary, a container, a cluster): runs `start`
+/// (given the attempt's number, from 1) up to `attempts` times while it loses port races, and
+/// returns its first success, its first other failure, or the last lost race.
+pub(crate) async fn on_free_ports<T, E: std::fmt::Display>(
+    what: &str,
+    attempts: usize,
+    mut start: impl AsyncFnMut(usize) -> Result<T, PortAttempt<E>>,
+) -> Result<T, E> {
+    let mut attempt = 1;
+    loop {
+        match start(attempt).await {
+            Ok(started) => return Ok(started),
+            Err(PortAttempt::LostRace(e)) if attempt < attempts => {
+                tracing::debug!(%e, "{what} lost a port race; retrying on other ports");
+                attempt += 1;
+            }
+            Err(PortAttempt::LostRace(e) | PortAttempt::Failed(e)) => return Err(e),
+        }
+    }
+}
+
 /// `n` distinct free ports, all held until all are known.
 pub(crate) fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
     let listeners = (0..n)
