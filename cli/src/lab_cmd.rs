@@ -6,7 +6,7 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use futures::StreamExt;
 use serde_json::Value;
@@ -15,9 +15,8 @@ use triggers_emulator::recorder::RunStatus;
 use triggers_emulator::recorder::{Record, RecordKind};
 use triggers_emulator::recording::RecordingHeader;
 use triggers_emulator::{
-    ClockMode, Emulator, EmulatorConfig, HashMismatchPolicy, NatsServer, WireTap,
+    ClockMode, EmulatorConfig, Harness, HarnessError, HashMismatchPolicy, NatsServer, WireTap,
 };
-use triggers_sdk::transport::DropCounter;
 
 use crate::discovery::{self, Instance, Slot};
 use crate::exit::{EnvironmentError, UsageError, VerdictFailed};
@@ -144,81 +143,67 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
         }
         eprintln!("starting a nats-server with JetStream; {}", choice.said);
     }
-    let mut nats = NatsServer::start(nats_config)
+    let token = ControlToken::generate();
+    let config = EmulatorConfig {
+        control_token: Some(token.clone()),
+        clock: args.clock,
+        auto_advance: args.auto_advance,
+        hash_mismatch: args.hash_mismatch,
+        max_runs: args.max_runs.get(),
+        max_open_runs: args.max_open_runs.get(),
+        max_followed_runs: args.max_followed_runs.get(),
+        max_records: args.max_records.get(),
+        max_services: args.max_services.get(),
+        wire_tap: if args.no_wire_tap {
+            WireTap::Off
+        } else {
+            WireTap::Auto
+        },
+        // A used server holds a dead instance's deliveries: never hand them out as new work.
+        clean_start: true,
+        // The emulator's connection counts what NATS drops for its slow subscriptions (a
+        // counter of its own, in `config.slow_consumers`); the log below says so as it
+        // happens, and `state` shows the count.
+        ..Default::default()
+    };
+    // The harness's own start: a server of `up`'s own, the emulator logged in as the
+    // orchestrator (the services' user can neither see nor answer its JetStream requests) and
+    // serving the control API from the control account.
+    let provisioned = Harness::builder(nats_config, config)
+        .own_server()
+        .connection_names("triggers-lab up", "triggers-lab up control")
+        .provision()
         .await
         .map_err(|e| EnvironmentError(e.to_string()))?;
-    if nats.control_credentials().is_none() {
+    if provisioned.control_credentials().is_none() {
         // A server `up` did not start may have an emulator already: two would both answer the
         // control API and registrations, each half the time.
-        refuse_a_second_emulator(nats.url()).await?;
+        refuse_a_second_emulator(provisioned.server_url()).await?;
     }
-    // The emulator's connection counts what NATS drops for its slow subscriptions; the log
-    // below says so as it happens, and `state` shows the count.
-    let slow_consumers = DropCounter::new();
-    let mut options = triggers_emulator::drops::connect_options("triggers-lab up", &slow_consumers);
-    if let Some(credentials) = nats.orchestrator_credentials() {
-        // The services' user can neither see nor answer the emulator's JetStream requests.
-        options = credentials.apply(options);
-    }
-    let client = options
-        .connect(nats.url())
-        .await
-        .with_context(|| format!("cannot connect to {}", nats.url()))?;
-    let control_client = match nats.control_credentials() {
-        Some(credentials) => Some(
-            credentials
-                .connect_options()
-                .name("triggers-lab up control")
-                .connect(nats.url())
-                .await
-                .with_context(|| format!("cannot log in to {}'s control account", nats.url()))?,
-        ),
-        None => None,
-    };
-    let token = ControlToken::generate();
-    let emulator = Emulator::start(
-        client,
-        EmulatorConfig {
-            slow_consumers,
-            control_client,
-            control_token: Some(token.clone()),
-            clock: args.clock,
-            auto_advance: args.auto_advance,
-            hash_mismatch: args.hash_mismatch,
-            max_runs: args.max_runs.get(),
-            max_open_runs: args.max_open_runs.get(),
-            max_followed_runs: args.max_followed_runs.get(),
-            max_records: args.max_records.get(),
-            max_services: args.max_services.get(),
-            wire_tap: if args.no_wire_tap {
-                WireTap::Off
-            } else {
-                WireTap::Auto.resolve(nats.url(), nats.orchestrator_credentials())
-            },
-            // A used server holds a dead instance's deliveries: never hand them out as new work.
-            clean_start: true,
-            ..Default::default()
-        },
-    )
-    .await?;
+    let mut lab = provisioned.start_emulator().await.map_err(|e| match e {
+        // The emulator's own error, for `code_of` to read (a NATS call: the environment).
+        HarnessError::Emulator(e) => anyhow::Error::from(e),
+        e => e.into(),
+    })?;
+    let emulator = lab.emulator().clone();
 
-    let scripted = start_scripted(&service_scenarios, nats.url(), args.quiet).await?;
+    let scripted = start_scripted(&service_scenarios, lab.url(), args.quiet).await?;
 
-    let credentials = nats.control_credentials();
+    let credentials = lab.control_credentials().cloned();
     slot.write(&Instance {
         instance: name.clone(),
         pid: std::process::id(),
-        url: nats.url().to_owned(),
-        backend: nats.backend().to_string(),
-        user: credentials.map(|c| c.user.clone()),
-        password: credentials.map(|c| c.password.clone()),
+        url: lab.url().to_owned(),
+        backend: lab.backend().to_string(),
+        user: credentials.as_ref().map(|c| c.user.clone()),
+        password: credentials.as_ref().map(|c| c.password.clone()),
         token: Some(token.as_str().to_owned()),
     })?;
 
     if args.tui {
         // The UI owns the terminal: no log lines while it is up. A signal ends it as `q` does.
         let mut died = None;
-        let label = format!("{} (in-process)", nats.url());
+        let label = format!("{} (in-process)", lab.url());
         let result = tokio::select! {
             // The header names the URL services connect to (`in-process` said nothing useful).
             r = triggers_tui::run(
@@ -226,7 +211,7 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
                 ui_options(Some(label)),
             ) => r,
             _ = signals.recv() => Ok(()),
-            how = server_died(&mut nats) => {
+            how = server_died(&mut lab) => {
                 died = Some(how);
                 Ok(())
             }
@@ -236,18 +221,18 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
         }
         drop(slot);
         drop(emulator);
-        nats.stop().await?;
+        lab.stop().await?;
         if let Some(how) = died {
             return Err(server_died_error(&how).into());
         }
         return result.map_err(Into::into);
     }
     if args.quiet {
-        outln!("{}", nats.url());
+        outln!("{}", lab.url());
     } else {
         outln!("triggers-lab emulator is up");
-        outln!("  nats:     {}", nats.url());
-        outln!("  backend:  {}", nats.summary());
+        outln!("  nats:     {}", lab.url());
+        outln!("  backend:  {}", lab.nats_summary());
         outln!(
             "  clock:    {}{}",
             match emulator.config().clock {
@@ -276,7 +261,7 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
         outln!();
         outln!(
             "Point a service at it:   export TRIGGERS_NATS_URL={}",
-            nats.url()
+            lab.url()
         );
         outln!(
             "Then: triggers-lab deploy FLOW.yaml | trigger FLOW_ID '{{...}}' | advance 1h | watch"
@@ -328,7 +313,7 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
                 break;
             }
             _ = drop_check.tick() => {
-                if let Some(how) = nats.exited() {
+                if let Some(how) = lab.nats_mut().and_then(NatsServer::exited) {
                     died = Some(how);
                     break;
                 }
@@ -382,7 +367,7 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     }
     drop(slot);
     drop(emulator);
-    nats.stop().await?;
+    lab.stop().await?;
     match died {
         Some(how) => Err(server_died_error(&how).into()),
         None => Ok(()),
@@ -433,7 +418,10 @@ async fn refuse_a_second_emulator(url: &str) -> Result<()> {
 /// Returns once the nats-server `up` started has ended by itself (killed, crashed): how it
 /// ended. Checked every second; never returns for a server it cannot watch (an external one,
 /// a container), whose loss the emulator's connection reports.
-async fn server_died(nats: &mut NatsServer) -> String {
+async fn server_died(lab: &mut Harness) -> String {
+    let Some(nats) = lab.nats_mut() else {
+        return std::future::pending().await;
+    };
     let mut check = tokio::time::interval(Duration::from_secs(1));
     loop {
         check.tick().await;

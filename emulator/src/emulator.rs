@@ -1513,7 +1513,8 @@ impl Shared {
         let payload_for_record = Body::from(payload.clone());
         let map = transport::to_nats(&headers).map_err(|e| EmulatorError::Publish {
             subject: subject.to_owned(),
-            reason: e.to_string(),
+            source: e.into(),
+            hint: "",
         })?;
         // On a cluster (replicated streams) a publish can meet a stream between leaders: the ack
         // times out, or nobody answers, for the second or two an election takes. The same
@@ -1565,7 +1566,8 @@ impl Shared {
                     };
                     return Err(EmulatorError::Publish {
                         subject: subject.to_owned(),
-                        reason: format!("{e}{hint}"),
+                        source: e.into(),
+                        hint,
                     });
                 }
             }

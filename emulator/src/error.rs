@@ -1,6 +1,13 @@
 //! The crate's errors: typed, so callers can match on what went wrong, and worded to say what to do.
+//!
+//! An error that has a cause keeps it, typed, as its [`source`](std::error::Error::source), and
+//! also says it in its message (most callers print `{e}` alone, into a report or a control
+//! reply); a printer of the whole chain skips a cause its error has said already (the CLI's does).
 
 use std::time::Duration;
+
+/// The cause of an error from a client library (async-nats' errors are one type per operation).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 pub use natsbox::NatsError;
 
@@ -9,12 +16,13 @@ pub use natsbox::NatsError;
 #[non_exhaustive]
 pub enum EmulatorError {
     /// A NATS or JetStream call failed.
-    #[error("cannot {action}: {reason}")]
+    #[error("cannot {action}: {source}")]
     Nats {
         /// What the emulator was doing.
         action: &'static str,
         /// The client's error.
-        reason: String,
+        #[source]
+        source: BoxError,
     },
     /// The release was refused; every problem is listed with its stable code.
     #[error("release refused:\n{}", .0.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n"))]
@@ -31,12 +39,15 @@ pub enum EmulatorError {
         entry: Option<String>,
     },
     /// A publish to a service's inbound subject failed.
-    #[error("cannot publish to {subject}: {reason}")]
+    #[error("cannot publish to {subject}: {source}{hint}")]
     Publish {
         /// The subject.
         subject: String,
         /// Why.
-        reason: String,
+        #[source]
+        source: BoxError,
+        /// What to look at, when the cause says (` (is the service running …?)`), else empty.
+        hint: &'static str,
     },
     /// A DLQ entry that cannot be re-sent, and why.
     #[error("DLQ entry {msg_id:?} cannot be re-sent: {why}")]
@@ -108,10 +119,10 @@ pub enum EmulatorError {
 }
 
 impl EmulatorError {
-    pub(crate) fn nats(action: &'static str, e: impl std::fmt::Display) -> Self {
+    pub(crate) fn nats(action: &'static str, e: impl Into<BoxError>) -> Self {
         EmulatorError::Nats {
             action,
-            reason: e.to_string(),
+            source: e.into(),
         }
     }
 
@@ -156,12 +167,22 @@ pub enum HarnessError {
     #[error(transparent)]
     Nats(#[from] NatsError),
     /// The server started but no client could connect.
-    #[error("cannot connect to {url}: {reason}")]
+    #[error("cannot connect to {url}: {source}")]
     Connect {
         /// The URL.
         url: String,
         /// Why.
-        reason: String,
+        #[source]
+        source: async_nats::ConnectError,
+    },
+    /// The emulator's control connection could not log in to the server's control account.
+    #[error("cannot log in to {url}'s control account: {source}")]
+    ControlAccount {
+        /// The URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: async_nats::ConnectError,
     },
     /// The emulator could not start.
     #[error(transparent)]

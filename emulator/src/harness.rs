@@ -23,6 +23,7 @@ pub struct Harness {
 }
 
 /// Where a harness's NATS is.
+#[derive(Debug)]
 enum Nats {
     Own(NatsServer),
     Shared(SharedAccount),
@@ -58,79 +59,15 @@ impl Harness {
     ///
     /// # Errors
     /// As [`Harness::start`].
-    pub async fn start_with(
-        nats: NatsConfig,
-        mut config: EmulatorConfig,
-    ) -> Result<Self, HarnessError> {
-        let capacity = nats.subscription_capacity;
-        let nats = match SharedAccount::acquire(&nats).await? {
-            Some(account) => Nats::Shared(account),
-            None => Nats::Own(NatsServer::start(nats).await?),
-        };
-        if config.stream_replicas == 0 {
-            config.stream_replicas = match &nats {
-                Nats::Own(server) => server.node_count().min(3),
-                Nats::Shared(_) => 1,
-            };
-        }
-        let mut options =
-            crate::drops::connect_options("triggers-lab emulator", &config.slow_consumers)
-                .retry_on_initial_connect();
-        if let Some(capacity) = capacity {
-            options = options.subscription_capacity(capacity);
-        }
-        let (server_url, orchestrator, control) = match &nats {
-            Nats::Own(server) => (
-                server.url(),
-                server.orchestrator_credentials(),
-                server.control_credentials(),
-            ),
-            Nats::Shared(account) => {
-                options = account.apply(options);
-                (
-                    account.server_url(),
-                    account.orchestrator_credentials(),
-                    account.control_credentials(),
-                )
-            }
-        };
-        if let Some(credentials) = orchestrator {
-            options = credentials.apply(options);
-        }
-        let client = options
-            .connect(server_url)
-            .await
-            .map_err(|e| HarnessError::Connect {
-                url: server_url.to_owned(),
-                reason: e.to_string(),
-            })?;
-        if config.control_client.is_none()
-            && let Some(credentials) = control
-        {
-            let control = credentials
-                .connect_options()
-                .name("triggers-lab emulator control")
-                .connect(server_url)
-                .await
-                .map_err(|e| HarnessError::Connect {
-                    url: server_url.to_owned(),
-                    reason: format!("to the control account: {e}"),
-                })?;
-            config.control_client = Some(control);
-        }
-        // The tap logs in as the orchestrator where there is one, else as the URL's user (an
-        // account's, on a shared server): it sees what the emulator sees, in the same account.
-        let tap_url = match &nats {
-            Nats::Own(server) => server.url(),
-            Nats::Shared(account) => account.url(),
-        };
-        config.wire_tap = config.wire_tap.resolve(tap_url, orchestrator);
-        let emulator = Emulator::start(client.clone(), config).await?;
-        Ok(Harness {
-            emulator,
-            client,
-            nats,
-        })
+    pub async fn start_with(nats: NatsConfig, config: EmulatorConfig) -> Result<Self, HarnessError> {
+        HarnessBuilder::new(nats, config).start().await
+    }
+
+    /// A builder, for what [`start_with`](Self::start_with) does not say: the connections'
+    /// names, or a look at the server before the emulator starts on it.
+    #[must_use]
+    pub fn builder(nats: NatsConfig, config: EmulatorConfig) -> HarnessBuilder {
+        HarnessBuilder::new(nats, config)
     }
 
     /// The NATS client URL to give the service under test. On a shared server it carries the
@@ -252,6 +189,187 @@ impl Harness {
                 Ok(())
             }
         }
+    }
+}
+
+/// How a [`Harness`] starts: the one path from a [`NatsConfig`] and an [`EmulatorConfig`] to a
+/// running emulator, for tests ([`Harness::start_with`]) and `triggers-lab up` alike, so that
+/// what one learns (retrying the first connection, the orchestrator's credentials, the control
+/// account's connection, the wire tap's login, the streams' replicas) the other has.
+///
+/// [`start`](Self::start) does it in one step; [`provision`](Self::provision) stops after the
+/// server, so that the caller can look at it (is an emulator already answering there?) before
+/// [`ProvisionedNats::start_emulator`].
+#[derive(Debug)]
+#[must_use]
+pub struct HarnessBuilder {
+    nats: NatsConfig,
+    config: EmulatorConfig,
+    name: &'static str,
+    control_name: &'static str,
+    own_server: bool,
+}
+
+impl HarnessBuilder {
+    fn new(nats: NatsConfig, config: EmulatorConfig) -> Self {
+        HarnessBuilder {
+            nats,
+            config,
+            name: "triggers-lab emulator",
+            control_name: "triggers-lab emulator control",
+            own_server: false,
+        }
+    }
+
+    /// A server of its own ([`NatsServer::start`]) whatever [`NatsConfig::isolation`] and
+    /// `TRIGGERS_NATS_ISOLATION` say: for a process that outlives any test (`triggers-lab up`),
+    /// never an account on the process's shared server.
+    pub fn own_server(mut self) -> Self {
+        self.own_server = true;
+        self
+    }
+
+    /// The names the emulator's connection and its control connection give the server (its
+    /// `/connz` shows them); `triggers-lab emulator` and `triggers-lab emulator control` unless
+    /// set.
+    pub fn connection_names(mut self, name: &'static str, control_name: &'static str) -> Self {
+        self.name = name;
+        self.control_name = control_name;
+        self
+    }
+
+    /// Starts the server (or takes an account on the shared one) and the emulator on it.
+    ///
+    /// # Errors
+    /// As [`Harness::start`].
+    pub async fn start(self) -> Result<Harness, HarnessError> {
+        self.provision().await?.start_emulator().await
+    }
+
+    /// Starts the server (or takes an account on the shared one), and stops there.
+    ///
+    /// # Errors
+    /// When no nats-server can be had (the error says how to get one).
+    pub async fn provision(self) -> Result<ProvisionedNats, HarnessError> {
+        let shared = if self.own_server {
+            None
+        } else {
+            SharedAccount::acquire(&self.nats).await?
+        };
+        let nats = match shared {
+            Some(account) => Nats::Shared(account),
+            None => Nats::Own(NatsServer::start(self.nats.clone()).await?),
+        };
+        Ok(ProvisionedNats {
+            nats,
+            builder: self,
+        })
+    }
+}
+
+/// A harness's NATS, started, with no emulator on it yet ([`HarnessBuilder::provision`]).
+#[derive(Debug)]
+#[must_use]
+pub struct ProvisionedNats {
+    nats: Nats,
+    builder: HarnessBuilder,
+}
+
+impl ProvisionedNats {
+    /// The server's client URL without credentials.
+    pub fn server_url(&self) -> &str {
+        match &self.nats {
+            Nats::Own(server) => server.url(),
+            Nats::Shared(account) => account.server_url(),
+        }
+    }
+
+    /// The control account's user, when the server has one ([`NatsConfig::private_control`] on
+    /// a server started here); `None` on a server someone else started.
+    pub fn control_credentials(&self) -> Option<&ControlCredentials> {
+        match &self.nats {
+            Nats::Own(server) => server.control_credentials(),
+            Nats::Shared(account) => account.control_credentials(),
+        }
+    }
+
+    /// Connects the emulator's clients and starts it. On an error the server is stopped (or the
+    /// account handed back).
+    ///
+    /// # Errors
+    /// When no client can connect, or the emulator cannot subscribe.
+    pub async fn start_emulator(self) -> Result<Harness, HarnessError> {
+        let ProvisionedNats { nats, builder } = self;
+        let HarnessBuilder {
+            nats: nats_config,
+            mut config,
+            name,
+            control_name,
+            own_server: _,
+        } = builder;
+        if config.stream_replicas == 0 {
+            config.stream_replicas = match &nats {
+                Nats::Own(server) => server.node_count().min(3),
+                Nats::Shared(_) => 1,
+            };
+        }
+        let mut options = crate::drops::connect_options(name, &config.slow_consumers)
+            .retry_on_initial_connect();
+        if let Some(capacity) = nats_config.subscription_capacity {
+            options = options.subscription_capacity(capacity);
+        }
+        let (server_url, orchestrator, control) = match &nats {
+            Nats::Own(server) => (
+                server.url(),
+                server.orchestrator_credentials(),
+                server.control_credentials(),
+            ),
+            Nats::Shared(account) => {
+                options = account.apply(options);
+                (
+                    account.server_url(),
+                    account.orchestrator_credentials(),
+                    account.control_credentials(),
+                )
+            }
+        };
+        if let Some(credentials) = orchestrator {
+            options = credentials.apply(options);
+        }
+        let client = options
+            .connect(server_url)
+            .await
+            .map_err(|source| HarnessError::Connect {
+                url: server_url.to_owned(),
+                source,
+            })?;
+        if config.control_client.is_none()
+            && let Some(credentials) = control
+        {
+            let control = credentials
+                .connect_options()
+                .name(control_name)
+                .connect(server_url)
+                .await
+                .map_err(|source| HarnessError::ControlAccount {
+                    url: server_url.to_owned(),
+                    source,
+                })?;
+            config.control_client = Some(control);
+        }
+        // The tap logs in as the orchestrator where there is one, else as the URL's user (an
+        // account's, on a shared server): it sees what the emulator sees, in the same account.
+        let tap_url = match &nats {
+            Nats::Own(server) => server.url(),
+            Nats::Shared(account) => account.url(),
+        };
+        config.wire_tap = config.wire_tap.resolve(tap_url, orchestrator);
+        let emulator = Emulator::start(client.clone(), config).await?;
+        Ok(Harness {
+            emulator,
+            client,
+            nats,
+        })
     }
 }
 

@@ -59,7 +59,7 @@ pub use emulator::{
     HashMismatchPolicy, RunId, TriggerOptions, WireTap, describe_violations,
 };
 pub use error::{ControlError, EmulatorError, HarnessError, NatsError, RecordingError, WaitError};
-pub use harness::Harness;
+pub use harness::{Harness, HarnessBuilder, ProvisionedNats};
 pub use kept_manifest::KeptManifest;
 pub use natsbox::{Backend, ChosenBackend, NatsConfig, NatsServer, SkippedBackend};
 pub use release::{ReleaseCode, ReleaseProblem};
