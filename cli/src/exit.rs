@@ -76,8 +76,26 @@ pub(crate) fn code_of(e: &anyhow::Error) -> u8 {
 
 /// Prints `error: ...` and gives the error's exit code.
 pub(crate) fn report(e: &anyhow::Error) -> ExitCode {
-    eprintln!("error: {e:#}");
+    eprintln!("error: {}", chain_text(e));
     ExitCode::from(code_of(e))
+}
+
+/// The error and its causes, `: `-separated as `{e:#}` shows them, each cause said once: the
+/// libraries' errors keep their cause as `source()` and also say it in their own message (their
+/// callers mostly print `{e}` alone), so a cause its error has said already is left out.
+pub(crate) fn chain_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let said = cause.to_string();
+        if text.contains(&said) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&said);
+    }
+    text
 }
 
 /// The multi-threaded Tokio runtime every async command runs on; when it cannot be built, the
@@ -90,4 +108,38 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
             eprintln!("error: cannot start the async runtime: {e}");
             ExitCode::from(ENVIRONMENT)
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chain_text;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot connect to nats://x: {source}")]
+    struct SaysItsCause {
+        #[source]
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_said_by_its_error_is_not_said_twice() {
+        let e = anyhow::Error::from(SaysItsCause {
+            source: std::io::Error::other("connection refused"),
+        })
+        .context("up cannot start");
+        assert_eq!(
+            chain_text(&e),
+            "up cannot start: cannot connect to nats://x: connection refused"
+        );
+    }
+
+    #[test]
+    fn a_cause_not_said_is_shown_after_its_error() {
+        let e = anyhow::Error::from(std::io::Error::other("connection refused"))
+            .context("cannot connect to nats://x");
+        assert_eq!(
+            chain_text(&e),
+            "cannot connect to nats://x: connection refused"
+        );
+    }
 }

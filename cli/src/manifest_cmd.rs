@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use triggers_sdk::error::{DecodeError, JsonError};
 use triggers_sdk::wire::Manifest;
 
 /// What to do with a manifest.
@@ -31,14 +32,72 @@ pub(crate) enum ManifestCommand {
     },
 }
 
-/// Exit code for input that cannot be read or decoded.
-const BAD_INPUT: u8 = 2;
+/// Why a manifest command could not do its work. Every case is the input's (exit code 2, as
+/// the table in `--help` says): each is decided here, where the error is made.
+#[derive(Debug, thiserror::Error)]
+enum ManifestError {
+    /// The file (or standard input) cannot be read.
+    #[error("{name}: cannot read: {source}")]
+    Read {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not a manifest: the message says file, line, column and JSON path.
+    #[error(
+        "{name}:{}:{}: not a valid manifest{}: {}",
+        .source.line,
+        .source.column,
+        if .source.path.is_empty() { String::new() } else { format!(" at {}", .source.path) },
+        .source.message
+    )]
+    Decode {
+        name: String,
+        #[source]
+        source: DecodeError,
+    },
+    /// A manifest whose contents have no hash input (a number JSON cannot write).
+    #[error("{name}: {source}")]
+    Hash {
+        name: String,
+        #[source]
+        source: JsonError,
+    },
+    /// The canonical bytes could not be written out.
+    #[error("{name}: cannot write: {source}")]
+    Write {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ManifestError {
+    fn exit_code(&self) -> ExitCode {
+        match self {
+            ManifestError::Read { .. }
+            | ManifestError::Decode { .. }
+            | ManifestError::Hash { .. }
+            | ManifestError::Write { .. } => ExitCode::from(crate::exit::USAGE),
+        }
+    }
+}
 
 /// One of the subcommands, given the file's display name and the decoded manifest.
-type Action = fn(&str, &Manifest) -> Result<ExitCode, String>;
+type Action = fn(&str, &Manifest) -> Result<ExitCode, ManifestError>;
 
 pub(crate) fn run(cmd: ManifestCommand) -> ExitCode {
-    let (file, action): (&PathBuf, Action) = match &cmd {
+    match run_action(&cmd) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn run_action(cmd: &ManifestCommand) -> Result<ExitCode, ManifestError> {
+    let (file, action): (&PathBuf, Action) = match cmd {
         ManifestCommand::Hash { file } => (file, hash),
         ManifestCommand::Canon { file } => (file, canon),
         ManifestCommand::Check { file } => (file, check),
@@ -48,80 +107,68 @@ pub(crate) fn run(cmd: ManifestCommand) -> ExitCode {
     } else {
         file.display().to_string()
     };
-    let bytes = match read(file) {
-        Ok(bytes) => bytes,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::from(BAD_INPUT);
-        }
-    };
+    let bytes = read(file, &name)?;
     if matches!(cmd, ManifestCommand::Hash { .. })
         && let Some(hash) = Manifest::hash_of_json(&bytes)
     {
         // Straight from the text (the schemas never decoded into trees); anything that path
         // declines is decoded below, for the same hash or the error.
         println!("{hash}");
-        return ExitCode::SUCCESS;
+        return Ok(ExitCode::SUCCESS);
     }
-    let manifest = match decode(&name, &bytes) {
-        Ok(m) => m,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::from(BAD_INPUT);
-        }
-    };
+    let manifest = Manifest::from_json(&bytes).map_err(|source| ManifestError::Decode {
+        name: name.clone(),
+        source,
+    })?;
     let outcome = action(&name, &manifest);
     // The process ends here: leave the decoded manifest (for a large one, a tree of thousands of
     // maps) to the operating system rather than free it node by node, a tenth of the time.
     std::mem::forget(manifest);
-    match outcome {
-        Ok(code) => code,
-        Err(message) => {
-            eprintln!("error: {name}: {message}");
-            ExitCode::from(BAD_INPUT)
-        }
-    }
+    outcome
 }
 
-fn read(file: &Path) -> Result<Vec<u8>, String> {
+fn read(file: &Path, name: &str) -> Result<Vec<u8>, ManifestError> {
     if file.as_os_str() == "-" {
-        return triggers_scenarios::read_stdin().map_err(|e| format!("<stdin>: cannot read: {e}"));
+        triggers_scenarios::read_stdin()
+    } else {
+        triggers_scenarios::read_input(file)
     }
-    triggers_scenarios::read_input(file)
-        .map_err(|e| format!("{}: cannot read: {e}", file.display()))
-}
-
-fn decode(name: &str, bytes: &[u8]) -> Result<Manifest, String> {
-    Manifest::from_json(bytes).map_err(|e| {
-        let at = if e.path.is_empty() {
-            String::new()
-        } else {
-            format!(" at {}", e.path)
-        };
-        format!(
-            "{name}:{}:{}: not a valid manifest{at}: {}",
-            e.line, e.column, e.message
-        )
+    .map_err(|source| ManifestError::Read {
+        name: name.to_owned(),
+        source,
     })
 }
 
-fn hash(_name: &str, m: &Manifest) -> Result<ExitCode, String> {
-    let hash = m.compute_hash().map_err(|e| e.to_string())?;
+fn hash(name: &str, m: &Manifest) -> Result<ExitCode, ManifestError> {
+    let hash = compute_hash(name, m)?;
     println!("{hash}");
     Ok(ExitCode::SUCCESS)
 }
 
-fn canon(_name: &str, m: &Manifest) -> Result<ExitCode, String> {
-    let bytes = m.hash_input().map_err(|e| e.to_string())?;
+fn compute_hash(name: &str, m: &Manifest) -> Result<String, ManifestError> {
+    m.compute_hash().map_err(|source| ManifestError::Hash {
+        name: name.to_owned(),
+        source,
+    })
+}
+
+fn canon(name: &str, m: &Manifest) -> Result<ExitCode, ManifestError> {
+    let bytes = m.hash_input().map_err(|source| ManifestError::Hash {
+        name: name.to_owned(),
+        source,
+    })?;
     let mut out = std::io::stdout().lock();
     out.write_all(&bytes)
         .and_then(|()| out.flush())
-        .map_err(|e| format!("cannot write: {e}"))?;
+        .map_err(|source| ManifestError::Write {
+            name: name.to_owned(),
+            source,
+        })?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn check(name: &str, m: &Manifest) -> Result<ExitCode, String> {
-    let computed = m.compute_hash().map_err(|e| e.to_string())?;
+fn check(name: &str, m: &Manifest) -> Result<ExitCode, ManifestError> {
+    let computed = compute_hash(name, m)?;
     let issues = m.validate();
     println!(
         "{name}: service {:?} version {:?}, protocol {}, {} action(s), {} source(s)",

@@ -190,22 +190,43 @@ pub fn from_nats(map: Option<&HeaderMap>) -> Headers {
 ///
 /// # Errors
 /// When the subscription or the publish fails, or the message does not come back in 10 s.
-pub async fn round_trip(client: &async_nats::Client) -> Result<(), String> {
+pub async fn round_trip(client: &async_nats::Client) -> Result<(), RoundTripError> {
     use futures::StreamExt;
     let inbox = client.new_inbox();
     let mut sub = client
         .subscribe(inbox.clone())
         .await
-        .map_err(|e| format!("cannot subscribe: {e}"))?;
+        .map_err(RoundTripError::Subscribe)?;
     client
         .publish(inbox, bytes::Bytes::new())
         .await
-        .map_err(|e| format!("cannot publish: {e}"))?;
-    match tokio::time::timeout(std::time::Duration::from_secs(10), sub.next()).await {
+        .map_err(RoundTripError::Publish)?;
+    match tokio::time::timeout(ROUND_TRIP_WAIT, sub.next()).await {
         Ok(Some(_)) => Ok(()),
-        Ok(None) => Err("the connection closed".into()),
-        Err(_) => Err("the server did not echo a message within 10 s".into()),
+        Ok(None) => Err(RoundTripError::Closed),
+        Err(_) => Err(RoundTripError::NoEcho(ROUND_TRIP_WAIT)),
     }
+}
+
+/// How long [`round_trip`] waits for its message to come back.
+const ROUND_TRIP_WAIT: Duration = Duration::from_secs(10);
+
+/// Why a [`round_trip`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RoundTripError {
+    /// The subscription to a fresh inbox failed.
+    #[error("cannot subscribe: {0}")]
+    Subscribe(#[source] async_nats::SubscribeError),
+    /// The publish to it failed.
+    #[error("cannot publish: {0}")]
+    Publish(#[source] async_nats::PublishError),
+    /// The connection closed before the message came back.
+    #[error("the connection closed")]
+    Closed,
+    /// The message did not come back in time.
+    #[error("the server did not echo a message within {} s", .0.as_secs())]
+    NoEcho(Duration),
 }
 
 /// How long a JetStream request that failed for a passing reason (a timeout, a cluster electing

@@ -109,9 +109,9 @@ impl Source {
                 // In place at the server before the UI says it is watching.
                 triggers_sdk::transport::round_trip(client)
                     .await
-                    .map_err(|reason| TuiError::Subscribe {
+                    .map_err(|e| TuiError::Subscribe {
                         subject: subject::ALL.into(),
-                        reason,
+                        reason: e.to_string(),
                     })?;
                 tasks.spawn(observe(sub, tx));
             }

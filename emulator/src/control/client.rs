@@ -468,9 +468,9 @@ impl ControlClient {
         // Every record published after this returns reaches the stream.
         triggers_sdk::transport::round_trip(&self.client)
             .await
-            .map_err(|reason| ControlError::NoEmulator {
+            .map_err(|e| ControlError::NoEmulator {
                 url: self.url.clone(),
-                reason,
+                reason: e.to_string(),
             })?;
         let lease = FollowRequest {
             lease_ms: Some(u64::try_from(FOLLOW_LEASE.as_millis()).unwrap_or(u64::MAX)),

@@ -169,15 +169,15 @@ pub fn condition(config: &Map<String, Value>, input: &Value) -> Result<bool, Eva
     };
     use std::cmp::Ordering::{Equal, Greater, Less};
     Ok(match op {
-        "eq" => json_eq(&actual, expected()?),
-        "ne" => !json_eq(&actual, expected()?),
+        "eq" => top_level_numeric_eq(&actual, expected()?),
+        "ne" => !top_level_numeric_eq(&actual, expected()?),
         "gt" => ordering(expected()?) == Some(Greater),
         "gte" => matches!(ordering(expected()?), Some(Greater | Equal)),
         "lt" => ordering(expected()?) == Some(Less),
         "lte" => matches!(ordering(expected()?), Some(Less | Equal)),
         "in" => expected()?
             .as_array()
-            .is_some_and(|list| list.iter().any(|v| json_eq(&actual, v))),
+            .is_some_and(|list| list.iter().any(|v| top_level_numeric_eq(&actual, v))),
         "exists" => !actual.is_null(),
         "not_exists" => actual.is_null(),
         "truthy" => truthy(&actual),
@@ -191,8 +191,11 @@ pub fn condition(config: &Map<String, Value>, input: &Value) -> Result<bool, Eva
     })
 }
 
-/// Numbers compare as numbers (`1` equals `1.0`), everything else structurally.
-fn json_eq(a: &Value, b: &Value) -> bool {
+/// A condition's equality: two numbers compare as numbers (`1` equals `1.0`), everything else
+/// exactly, so inside arrays and objects `1` and `1.0` differ (unlike the scenarios'
+/// recursive `json_eq`). Kept shallow: making it recursive would change which edge a condition
+/// takes.
+fn top_level_numeric_eq(a: &Value, b: &Value) -> bool {
     match (a.as_f64(), b.as_f64()) {
         (Some(x), Some(y)) => x == y,
         _ => a == b,
