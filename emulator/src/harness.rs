@@ -59,13 +59,15 @@ impl Harness {
     ///
     /// # Errors
     /// As [`Harness::start`].
-    pub async fn start_with(nats: NatsConfig, config: EmulatorConfig) -> Result<Self, HarnessError> {
+    pub async fn start_with(
+        nats: NatsConfig,
+        config: EmulatorConfig,
+    ) -> Result<Self, HarnessError> {
         HarnessBuilder::new(nats, config).start().await
     }
 
     /// A builder, for what [`start_with`](Self::start_with) does not say: the connections'
     /// names, or a look at the server before the emulator starts on it.
-    #[must_use]
     pub fn builder(nats: NatsConfig, config: EmulatorConfig) -> HarnessBuilder {
         HarnessBuilder::new(nats, config)
     }
@@ -313,8 +315,8 @@ impl ProvisionedNats {
                 Nats::Shared(_) => 1,
             };
         }
-        let mut options = crate::drops::connect_options(name, &config.slow_consumers)
-            .retry_on_initial_connect();
+        let mut options =
+            crate::drops::connect_options(name, &config.slow_consumers).retry_on_initial_connect();
         if let Some(capacity) = nats_config.subscription_capacity {
             options = options.subscription_capacity(capacity);
         }

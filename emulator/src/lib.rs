@@ -58,7 +58,9 @@ pub use emulator::{
     DLQ_STREAM, Deployment, EVENTS_STREAM, Emulator, EmulatorConfig, FiredTimer, FoundAtStart,
     HashMismatchPolicy, RunId, TriggerOptions, WireTap, describe_violations,
 };
-pub use error::{ControlError, EmulatorError, HarnessError, NatsError, RecordingError, WaitError};
+pub use error::{
+    BoxError, ControlError, EmulatorError, HarnessError, NatsError, RecordingError, WaitError,
+};
 pub use harness::{Harness, HarnessBuilder, ProvisionedNats};
 pub use kept_manifest::KeptManifest;
 pub use natsbox::{Backend, ChosenBackend, NatsConfig, NatsServer, SkippedBackend};

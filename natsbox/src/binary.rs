@@ -135,7 +135,7 @@ impl BinaryServer {
             Some(text) => Some(write_private(&dir.path().join("server.conf"), &text)?),
             None => None,
         };
-        let mut server = BinaryServer {
+        let server = BinaryServer {
             path,
             chosen,
             sha256,
@@ -154,22 +154,22 @@ impl BinaryServer {
         } else {
             PORT_ATTEMPTS
         };
-        probe::on_free_ports("nats-server", attempts, async |_| {
-            let (client_port, monitor_port) = probe::ports(fixed_port).map_err(PortAttempt::Failed)?;
+        probe::on_free_ports("nats-server", attempts, server, |mut server| async move {
+            let (client_port, monitor_port) =
+                probe::ports(fixed_port).map_err(PortAttempt::Failed)?;
             server.client_port = client_port;
             server.monitor_port = monitor_port;
             server.spawn().map_err(PortAttempt::Failed)?;
             match server.wait_ready(ready_timeout).await {
-                Ok(()) => Ok(()),
+                Ok(()) => Ok(server),
                 Err(e) if server.lost_port_race() => {
                     server.kill();
-                    Err(PortAttempt::LostRace(e))
+                    Err(PortAttempt::LostRace(e, server))
                 }
                 Err(e) => Err(PortAttempt::Failed(e)),
             }
         })
-        .await?;
-        Ok(server)
+        .await
     }
 
     /// A server that is not started yet, on the given ports with `extra_args` after the usual

@@ -49,14 +49,15 @@ impl BinaryCluster {
         config: Option<String>,
         ready_timeout: Duration,
     ) -> Result<Self, NatsError> {
-        probe::on_free_ports("a cluster node", PORT_ATTEMPTS, async |_| {
-            let mut cluster = Self::spawn(n, &path, &chosen, sha256.as_ref(), config.as_deref())
-                .map_err(PortAttempt::Failed)?;
+        let (path, chosen, sha256, config) = (&path, &chosen, sha256.as_ref(), config.as_deref());
+        probe::on_free_ports("a cluster node", PORT_ATTEMPTS, (), move |()| async move {
+            let mut cluster =
+                Self::spawn(n, path, chosen, sha256, config).map_err(PortAttempt::Failed)?;
             match cluster.wait_ready(ready_timeout).await {
                 Ok(()) => Ok(cluster),
                 // The whole cluster starts over on other ports.
                 Err(e) if cluster.nodes.iter().any(BinaryServer::lost_port_race) => {
-                    Err(PortAttempt::LostRace(e))
+                    Err(PortAttempt::LostRace(e, ()))
                 }
                 Err(e) => Err(PortAttempt::Failed(e)),
             }

@@ -487,7 +487,9 @@ impl DockerServer {
         } else {
             PORT_ATTEMPTS
         };
-        probe::on_free_ports("nats container", attempts, async |_| {
+        let (image, config) = (&image, &config);
+        let (owner_pid, owner_host) = (&owner_pid, &owner_host);
+        probe::on_free_ports("nats container", attempts, (), move |()| async move {
             let (client_port, monitor_port) = match node {
                 Some(node) => node.ports,
                 None => probe::ports(fixed_port).map_err(PortAttempt::Failed)?,
@@ -547,7 +549,7 @@ impl DockerServer {
                     let lost_race = is_port_conflict(&e);
                     let e = docker_error(format!("start a container from {image}"))(e);
                     return Err(if lost_race {
-                        PortAttempt::LostRace(e)
+                        PortAttempt::LostRace(e, ())
                     } else {
                         PortAttempt::Failed(e)
                     });

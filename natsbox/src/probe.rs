@@ -42,31 +42,39 @@ pub(crate) fn free_port_pair() -> std::io::Result<(u16, u16)> {
 pub(crate) const PORT_ATTEMPTS: usize = 3;
 
 /// How one start on free ports ended, when it did not start.
-pub(crate) enum PortAttempt<E> {
+pub(crate) enum PortAttempt<E, S = ()> {
     /// It lost a port to another process between finding it free and binding it: other ports
-    /// may do.
-    LostRace(E),
+    /// may do. What the next attempt starts from comes back with it.
+    LostRace(E, S),
     /// Anything else: other ports would not help.
     Failed(E),
 }
 
 /// The one port-retry loop of every backend (a binary, a container, a cluster): runs `start`
-/// (given the attempt's number, from 1) up to `attempts` times while it loses port races, and
-/// returns its first success, its first other failure, or the last lost race.
-pub(crate) async fn on_free_ports<T, E: std::fmt::Display>(
+/// up to `attempts` times while it loses port races, each attempt given what the one before
+/// handed back (`first` for the first), and returns its first success, its first other
+/// failure, or the last lost race.
+pub(crate) async fn on_free_ports<S, T, E, Fut>(
     what: &str,
     attempts: usize,
-    mut start: impl AsyncFnMut(usize) -> Result<T, PortAttempt<E>>,
-) -> Result<T, E> {
+    first: S,
+    mut start: impl FnMut(S) -> Fut,
+) -> Result<T, E>
+where
+    E: std::fmt::Display,
+    Fut: Future<Output = Result<T, PortAttempt<E, S>>>,
+{
+    let mut next = first;
     let mut attempt = 1;
     loop {
-        match start(attempt).await {
+        match start(next).await {
             Ok(started) => return Ok(started),
-            Err(PortAttempt::LostRace(e)) if attempt < attempts => {
+            Err(PortAttempt::LostRace(e, state)) if attempt < attempts => {
                 tracing::debug!(%e, "{what} lost a port race; retrying on other ports");
+                next = state;
                 attempt += 1;
             }
-            Err(PortAttempt::LostRace(e) | PortAttempt::Failed(e)) => return Err(e),
+            Err(PortAttempt::LostRace(e, _) | PortAttempt::Failed(e)) => return Err(e),
         }
     }
 }
