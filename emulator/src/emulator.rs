@@ -256,13 +256,9 @@ pub(crate) async fn stream_end(
     })
     .await
     .map_err(|e| EmulatorError::nats("create a stream", format!("{name}: {e}")))?;
-    let info = transport::patiently("read a stream", || {
-        let mut stream = stream.clone();
-        async move { stream.info().await.map(|i| i.state.last_sequence) }
-    })
-    .await
-    .map_err(|e| EmulatorError::nats("read a stream", format!("{name}: {e}")))?;
-    Ok(info + 1)
+    // The stream's state as the server answered the lookup or the creation: asking again cost a
+    // round trip and told nothing newer worth waiting for.
+    Ok(stream.cached_info().state.last_sequence + 1)
 }
 
 /// What an earlier emulator left on the server, found when this one started.
@@ -773,9 +769,11 @@ impl Emulator {
             .subscribe(subject::ALL)
             .await
             .map_err(|e| EmulatorError::nats("subscribe to triggers.v2.>", e))?;
-        let dlq_from = stream_end(&js, DLQ_STREAM, subject::DLQ_ALL, &shared.config).await?;
-        let events_from =
-            stream_end(&js, EVENTS_STREAM, subject::FLOW_EVENTS_ALL, &shared.config).await?;
+        // Both at once: each is a few JetStream round trips and a store the server makes.
+        let (dlq_from, events_from) = tokio::try_join!(
+            stream_end(&js, DLQ_STREAM, subject::DLQ_ALL, &shared.config),
+            stream_end(&js, EVENTS_STREAM, subject::FLOW_EVENTS_ALL, &shared.config),
+        )?;
         let mut found = Vec::new();
         for (stream, from) in [(DLQ_STREAM, dlq_from), (EVENTS_STREAM, events_from)] {
             if from > 1 {

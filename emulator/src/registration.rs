@@ -419,6 +419,13 @@ impl Shared {
             num_replicas: self.config.stream_replicas.max(1),
             ..Default::default()
         };
+        // A service registering for the first time, the usual case, gets its stream in one round
+        // trip (creating a stream that exists with this very configuration changes nothing).
+        // Anything else (the stream exists otherwise, another stream captures the subjects, the
+        // storage asked for cannot be had) is settled below as before.
+        if self.js.create_stream(config.clone()).await.is_ok() {
+            return Ok(());
+        }
         match self.js.get_stream(&name).await {
             Ok(mut stream) => {
                 let current = stream

@@ -60,7 +60,8 @@ impl Runtime {
             }
             "http" => {
                 let mut request = self
-                    .http
+                    .http()
+                    .map_err(|e| Failure::node(format!("output to HTTP {target}: {e}")))?
                     .post(target)
                     .header("Content-Type", "application/json")
                     .body(payload.bytes().to_vec());

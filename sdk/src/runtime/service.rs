@@ -76,7 +76,10 @@ pub(crate) struct Runtime {
     pub(crate) js: jetstream::Context,
     pub(crate) flows: watch::Sender<Arc<BTreeMap<String, Arc<Flow>>>>,
     pub(crate) config: Resolved,
-    pub(crate) http: reqwest::Client,
+    /// The HTTP client of HTTP outputs, built at the first one: building it reads and parses the
+    /// system's root certificates (milliseconds), which a service without HTTP outputs, or a
+    /// test that starts one, should not pay at every start.
+    pub(crate) http: std::sync::OnceLock<reqwest::Client>,
     /// Idempotency keys of messages fully handled, so a redelivery (after a lost ack) is not
     /// run twice.
     pub(crate) processed: Mutex<BoundedMap<String, ()>>,
@@ -102,6 +105,18 @@ pub(crate) struct Runtime {
 impl Runtime {
     pub(crate) fn service(&self) -> &str {
         &self.manifest.service
+    }
+
+    /// The HTTP client of HTTP outputs (built at the first call, with the configured timeout).
+    pub(crate) fn http(&self) -> Result<&reqwest::Client, reqwest::Error> {
+        if let Some(client) = self.http.get() {
+            return Ok(client);
+        }
+        let client = reqwest::Client::builder()
+            .timeout(self.config.http_timeout)
+            .build()?;
+        // Two first outputs at once may both build one; the first kept serves both.
+        Ok(self.http.get_or_init(|| client))
     }
 
     pub(crate) fn lock_processed(&self) -> MutexGuard<'_, BoundedMap<String, ()>> {
@@ -332,10 +347,6 @@ impl Service {
             None => broadcasts(&client, &self.manifest.service).await?,
         };
         let (flows, _) = watch::channel(Arc::new(BTreeMap::new()));
-        let http = reqwest::Client::builder()
-            .timeout(config.http_timeout)
-            .build()
-            .map_err(|e| nats("build the HTTP client")(&e))?;
         let runtime = Arc::new(Runtime {
             durable_timer: self.manifest.has_capability(DURABLE_TIMER_V1),
             actions: self
@@ -351,7 +362,7 @@ impl Service {
             js: jetstream::new(client.clone()),
             client,
             flows,
-            http,
+            http: std::sync::OnceLock::new(),
             processed: Mutex::new(BoundedMap::new(config.max_handled_keys)),
             outcomes: Mutex::new(BoundedMap::new(config.max_kept_outcomes)),
             captures: Mutex::new(BoundedMap::new(MAX_CAPTURES)),
@@ -477,12 +488,18 @@ async fn consumers(runtime: &Arc<Runtime>) -> Result<Vec<(String, PullConsumer)>
             action: "name the inbound stream",
             reason: e.to_string(),
         })?;
-    let stream = inbound_stream(&runtime.js, &stream_name, &sources).await?;
+    // Looked up (or made) only when a consumer cannot simply be created on the named stream:
+    // the stream the emulator made at registration is the usual case, and asking for it first
+    // cost every start a round trip (and a consumer's lookup before its creation another).
+    let mut stream = None;
+    if sources.is_empty() {
+        inbound_stream(&runtime.js, &stream_name, &sources).await?;
+    }
     // In-progress acks every third of it keep a message while it is handled, however long.
     let ack_wait = runtime.config.ack_wait;
     let mut out = Vec::new();
-    for source in sources {
-        let name = subject::consumer_name(service, &source).map_err(|e| StartError::Nats {
+    for source in &sources {
+        let name = subject::consumer_name(service, source).map_err(|e| StartError::Nats {
             action: "name a consumer",
             reason: e.to_string(),
         })?;
@@ -500,17 +517,49 @@ async fn consumers(runtime: &Arc<Runtime>) -> Result<Vec<(String, PullConsumer)>
                 .unwrap_or(i64::MAX),
             ..Default::default()
         };
+        if let Some(consumer) = created(&runtime.js, &stream_name, &name, &config).await {
+            out.push((name, consumer));
+            continue;
+        }
+        let found = match stream.take() {
+            Some(found) => found,
+            None => inbound_stream(&runtime.js, &stream_name, &sources).await?,
+        };
         let consumer = patiently("create the durable consumer", || {
-            stream.get_or_create_consumer(&name, config.clone())
+            found.get_or_create_consumer(&name, config.clone())
         })
         .await
         .map_err(|e| StartError::Nats {
             action: "create the durable consumer",
             reason: format!("{name} on {source}: {e}"),
         })?;
+        stream = Some(found);
         out.push((name, consumer));
     }
     Ok(out)
+}
+
+/// The durable consumer `name` on the stream `stream_name`, in one round trip: created, or, when
+/// it exists with another configuration (another replica's settings), the one there, as
+/// `get_or_create_consumer` gives it. `None` when that does not settle it (no such stream,
+/// JetStream not ready): the caller takes the patient way.
+async fn created(
+    js: &jetstream::Context,
+    stream_name: &str,
+    name: &str,
+    config: &jetstream::consumer::pull::Config,
+) -> Option<PullConsumer> {
+    use async_nats::jetstream::stream::ConsumerCreateStrictErrorKind as K;
+    match js
+        .create_consumer_strict_on_stream(config.clone(), stream_name)
+        .await
+    {
+        Ok(consumer) => Some(consumer),
+        Err(e) if e.kind() == K::AlreadyExists => {
+            js.get_consumer_from_stream(name, stream_name).await.ok()
+        }
+        Err(_) => None,
+    }
 }
 
 /// The subjects of the manifest's NATS sources.
