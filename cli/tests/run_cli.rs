@@ -129,6 +129,24 @@ fn exit_codes_and_reports() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["scenarios"][1]["outcome"], "failed");
+    // `-j 2` starts one nats-server for both: each scenario ran in an account of its own on it
+    // ("account T2 on the shared nats-server … at nats://127.0.0.1:PORT").
+    let nats: Vec<&str> = (0..2)
+        .map(|i| report["scenarios"][i]["nats"].as_str().unwrap_or_default())
+        .collect();
+    let server = |s: &str| s.rsplit_once(" at ").map(|(_, url)| url.to_owned());
+    let shared = std::env::var("TRIGGERS_NATS_ISOLATION").ok().as_deref() != Some("server")
+        && std::env::var_os("TRIGGERS_NATS_URL").is_none();
+    for on in nats.iter().filter(|_| shared) {
+        assert!(
+            on.starts_with("account T") && on.contains(" on the shared nats-server "),
+            "{nats:?}"
+        );
+    }
+    if shared {
+        assert!(server(nats[0]).is_some(), "{nats:?}");
+        assert_eq!(server(nats[0]), server(nats[1]), "{nats:?}");
+    }
 
     // Only the passing one: exit 0.
     let out = bin()
