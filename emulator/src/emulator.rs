@@ -677,12 +677,6 @@ impl std::fmt::Debug for Emulator {
     }
 }
 
-fn random_hex(bytes: usize) -> String {
-    let mut buf = vec![0u8; bytes];
-    rand::fill(&mut buf[..]);
-    hex::encode(buf)
-}
-
 impl Emulator {
     /// Starts the emulator on `client`: subscribes to the locked subjects, creates the DLQ
     /// stream and (by default) serves the control API. Everything is listening when it returns.
@@ -694,7 +688,7 @@ impl Emulator {
         config: EmulatorConfig,
     ) -> Result<Self, EmulatorError> {
         let js = jetstream::new(client.clone());
-        let tap_mark_subject = format!("_TRIGGERS_LAB_TAP.{}", random_hex(8));
+        let tap_mark_subject = format!("_TRIGGERS_LAB_TAP.{}", transport::random_hex(8));
         let (tap, tap_events) = match &config.wire_tap {
             WireTap::Connect(options) => {
                 let (tap, events) = natsbox::tap::Tap::start(options.clone());
@@ -1077,7 +1071,7 @@ impl Emulator {
                 flow::check_id(IdKind::Run, id).map_err(EmulatorError::InvalidRunId)?;
                 id.clone()
             }
-            None => format!("run-{}", random_hex(8)),
+            None => format!("run-{}", transport::random_hex(8)),
         };
         let payload = Body::from(payload);
         let (delivery, headers, entry_id) = {
@@ -1107,7 +1101,7 @@ impl Emulator {
                 entry: options.entry.clone(),
             })?;
             let now = state.clock.now();
-            let trace_id = random_hex(16);
+            let trace_id = transport::random_hex(16);
             let envelope = new_envelope(
                 &flow,
                 &run_id,
@@ -1365,7 +1359,7 @@ pub(crate) fn new_envelope(
     idempotency_key: String,
     now: GoTime,
 ) -> Envelope {
-    let span_id = random_hex(8);
+    let span_id = transport::random_hex(8);
     Envelope {
         traceparent: Traceparent::new(trace_id, &span_id, true).to_string(),
         trace_id: trace_id.to_owned(),

@@ -208,6 +208,16 @@ pub async fn round_trip(client: &async_nats::Client) -> Result<(), RoundTripErro
     }
 }
 
+/// `bytes` random bytes as lowercase hex: the ids the runtime and the emulator make up (trace
+/// and span ids, run ids, private subjects), from one place. Not for anything that must be
+/// reproduced from a seed (the fuzzer draws its own).
+#[must_use]
+pub fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    rand::fill(&mut buf[..]);
+    hex::encode(buf)
+}
+
 /// How long [`round_trip`] waits for its message to come back.
 const ROUND_TRIP_WAIT: Duration = Duration::from_secs(10);
 

@@ -93,12 +93,6 @@ enum Reported {
     Yes,
 }
 
-fn random_hex(bytes: usize) -> String {
-    let mut buf = vec![0u8; bytes];
-    rand::fill(&mut buf[..]);
-    hex::encode(buf)
-}
-
 /// The identity of a node's failure in the DLQ ledger: the delivery, the edges taken inside it,
 /// the node.
 fn failure_identity(envelope: &Envelope, trail: &[&str], node: &Node) -> String {
@@ -776,7 +770,7 @@ impl Runtime {
         envelope: &Envelope,
         trail: &[&str],
     ) -> (Envelope, Result<(), String>) {
-        let span_id = random_hex(8);
+        let span_id = transport::random_hex(8);
         let next = Envelope {
             traceparent: if envelope.trace_id.is_empty()
                 || breaks::on(ProtocolBreak::DropHopTraceparent)
