@@ -26,7 +26,7 @@ impl Emulator {
         let cancelled = {
             let mut state = self.lock();
             let st = &mut *state;
-            let next_seq = st.seq + 1;
+            let next_seq = st.records.next_seq();
             let run = st.runs.get_mut(run_id).ok_or_else(|| {
                 refuse("no such run is kept (unknown, or settled and evicted)".into())
             })?;
@@ -49,8 +49,7 @@ impl Emulator {
                     status: RunStatus::Cancelled,
                 },
             );
-            st.settled(run_id, self.config().max_runs);
-            st.order.settled(run_id);
+            st.settled(run_id);
             cancelled
         };
         tracing::info!(run = %run_id, "{cancelled}");

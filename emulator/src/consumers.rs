@@ -11,8 +11,9 @@ use async_nats::jetstream::consumer::AckPolicy;
 use triggers_sdk::wire::subject;
 
 use crate::conformance::Violation;
-use crate::emulator::{Shared, State};
+use crate::emulator::Shared;
 use crate::recorder::Body;
+use crate::state::State;
 
 /// How long one JetStream API request may take.
 const PATIENCE: Duration = Duration::from_secs(5);
@@ -20,16 +21,10 @@ const PATIENCE: Duration = Duration::from_secs(5);
 impl Shared {
     /// A heartbeat of `service`: its consumers are read, once per registration.
     pub(crate) fn heartbeat_seen(&self, state: &mut State, service: &str) {
-        let Some(registrations) = state.services.get(service).map(|s| s.registrations) else {
-            return;
-        };
-        if state.consumers_checked.get(service) == Some(&registrations) {
+        if !state.registry.consumers_due(service) {
             return;
         }
-        state
-            .consumers_checked
-            .insert(service.to_owned(), registrations);
-        let Some(manifest) = state.registry.manifests.get(service).cloned() else {
+        let Some(manifest) = state.registry.view().manifests.get(service).cloned() else {
             return;
         };
         let sources: Vec<String> = crate::release::nats_sources(&manifest)
@@ -65,7 +60,7 @@ pub(crate) async fn serve(
         }
         let mut state = shared.lock();
         shared.add_violations(&mut state, found);
-        state.consumers_read += 1;
+        state.counts.consumers_read += 1;
         drop(state);
         shared.notify();
     }

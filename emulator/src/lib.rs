@@ -32,9 +32,11 @@
 
 mod cancel;
 mod clock;
+mod config;
 pub mod conformance;
 mod consumers;
 pub mod control;
+mod deploy;
 pub mod drops;
 mod emulator;
 mod error;
@@ -42,6 +44,7 @@ mod harness;
 mod kept_manifest;
 mod observe;
 mod order;
+mod read;
 pub mod recorder;
 pub mod recording;
 mod registration;
@@ -49,8 +52,12 @@ pub mod release;
 mod reply_fit;
 mod resend;
 mod run;
+mod shared;
+mod state;
+mod streams;
 mod timers;
 mod topics;
+mod trigger;
 mod wait;
 
 pub use clock::ClockMode;

@@ -13,8 +13,9 @@ use triggers_sdk::wire::subject::{self, LockedSubject};
 use triggers_sdk::wire::{CompletionEvent, DlqEntry, Envelope, GoTime, Headers, Heartbeat};
 
 use crate::conformance::{self, Decoded, Origin, Violation, decoded_or, runs};
-use crate::emulator::{Emulator, Shared, State};
+use crate::emulator::{Emulator, Shared};
 use crate::recorder::{Body, RecordKind, Run, SharedHeaders, share_headers};
+use crate::state::State;
 
 impl Emulator {
     pub(crate) async fn observe_all(shared: Arc<Shared>, mut sub: async_nats::Subscriber) {
@@ -80,7 +81,7 @@ pub(crate) async fn tap(
             if lost {
                 state.order.gap();
             }
-            state.registry.inbound.get(&msg.subject).cloned()
+            state.registry.owner_of(&msg.subject).cloned()
         };
         let seen = crate::order::decode(
             &msg.subject,
@@ -96,7 +97,7 @@ pub(crate) async fn tap(
         let mut state = shared.lock();
         // Only the emulator's own publish: the same envelope published again by someone else is
         // that client's delivery, whose reports are its own (see `Ownership`).
-        let own = ownership(&headers, |id| state.own_msg_ids.contains(id)) == Ownership::Published;
+        let own = ownership(&headers, |id| state.own.is_own(id)) == Ownership::Published;
         let st = &mut *state;
         let runs = &st.runs;
         let found = st
@@ -269,7 +270,7 @@ impl Shared {
         );
         {
             let mut state = self.lock();
-            state.streams_lost += 1;
+            state.counts.streams_lost += 1;
             let v = Violation::new(
                 "emulator_stream_lost",
                 subjects,
@@ -431,7 +432,7 @@ fn ownership(headers: &Headers, is_own: impl Fn(&str) -> bool) -> Ownership {
 /// A message as the checker judged it.
 struct Judged {
     /// The registry it was judged on.
-    registry: Arc<crate::emulator::Registry>,
+    registry: Arc<crate::state::RegistryView>,
     /// Whose message it is.
     origin: Origin,
     violations: Vec<Violation>,
@@ -507,16 +508,7 @@ impl Shared {
             Seen::Heartbeat(hb, found) => {
                 self.add_violations(&mut state, found);
                 self.heartbeat_seen(&mut state, &hb.service);
-                if let Some(s) = state.services.get_mut(&hb.service) {
-                    s.last_seen = Some(GoTime::now());
-                    s.heartbeats += 1;
-                    if s.replicas.len() < MAX_REPLICAS
-                        || s.replicas.contains_key(&hb.started_at.to_string())
-                    {
-                        s.replicas.insert(hb.started_at.to_string(), hb.now);
-                    }
-                    s.last_heartbeat = Some(hb.clone());
-                }
+                state.registry.heartbeat(&hb, GoTime::now());
                 self.push_shared(
                     &mut state,
                     subject,
@@ -535,6 +527,13 @@ impl Shared {
                     .as_ref()
                     .map(|e| (e.flow_run_id.clone(), e.source_node_id.clone()))
                     .unwrap_or_default();
+                // The emulator's own delivery of a run it took back (its trigger's publish
+                // failed, yet the message reached the subject): the run never was, nor its hop.
+                if from_emulator && state.own.was_taken_back(&run_id) {
+                    drop(state);
+                    self.notify();
+                    return;
+                }
                 self.push_shared(
                     &mut state,
                     subject,
@@ -547,7 +546,7 @@ impl Shared {
                     },
                 );
                 if !from_emulator && let Some(env) = &envelope {
-                    let mut findings = runs::hop(&state.flows, env);
+                    let mut findings = runs::hop(state.registry.flows(), env);
                     if let Some(run) = state.runs.get(&env.flow_run_id) {
                         findings.extend(runs::hop_in_run(run, env));
                     }
@@ -576,12 +575,12 @@ impl Shared {
         let (registry, origin) = {
             let mut state = self.lock();
             // The emulator's bytes, whoever published them, are not judged (see `Ownership`).
-            let own = ownership(headers, |id| state.own_msg_ids.contains(id)) != Ownership::Foreign
+            let own = ownership(headers, |id| state.own.is_own(id)) != Ownership::Foreign
                 || (subject.starts_with("triggers.v2.flow.broadcast.")
                     && headers.is_empty()
-                    && state.own_broadcasts.remove(payload.as_bytes()));
+                    && state.own.broadcast_seen(payload.as_bytes()));
             let origin = if own { Origin::Emulator } else { Origin::Peer };
-            (state.registry.clone(), origin)
+            (state.registry.view(), origin)
         };
         let ctx = conformance::Context {
             manifests: &registry.manifests,
@@ -606,41 +605,21 @@ impl Shared {
 
     /// Keeps violations (and their records) within the bounds; the rest are counted.
     pub(crate) fn add_violations(&self, state: &mut State, violations: Vec<Violation>) {
-        // The violations of one message share its bytes: counted once while they stay shared.
-        let mut shared: Option<(Body, SharedHeaders)> = None;
-        for mut v in violations {
-            let sharing = shared.as_ref().is_some_and(|(payload, headers)| {
-                payload.as_bytes().as_ptr() == v.payload.as_bytes().as_ptr()
-                    && Arc::ptr_eq(headers, &v.headers)
-            });
-            if state.violations.len() < self.config.max_violations && !sharing {
-                let size = held_bytes(&v);
-                if state.violation_bytes.saturating_add(size) > self.config.max_record_bytes {
-                    trim(&mut v);
-                    state.trimmed_violations += 1;
-                    state.violation_bytes = state.violation_bytes.saturating_add(held_bytes(&v));
-                } else {
-                    state.violation_bytes = state.violation_bytes.saturating_add(size);
-                    shared = Some((v.payload.clone(), v.headers.clone()));
-                }
-            }
-            let kind = RecordKind::Violation {
-                severity: v.severity.to_string(),
-                rule: v.rule.to_owned(),
-                message: v.message.clone(),
-            };
-            self.push_shared(
-                state,
-                &v.subject,
+        let mut kept = Vec::new();
+        state.violations.add(violations, |v| {
+            kept.push((
+                v.subject.clone(),
                 v.headers.clone(),
                 v.payload.clone(),
-                kind,
-            );
-            if state.violations.len() >= self.config.max_violations {
-                state.dropped_violations += 1;
-            } else {
-                state.violations.push_back(v);
-            }
+                RecordKind::Violation {
+                    severity: v.severity.to_string(),
+                    rule: v.rule.to_owned(),
+                    message: v.message.clone(),
+                },
+            ));
+        });
+        for (subject, headers, payload, kind) in kept {
+            self.push_shared(state, &subject, headers, payload, kind);
         }
     }
 
@@ -655,37 +634,24 @@ impl Shared {
         body: Body,
     ) {
         let now = state.clock.now();
-        if !state.runs.contains_key(&event.flow_run_id) {
+        if !state.runs.contains(&event.flow_run_id) {
             // A run the emulator did not start (another orchestrator, or a test publishing
             // events by hand): follow it from here, within the bound on followed runs (events
             // for ever new run ids would otherwise hold runs without end; and apart from the
             // runs the emulator starts, so they cannot refuse its triggers). Beyond it the event
             // is recorded but its run not followed, counted.
-            if state.followed_open >= self.config.max_followed_runs {
-                state.unfollowed_runs += 1;
-                if state.unfollowed_runs.is_power_of_two() {
-                    tracing::warn!(
-                        run = %crate::conformance::clip(&event.flow_run_id, 200),
-                        "{} completion event(s) of runs the emulator did not start were not followed: {} such runs are open, the most it follows (max_followed_runs)",
-                        state.unfollowed_runs,
-                        state.followed_open
-                    );
-                }
-                return;
-            }
-            state.followed_open += 1;
             let flow = state
-                .flows
-                .get(&event.flow_id)
+                .registry
+                .flow(&event.flow_id)
                 .filter(|f| f.version == event.flow_version)
                 .cloned();
-            state
-                .runs
-                .insert(event.flow_run_id.clone(), Run::follow(event, flow));
-            state.run_order.push(event.flow_run_id.clone());
+            let run = Run::follow(event, flow);
+            if !state.runs.follow(run, self.config.max_followed_runs) {
+                return;
+            }
         }
-        let registry = state.registry.clone();
-        let deployed = state.flows.get(&event.flow_id).cloned();
+        let registry = state.registry.view();
+        let deployed = state.registry.flow(&event.flow_id).cloned();
         let Some(run) = state.runs.get_mut(&event.flow_run_id) else {
             return;
         };
@@ -739,9 +705,6 @@ impl Shared {
     }
 }
 
-/// Replicas remembered per service (one per distinct `started_at`).
-const MAX_REPLICAS: usize = 1000;
-
 fn key_reused(
     run_id: &str,
     found: &crate::run::KeyReuse,
@@ -759,45 +722,6 @@ fn key_reused(
         headers,
         payload,
     )
-}
-
-/// The bytes of its message a violation holds: its payload and headers.
-fn held_bytes(v: &Violation) -> usize {
-    v.payload.len()
-        + v.headers
-            .iter()
-            .map(|(n, value)| n.len() + value.len())
-            .sum::<usize>()
-}
-
-/// The payload bytes, the headers and the bytes of each header's name and value a trimmed
-/// violation keeps of its message.
-const EXCERPT_BYTES: usize = 4096;
-const EXCERPT_HEADERS: usize = 64;
-const EXCERPT_HEADER_BYTES: usize = 256;
-
-/// Cuts a violation's message to an excerpt (copied, so the whole message is not kept alive
-/// through it), and says so in its text.
-fn trim(v: &mut Violation) {
-    let payload = v.payload.len();
-    let headers = v.headers.len();
-    if payload > EXCERPT_BYTES {
-        v.payload = Body::from(&v.payload[..EXCERPT_BYTES]);
-    }
-    v.headers = v
-        .headers
-        .iter()
-        .take(EXCERPT_HEADERS)
-        .map(|(name, value)| {
-            (
-                conformance::clip(name, EXCERPT_HEADER_BYTES),
-                conformance::clip(value, EXCERPT_HEADER_BYTES),
-            )
-        })
-        .collect();
-    v.message.push_str(&format!(
-        " [kept as an excerpt: the violations already hold max_record_bytes of messages; this one's payload of {payload} bytes and {headers} header(s) cut to at most {EXCERPT_BYTES} bytes and {EXCERPT_HEADERS} headers of {EXCERPT_HEADER_BYTES} bytes]"
-    ));
 }
 
 /// Run-level findings about one message, as violations sharing its headers and payload.

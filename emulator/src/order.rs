@@ -276,7 +276,8 @@ impl Order {
         }
     }
 
-    fn forget(&mut self, run_id: &str) {
+    /// Forgets a run at once (a run taken back: it never happened).
+    pub(crate) fn forget(&mut self, run_id: &str) {
         if self.runs.remove(run_id).is_some() {
             self.by_seq.retain(|_, (r, _)| r != run_id);
         }

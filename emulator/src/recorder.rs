@@ -388,6 +388,32 @@ pub enum RecordKind {
 }
 
 impl RecordKind {
+    /// The run the record is about, when it is about one (a completion event's or a DLQ entry's
+    /// from its envelope; a hop's may be empty when its envelope did not decode).
+    #[must_use]
+    pub fn run_id(&self) -> Option<&str> {
+        match self {
+            RecordKind::Completion { event } => Some(&event.flow_run_id),
+            RecordKind::Dlq { entry, .. } => entry.as_ref().map(|e| &*e.envelope.flow_run_id),
+            RecordKind::Resend { run_id, .. }
+            | RecordKind::Trigger { run_id, .. }
+            | RecordKind::Hop { run_id, .. }
+            | RecordKind::TimerArmed { run_id, .. }
+            | RecordKind::TimerFired { run_id, .. }
+            | RecordKind::TimerUndelivered { run_id, .. }
+            | RecordKind::RunSettled { run_id, .. } => Some(run_id),
+            RecordKind::Registration { .. }
+            | RecordKind::FlowsWithheld { .. }
+            | RecordKind::Fetch { .. }
+            | RecordKind::Heartbeat { .. }
+            | RecordKind::Deploy { .. }
+            | RecordKind::DeployRefused { .. }
+            | RecordKind::Broadcast { .. }
+            | RecordKind::ClockAdvanced { .. }
+            | RecordKind::Violation { .. } => None,
+        }
+    }
+
     /// The kind's name, as in the JSON `kind` field.
     #[must_use]
     pub fn name(&self) -> &'static str {

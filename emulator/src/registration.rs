@@ -1,7 +1,6 @@
 //! Registration (`triggers.v2.manifest.register`) and manifest fetches: validation, the
 //! protocol-major check, the hash policy, the service's inbound stream, and the reply.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,13 +12,21 @@ use triggers_sdk::wire::manifest::DURABLE_TIMER_V1;
 use triggers_sdk::wire::subject;
 use triggers_sdk::wire::{FlowEnvelope, GoTime, Manifest, RegisterReply, json};
 
-use crate::emulator::{Emulator, HashMismatchPolicy, Registry, Shared};
+use crate::emulator::{Emulator, HashMismatchPolicy, Shared};
 use crate::kept_manifest::KeptManifest;
-use crate::recorder::{Body, RecordKind, ServiceState};
+use crate::recorder::{Body, RecordKind};
 use crate::release;
 
 /// A flow to broadcast after a register reply: its subject, envelope and bytes.
 type Later = (String, FlowEnvelope, Vec<u8>);
+
+/// A registration refused: the reply's error, and the service and hash the manifest named (empty
+/// when it did not decode).
+struct Refusal {
+    error: String,
+    service: String,
+    hash: String,
+}
 
 /// Splits the flows of a register reply into those its JSON holds within `max` bytes (the
 /// server's `max_payload`: a larger reply is never delivered, and the service would take the
@@ -79,7 +86,7 @@ impl Emulator {
         let service = serde_json::from_slice::<Value>(&msg.payload)
             .ok()
             .and_then(|v| v.get("service").and_then(Value::as_str).map(str::to_owned));
-        let Some(flow) = service.and_then(|s| self.lock().at_registration.remove(&s)) else {
+        let Some(flow) = service.and_then(|s| self.lock().registry.take_held(&s)) else {
             return;
         };
         let id = flow.id.clone();
@@ -99,8 +106,8 @@ impl Emulator {
                 .unwrap_or_else(|| String::from_utf8_lossy(&msg.payload).trim().to_owned());
             let manifest = shared
                 .lock()
-                .services
-                .get(&asked)
+                .registry
+                .service(&asked)
                 .map(|s| s.manifest.clone());
             let bytes = match &manifest {
                 Some(m) => m.bytes().to_vec(),
@@ -137,58 +144,92 @@ impl Shared {
     /// service after it (those the reply had no room for within the server's `max_payload`).
     async fn register(self: &Arc<Self>, msg: &async_nats::Message) -> (RegisterReply, Vec<Later>) {
         let headers = transport::from_nats(msg.headers.as_ref());
-        let refuse = |error: String, service: String, hash: String| {
+        let refuse = |refusal: Refusal| {
             self.push(
                 &msg.subject,
                 &headers,
                 Body::from(msg.payload.clone()),
                 RecordKind::Registration {
-                    service,
+                    service: refusal.service,
                     accepted: false,
-                    error: Some(error.clone()),
-                    manifest_hash: hash,
+                    error: Some(refusal.error.clone()),
+                    manifest_hash: refusal.hash,
                 },
             );
             self.notify();
             let reply = RegisterReply {
-                error,
+                error: refusal.error,
                 flows: vec![],
             };
             (reply, Vec::new())
         };
-        let manifest = match Manifest::from_json(&msg.payload) {
-            Ok(m) => m,
-            Err(e) => {
-                return refuse(
-                    format!("invalid manifest: {e}"),
-                    String::new(),
-                    String::new(),
-                );
-            }
+        let (manifest, sources) = match self.admit(&msg.payload) {
+            Ok(admitted) => admitted,
+            Err(refusal) => return refuse(refusal),
         };
         let service = manifest.service.clone();
         let hash = manifest.manifest_hash.clone();
+        if !sources.is_empty()
+            && let Err(error) = self.ensure_stream(&service, &sources).await
+        {
+            return refuse(Refusal {
+                error,
+                service,
+                hash,
+            });
+        }
+        // Kept once, as its bytes and an outline without schemas: the service table and the
+        // checker's registry share it.
+        let manifest = KeptManifest::received(manifest, &msg.payload);
+        self.take_in(&service, &manifest, &sources).await;
+        self.push(
+            &msg.subject,
+            &headers,
+            Body::from(msg.payload.clone()),
+            RecordKind::Registration {
+                service: service.clone(),
+                accepted: true,
+                error: None,
+                manifest_hash: hash,
+            },
+        );
+        let (flows, later) = self.flows_for(&msg.subject, &headers, &service, &manifest);
+        self.notify();
+        let reply = RegisterReply {
+            error: String::new(),
+            flows,
+        };
+        (reply, later)
+    }
+
+    /// Whether a registration is taken, before anything is made for it: the manifest decodes,
+    /// speaks protocol major 1, is valid, hashes as it says (or the policy lets it pass), its
+    /// NATS sources fit one stream request, and there is room for a new service. Returns the
+    /// manifest and its NATS sources.
+    fn admit(&self, payload: &[u8]) -> Result<(Manifest, Vec<String>), Refusal> {
+        let manifest = Manifest::from_json(payload).map_err(|e| Refusal {
+            error: format!("invalid manifest: {e}"),
+            service: String::new(),
+            hash: String::new(),
+        })?;
+        let refusal = |error: String| Refusal {
+            error,
+            service: manifest.service.clone(),
+            hash: manifest.manifest_hash.clone(),
+        };
         match manifest.protocol_major() {
             Some(1) => {}
             Some(major) => {
-                return refuse(
-                    format!(
-                        "protocol major {major} is not supported (protocol_version {:?}); this orchestrator speaks major 1",
-                        manifest.protocol_version
-                    ),
-                    service,
-                    hash,
-                );
+                return Err(refusal(format!(
+                    "protocol major {major} is not supported (protocol_version {:?}); this orchestrator speaks major 1",
+                    manifest.protocol_version
+                )));
             }
             None => {
-                return refuse(
-                    format!(
-                        "protocol_version {:?} is not MAJOR.MINOR.PATCH",
-                        manifest.protocol_version
-                    ),
-                    service,
-                    hash,
-                );
+                return Err(refusal(format!(
+                    "protocol_version {:?} is not MAJOR.MINOR.PATCH",
+                    manifest.protocol_version
+                )));
             }
         }
         // What Go's SDK can produce (a null schema, an empty service_version) is accepted: the
@@ -200,25 +241,18 @@ impl Shared {
             .map(|i| i.to_string())
             .collect();
         if !issues.is_empty() {
-            return refuse(
-                format!("invalid manifest: {}", issues.join("; ")),
-                service,
-                hash,
-            );
+            return Err(refusal(format!("invalid manifest: {}", issues.join("; "))));
         }
         let computed = manifest.compute_hash().unwrap_or_default();
         if manifest.manifest_hash != computed
             && self.config.hash_mismatch == HashMismatchPolicy::Reject
         {
-            return refuse(
-                format!(
-                    "manifest_hash mismatch: the manifest says {:?}, its contents hash to {computed}",
-                    manifest.manifest_hash
-                ),
-                service,
-                hash,
-            );
+            return Err(refusal(format!(
+                "manifest_hash mismatch: the manifest says {:?}, its contents hash to {computed}",
+                manifest.manifest_hash
+            )));
         }
+        let service = &manifest.service;
         let sources: Vec<String> = release::nats_sources(&manifest)
             .into_iter()
             .map(str::to_owned)
@@ -229,81 +263,44 @@ impl Shared {
         let config_bytes: usize = sources.iter().map(|s| s.len() + 3).sum::<usize>() + 1024;
         let max_payload = self.client.server_info().max_payload;
         if config_bytes > max_payload {
-            return refuse(
-                format!(
-                    "invalid manifest: service_sources: its {} NATS sources take {config_bytes} \
-                     bytes in the inbound stream's configuration, more than the server's \
-                     max_payload ({max_payload} bytes) carries in one request; declare fewer \
-                     sources (a wildcard like \"{service}.>\" captures many subjects)",
-                    sources.len()
-                ),
-                service,
-                hash,
-            );
+            return Err(refusal(format!(
+                "invalid manifest: service_sources: its {} NATS sources take {config_bytes} \
+                 bytes in the inbound stream's configuration, more than the server's \
+                 max_payload ({max_payload} bytes) carries in one request; declare fewer \
+                 sources (a wildcard like \"{service}.>\" captures many subjects)",
+                sources.len()
+            )));
         }
         // Registrations are handled one at a time, so the count cannot move under this check.
         let (held, known) = {
             let state = self.lock();
-            (state.services.len(), state.services.contains_key(&service))
+            (
+                state.registry.services().len(),
+                state.registry.service(service).is_some(),
+            )
         };
         if held >= self.config.max_services && !known {
-            return refuse(
-                format!(
-                    "the emulator holds {held} services, the most it takes \
-                     (EmulatorConfig::max_services, `up --max-services`): a service that registers \
-                     under a new name at every start (a process id or a random suffix in its name) \
-                     fills it; give the service a fixed name, or raise the bound"
-                ),
-                service,
-                hash,
-            );
+            return Err(refusal(format!(
+                "the emulator holds {held} services, the most it takes \
+                 (EmulatorConfig::max_services, `up --max-services`): a service that registers \
+                 under a new name at every start (a process id or a random suffix in its name) \
+                 fills it; give the service a fixed name, or raise the bound"
+            )));
         }
-        if !sources.is_empty()
-            && let Err(e) = self.ensure_stream(&service, &sources).await
-        {
-            return refuse(e, service, hash);
-        }
-        // Kept once, as its bytes and an outline without schemas: the service table and the
-        // checker's registry share it.
-        let manifest = KeptManifest::received(manifest, &msg.payload);
-        let new_subjects: Vec<String> = {
-            let mut state = self.lock();
-            let now = GoTime::now();
-            let entry = state
-                .services
-                .entry(service.clone())
-                .or_insert_with(|| ServiceState {
-                    manifest: manifest.clone(),
-                    registered_at: now,
-                    registrations: 0,
-                    last_heartbeat: None,
-                    last_seen: None,
-                    heartbeats: 0,
-                    replicas: BTreeMap::new(),
-                });
-            entry.manifest = manifest.clone();
-            entry.registered_at = now;
-            entry.registrations += 1;
-            // Subjects under triggers.v2. reach the catch-all subscription already.
-            let fresh: Vec<String> = sources
-                .iter()
-                .filter(|s| {
-                    !state.registry.inbound.contains_key(*s) && !s.starts_with(subject::PREFIX)
-                })
-                .cloned()
-                .collect();
-            // A new registry snapshot for the checker: the old one may be in use outside the lock.
-            let mut registry = Registry {
-                manifests: state.registry.manifests.clone(),
-                inbound: state.registry.inbound.clone(),
-            };
-            registry.manifests.insert(service.clone(), manifest.clone());
-            for s in &sources {
-                registry.inbound.insert(s.clone(), service.clone());
-            }
-            state.registry = Arc::new(registry);
-            fresh
-        };
+        Ok((manifest, sources))
+    }
+
+    /// Takes an admitted service into the registry, and observes (and taps) the inbound
+    /// subjects nobody owned before.
+    async fn take_in(self: &Arc<Self>, service: &str, manifest: &KeptManifest, sources: &[String]) {
+        // Subjects under triggers.v2. reach the catch-all subscription already.
+        let new_subjects: Vec<String> = self
+            .lock()
+            .registry
+            .register(service, manifest, sources, GoTime::now())
+            .into_iter()
+            .filter(|s| !s.starts_with(subject::PREFIX))
+            .collect();
         for s in new_subjects {
             if let Some(tap) = &self.tap {
                 tap.subscribe(&s);
@@ -319,46 +316,47 @@ impl Shared {
                 Err(e) => tracing::warn!("cannot observe inbound subject {s}: {e}"),
             }
         }
+    }
+
+    /// The deployed flows a registering service takes part in: those its register reply holds,
+    /// and those to broadcast to it after the reply (no room within the server's
+    /// `max_payload`). Durable Timer flows are withheld from a service without
+    /// `durable_timer.v1`; what is withheld or sent later is recorded, with why.
+    fn flows_for(
+        &self,
+        register_subject: &str,
+        headers: &triggers_sdk::wire::Headers,
+        service: &str,
+        manifest: &KeptManifest,
+    ) -> (Vec<FlowEnvelope>, Vec<Later>) {
         // The capability gate holds on this path too: a service that registers without
         // durable_timer.v1 gets no Durable Timer flow, whatever was deployed before.
         let gated = !manifest.has_capability(DURABLE_TIMER_V1);
         let (flows, withheld): (Vec<_>, Vec<_>) = {
             let state = self.lock();
             state
-                .flows
+                .registry
+                .flows()
                 .values()
-                .filter(|f| f.services().contains(service.as_str()))
+                .filter(|f| f.services().contains(service))
                 .map(|f| (f.to_envelope(), gated && f.has_timer()))
                 .partition(|(_, withhold)| !withhold)
         };
         let withheld: Vec<String> = withheld.into_iter().map(|(f, _)| f.id).collect();
         let withhold = |flows: Vec<String>, reason: String| {
             self.push(
-                &msg.subject,
-                &headers,
+                register_subject,
+                headers,
                 Body::default(),
                 RecordKind::FlowsWithheld {
-                    service: service.clone(),
+                    service: service.to_owned(),
                     flows,
                     reason,
                 },
             );
         };
-        let (flows, later) = fit_reply(
-            flows.into_iter().map(|(f, _)| f).collect(),
-            self.client.server_info().max_payload,
-        );
-        self.push(
-            &msg.subject,
-            &headers,
-            Body::from(msg.payload.clone()),
-            RecordKind::Registration {
-                service: service.clone(),
-                accepted: true,
-                error: None,
-                manifest_hash: hash,
-            },
-        );
+        let max_payload = self.client.server_info().max_payload;
+        let (flows, later) = fit_reply(flows.into_iter().map(|(f, _)| f).collect(), max_payload);
         if !withheld.is_empty() {
             tracing::warn!(
                 service,
@@ -369,34 +367,27 @@ impl Shared {
                 format!("Durable Timer flows, and the service does not declare {DURABLE_TIMER_V1}"),
             );
         }
-        let later = if later.is_empty() {
-            Vec::new()
-        } else {
-            let ids: Vec<String> = later.iter().map(|(f, _)| f.id.clone()).collect();
-            tracing::warn!(
-                service,
-                "flows {ids:?} left out of the register reply (it would be larger than the server's max_payload); broadcast to the service after it"
-            );
-            withhold(
-                ids,
-                format!(
-                    "the register reply would be larger than the server's max_payload ({} bytes); each is broadcast to the service after the reply",
-                    self.client.server_info().max_payload
-                ),
-            );
-            let subject = subject::flow_broadcast(&service)
-                .unwrap_or_else(|_| subject::FLOW_BROADCAST_ALL.to_owned());
-            later
-                .into_iter()
-                .map(|(envelope, bytes)| (subject.clone(), envelope, bytes))
-                .collect()
-        };
-        self.notify();
-        let reply = RegisterReply {
-            error: String::new(),
-            flows,
-        };
-        (reply, later)
+        if later.is_empty() {
+            return (flows, Vec::new());
+        }
+        let ids: Vec<String> = later.iter().map(|(f, _)| f.id.clone()).collect();
+        tracing::warn!(
+            service,
+            "flows {ids:?} left out of the register reply (it would be larger than the server's max_payload); broadcast to the service after it"
+        );
+        withhold(
+            ids,
+            format!(
+                "the register reply would be larger than the server's max_payload ({max_payload} bytes); each is broadcast to the service after the reply"
+            ),
+        );
+        let subject = subject::flow_broadcast(service)
+            .unwrap_or_else(|_| subject::FLOW_BROADCAST_ALL.to_owned());
+        let later = later
+            .into_iter()
+            .map(|(envelope, bytes)| (subject.clone(), envelope, bytes))
+            .collect();
+        (flows, later)
     }
 
     /// Creates the service's inbound stream, or updates its subjects. A stream that already
@@ -455,8 +446,7 @@ impl Shared {
                     sources.iter().find_map(|s| {
                         state
                             .registry
-                            .inbound
-                            .get(s)
+                            .owner_of(s)
                             .filter(|owner| *owner != service)
                             .map(|owner| (s.clone(), owner.clone()))
                     })

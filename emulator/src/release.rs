@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::Serialize;
 use serde_json::Value;
-use triggers_sdk::flow::{Flow, FlowIssueKind, MAX_EXECUTIONS_PER_TRIGGER, NodeType};
+use triggers_sdk::flow::{Flow, FlowIssueKind, MAX_EXECUTIONS_PER_TRIGGER, Node, NodeType};
 use triggers_sdk::wire::manifest::{DURABLE_TIMER_V1, TRANSPORT_NATS};
 use triggers_sdk::wire::{Manifest, subject};
 
@@ -163,8 +163,55 @@ pub fn check_release(
 ) -> Result<Flow, Vec<ReleaseProblem>> {
     let mut flow = flow.clone();
     flow.assign_owners();
-    let mut problems: Vec<ReleaseProblem> = flow
-        .structural_issues()
+    let mut problems = Problems(structural_problems(&flow));
+    // Only a flow without structural problems is counted (a cycle is reported as one).
+    if problems.0.is_empty() {
+        check_executions(&flow, &mut problems);
+    }
+    check_services(&flow, manifests, &mut problems);
+    let durable = flow.has_timer();
+    for node in &flow.body.nodes {
+        let Some(m) = manifests.get(&node.service) else {
+            continue;
+        };
+        check_node(node, m, &mut problems);
+        if node.node_type == NodeType::ServiceIn {
+            check_service_in(node, m, durable, &mut problems);
+        }
+    }
+    check_hop_targets(&flow, manifests, &mut problems);
+    let mut problems = problems.0;
+    if !problems.is_empty() {
+        problems.sort_by(|a, b| a.code.cmp(&b.code).then(a.node.cmp(&b.node)));
+        return Err(problems);
+    }
+    resolve_inbound(&mut flow, manifests);
+    Ok(flow)
+}
+
+/// The problems a release check finds.
+struct Problems(Vec<ReleaseProblem>);
+
+impl Problems {
+    fn push(
+        &mut self,
+        code: ReleaseCode,
+        node: Option<&str>,
+        service: Option<&str>,
+        message: String,
+    ) {
+        self.0.push(ReleaseProblem {
+            code,
+            node: node.map(str::to_owned),
+            service: service.map(str::to_owned),
+            message,
+        });
+    }
+}
+
+/// The flow's own shape (ids, edges, limits, timers), before any manifest is read.
+fn structural_problems(flow: &Flow) -> Vec<ReleaseProblem> {
+    flow.structural_issues()
         .into_iter()
         .map(|i| ReleaseProblem {
             code: match i.kind {
@@ -183,41 +230,39 @@ pub fn check_release(
             service: None,
             message: i.to_string(),
         })
-        .collect();
-    // Only a flow without structural problems is counted (a cycle is reported as one).
-    let owed = problems.is_empty().then(|| flow.executions_per_trigger());
-    let mut problem = |code, node: Option<&str>, service: Option<&str>, message: String| {
-        problems.push(ReleaseProblem {
-            code,
-            node: node.map(str::to_owned),
-            service: service.map(str::to_owned),
-            message,
-        });
-    };
+        .collect()
+}
 
-    if let Some(owed) = owed
-        && owed > MAX_EXECUTIONS_PER_TRIGGER
-    {
-        problem(
-            ReleaseCode::TooManyExecutions,
-            None,
-            None,
-            format!(
-                "one trigger would owe {} node executions, more than the {MAX_EXECUTIONS_PER_TRIGGER} a flow may: \
-                     every node runs once per path that reaches it (two parallel edges are two \
-                     arrivals, and a fan-in has no join), so they multiply along a path; remove \
-                     the parallel edges, or fan out fewer branches into one node",
-                if owed == u64::MAX {
-                    "more than 18 446 744 073 709 551 615".to_owned()
-                } else {
-                    owed.to_string()
-                }
-            ),
-        );
+/// What one trigger would owe: at most [`MAX_EXECUTIONS_PER_TRIGGER`] node executions.
+fn check_executions(flow: &Flow, problems: &mut Problems) {
+    let owed = flow.executions_per_trigger();
+    if owed <= MAX_EXECUTIONS_PER_TRIGGER {
+        return;
     }
+    problems.push(
+        ReleaseCode::TooManyExecutions,
+        None,
+        None,
+        format!(
+            "one trigger would owe {} node executions, more than the {MAX_EXECUTIONS_PER_TRIGGER} a flow may: \
+                 every node runs once per path that reaches it (two parallel edges are two \
+                 arrivals, and a fan-in has no join), so they multiply along a path; remove \
+                 the parallel edges, or fan out fewer branches into one node",
+            if owed == u64::MAX {
+                "more than 18 446 744 073 709 551 615".to_owned()
+            } else {
+                owed.to_string()
+            }
+        ),
+    );
+}
+
+/// Every service of the flow registered, reachable over NATS, and (for a Durable Timer flow)
+/// declaring exactly `durable_timer.v1`.
+fn check_services(flow: &Flow, manifests: &crate::conformance::Manifests, problems: &mut Problems) {
     for service in flow.services() {
         match manifests.get(service) {
-            None => problem(
+            None => problems.push(
                 ReleaseCode::UnknownService,
                 None,
                 Some(service),
@@ -225,7 +270,7 @@ pub fn check_release(
                     "service {service:?} has not registered; start it (or register its manifest) before deploying"
                 ),
             ),
-            Some(m) if nats_sources(m).is_empty() => problem(
+            Some(m) if nats_sources(m).is_empty() => problems.push(
                 ReleaseCode::NoNatsSource,
                 None,
                 Some(service),
@@ -236,133 +281,145 @@ pub fn check_release(
             Some(_) => {}
         }
     }
-    let durable = flow.has_timer();
-    if durable {
-        for service in flow.services() {
-            if let Some(m) = manifests.get(service)
-                && !m.has_capability(DURABLE_TIMER_V1)
-            {
-                problem(
-                    ReleaseCode::DurableTimerCapabilityMissing,
-                    None,
-                    Some(service),
-                    format!(
-                        "the flow has a Durable Timer, and service {service:?} declares runtime_capabilities {:?}, not exactly {DURABLE_TIMER_V1:?}",
-                        m.runtime_capabilities
-                    ),
-                );
-            }
+    if !flow.has_timer() {
+        return;
+    }
+    for service in flow.services() {
+        if let Some(m) = manifests.get(service)
+            && !m.has_capability(DURABLE_TIMER_V1)
+        {
+            problems.push(
+                ReleaseCode::DurableTimerCapabilityMissing,
+                None,
+                Some(service),
+                format!(
+                    "the flow has a Durable Timer, and service {service:?} declares runtime_capabilities {:?}, not exactly {DURABLE_TIMER_V1:?}",
+                    m.runtime_capabilities
+                ),
+            );
         }
     }
+}
 
-    for node in &flow.body.nodes {
-        let Some(m) = manifests.get(&node.service) else {
-            continue;
-        };
-        let id = Some(node.id.as_str());
-        let svc = Some(node.service.as_str());
-        match node.node_type {
-            NodeType::Action if m.action(&node.action).is_none() => problem(
-                ReleaseCode::UnknownAction,
+/// A node against its service's manifest: its action, node kind and lookup declared.
+fn check_node(node: &Node, m: &Manifest, problems: &mut Problems) {
+    let id = Some(node.id.as_str());
+    let svc = Some(node.service.as_str());
+    match node.node_type {
+        NodeType::Action if m.action(&node.action).is_none() => problems.push(
+            ReleaseCode::UnknownAction,
+            id,
+            svc,
+            format!(
+                "service {:?} declares no action {:?} (it has {:?})",
+                node.service,
+                node.action,
+                m.actions
+                    .iter()
+                    .map(|a| a.name.as_str())
+                    .collect::<Vec<_>>()
+            ),
+        ),
+        t if t.is_local() && !m.supports_nodes.iter().any(|n| n == t.as_str()) => problems.push(
+            ReleaseCode::UnsupportedNode,
+            id,
+            svc,
+            format!(
+                "service {:?} evaluates {t} nodes but its supports_nodes is {:?}",
+                node.service, m.supports_nodes
+            ),
+        ),
+        _ => {}
+    }
+    if node.node_type == NodeType::Lookup {
+        let name = node
+            .config
+            .get("lookup")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !m.runtime_lookups.iter().any(|l| l.name == name) {
+            problems.push(
+                ReleaseCode::UnknownLookup,
                 id,
                 svc,
                 format!(
-                    "service {:?} declares no action {:?} (it has {:?})",
-                    node.service,
-                    node.action,
-                    m.actions
-                        .iter()
-                        .map(|a| a.name.as_str())
-                        .collect::<Vec<_>>()
+                    "service {:?} declares no runtime lookup {name:?}",
+                    node.service
                 ),
-            ),
-            t if t.is_local() && !m.supports_nodes.iter().any(|n| n == t.as_str()) => problem(
-                ReleaseCode::UnsupportedNode,
+            );
+        }
+    }
+}
+
+/// A service-in's transport and target against its service's NATS sources: in a Durable Timer
+/// lineage, transport nats and a target equal to one of them; elsewhere, a target given must be
+/// one of them.
+fn check_service_in(node: &Node, m: &Manifest, durable: bool, problems: &mut Problems) {
+    let id = Some(node.id.as_str());
+    let svc = Some(node.service.as_str());
+    let sources = nats_sources(m);
+    let transport = node
+        .config
+        .get("transport")
+        .and_then(Value::as_str)
+        .unwrap_or(TRANSPORT_NATS);
+    let target = node
+        .config
+        .get("target")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if !durable {
+        if !target.is_empty() && !sources.is_empty() && !sources.contains(&target) {
+            problems.push(
+                ReleaseCode::ServiceInTargetUnknown,
                 id,
                 svc,
                 format!(
-                    "service {:?} evaluates {t} nodes but its supports_nodes is {:?}",
-                    node.service, m.supports_nodes
+                    "config.target {target:?} is none of service {:?}'s NATS sources {sources:?}",
+                    node.service
                 ),
-            ),
-            _ => {}
+            );
         }
-        if node.node_type == NodeType::Lookup {
-            let name = node
-                .config
-                .get("lookup")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            if !m.runtime_lookups.iter().any(|l| l.name == name) {
-                problem(
-                    ReleaseCode::UnknownLookup,
-                    id,
-                    svc,
-                    format!(
-                        "service {:?} declares no runtime lookup {name:?}",
-                        node.service
-                    ),
-                );
-            }
-        }
-        if node.node_type == NodeType::ServiceIn {
-            let sources = nats_sources(m);
-            let transport = node
-                .config
-                .get("transport")
-                .and_then(Value::as_str)
-                .unwrap_or(TRANSPORT_NATS);
-            let target = node
-                .config
-                .get("target")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            if durable {
-                if transport != TRANSPORT_NATS {
-                    problem(
-                        ReleaseCode::DurableTimerTransportNotNats,
-                        id,
-                        svc,
-                        format!(
-                            "a business service-in of a Durable Timer lineage must use transport nats, not {transport:?}"
-                        ),
-                    );
-                } else if target.is_empty() {
-                    problem(
-                        ReleaseCode::DurableTimerTargetMissing,
-                        id,
-                        svc,
-                        format!(
-                            "a business service-in of a Durable Timer lineage needs config.target, one of {sources:?}"
-                        ),
-                    );
-                } else if !sources.contains(&target) {
-                    problem(
-                        ReleaseCode::DurableTimerTargetMismatch,
-                        id,
-                        svc,
-                        format!(
-                            "config.target {target:?} matches service {:?}'s NATS sources only in transport: it equals none of their defaults {sources:?}",
-                            node.service
-                        ),
-                    );
-                }
-            } else if !target.is_empty() && !sources.is_empty() && !sources.contains(&target) {
-                problem(
-                    ReleaseCode::ServiceInTargetUnknown,
-                    id,
-                    svc,
-                    format!(
-                        "config.target {target:?} is none of service {:?}'s NATS sources {sources:?}",
-                        node.service
-                    ),
-                );
-            }
-        }
+        return;
     }
+    if transport != TRANSPORT_NATS {
+        problems.push(
+            ReleaseCode::DurableTimerTransportNotNats,
+            id,
+            svc,
+            format!(
+                "a business service-in of a Durable Timer lineage must use transport nats, not {transport:?}"
+            ),
+        );
+    } else if target.is_empty() {
+        problems.push(
+            ReleaseCode::DurableTimerTargetMissing,
+            id,
+            svc,
+            format!(
+                "a business service-in of a Durable Timer lineage needs config.target, one of {sources:?}"
+            ),
+        );
+    } else if !sources.contains(&target) {
+        problems.push(
+            ReleaseCode::DurableTimerTargetMismatch,
+            id,
+            svc,
+            format!(
+                "config.target {target:?} matches service {:?}'s NATS sources only in transport: it equals none of their defaults {sources:?}",
+                node.service
+            ),
+        );
+    }
+}
 
-    // Where hops will go: every NATS source of a service of the flow must be a subject a flow
-    // may send to (registration refuses most bad ones; this holds whatever registered).
+/// Where hops will go: every NATS source of a service of the flow must be a subject a flow may
+/// send to (registration refuses most bad ones; this holds whatever registered).
+fn check_hop_targets(
+    flow: &Flow,
+    manifests: &crate::conformance::Manifests,
+    problems: &mut Problems,
+) {
     for service in flow.services() {
         for source in manifests
             .get(service)
@@ -370,7 +427,7 @@ pub fn check_release(
             .unwrap_or_default()
         {
             if let Err(e) = subject::check_publish_target(source) {
-                problem(
+                problems.push(
                     ReleaseCode::LockedTarget,
                     None,
                     Some(service),
@@ -379,11 +436,11 @@ pub fn check_release(
             }
         }
     }
+}
 
-    if !problems.is_empty() {
-        problems.sort_by(|a, b| a.code.cmp(&b.code).then(a.node.cmp(&b.node)));
-        return Err(problems);
-    }
+/// Resolves a checked flow: each node's `inbound` is its owner's first NATS source, and each
+/// service-in without a target gets that source (and transport nats).
+fn resolve_inbound(flow: &mut Flow, manifests: &crate::conformance::Manifests) {
     for node in &mut flow.body.nodes {
         let Some(first) = manifests
             .get(&node.service)
@@ -407,7 +464,6 @@ pub fn check_release(
             node.inbound = first;
         }
     }
-    Ok(flow)
 }
 
 #[cfg(test)]

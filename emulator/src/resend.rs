@@ -120,14 +120,7 @@ impl Emulator {
                     original.source_node_id, flow.id
                 )));
             };
-            let n = {
-                let n = state
-                    .resends
-                    .entry(original.idempotency_key.clone())
-                    .or_insert(0);
-                *n += 1;
-                *n
-            };
+            let n = state.own.next_resend(&original.idempotency_key);
             let envelope = Envelope {
                 idempotency_key: format!("{}:resend:{n}", original.idempotency_key),
                 retry_count: 0,
@@ -137,7 +130,7 @@ impl Emulator {
             let mut headers = envelope.to_headers();
             headers.insert(names::NATS_MSG_ID, envelope.nats_msg_id());
             // The emulator's own delivery: not a service's message to judge.
-            state.own_msg_ids.insert(envelope.idempotency_key.clone());
+            state.own.remember(&envelope.idempotency_key);
             let body = entry.body.get().as_bytes().to_vec();
             let ids: Vec<String> = nodes.iter().map(|n| n.0.clone()).collect();
             let seq = self.shared.push_locked(

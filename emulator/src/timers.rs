@@ -16,9 +16,10 @@ use triggers_sdk::wire::header::names;
 use triggers_sdk::wire::{GoTime, Headers, idempotency, json};
 
 use crate::clock::{ClockMode, plus_ms};
-use crate::emulator::{Emulator, FiredTimer, Shared, State, new_envelope};
+use crate::emulator::{Emulator, FiredTimer, Shared, new_envelope};
 use crate::error::EmulatorError;
 use crate::recorder::{ArmedTimer, Body, RecordKind};
+use crate::state::State;
 
 /// Attempts to publish one timer delivery before the engine gives up on it and fails its node.
 pub(crate) const MAX_DELIVERY_ATTEMPTS: u32 = 5;
@@ -38,7 +39,7 @@ pub(crate) fn arm(shared: &Shared, state: &mut State, run_id: &str, timer: &str,
         return;
     }
     let delay = flow::timer_delay_ms(node).unwrap_or(0);
-    let fence = Shared::next_fence(state);
+    let fence = state.own.next_fence();
     let due = plus_ms(now, delay);
     let Some(run) = state.runs.get_mut(run_id) else {
         return;
@@ -302,7 +303,7 @@ fn fire(
             delivered(shared, state, &d);
             continue;
         }
-        Shared::remember_own(state, envelope.nats_msg_id());
+        state.own.remember(envelope.nats_msg_id());
         deliveries.push(Delivery {
             subject: resume.inbound.clone(),
             headers,
@@ -313,7 +314,7 @@ fn fire(
             resume_node_id: resume.id.clone(),
         });
     }
-    let seq = state.seq;
+    let seq = state.records.last_seq();
     if !retry && let Some(run) = state.runs.get_mut(run_id) {
         run.engine_step(
             seq,
@@ -401,7 +402,7 @@ fn undelivered(shared: &Shared, state: &mut State, d: Delivery, error: String) {
         // Cancelled while the delivery was on its way: nothing to try again.
     } else if gave_up {
         if let Some(resume) = flow.node(&d.resume_node_id) {
-            let seq = state.seq + 1;
+            let seq = state.records.next_seq();
             let message = format!(
                 "the delivery of timer {} occurrence {} on edge {} could not be published in {attempts} attempts: {error}",
                 d.fired.node_id, d.fired.occurrence, d.edge

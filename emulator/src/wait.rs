@@ -6,9 +6,10 @@ use std::time::Duration;
 use triggers_sdk::wire::shapes::status;
 use triggers_sdk::wire::{DlqEntry, Heartbeat};
 
-use crate::emulator::{Emulator, State};
+use crate::emulator::Emulator;
 use crate::error::WaitError;
 use crate::recorder::{Record, RecordKind, Run, ServiceState, TimelineEntry};
+use crate::state::State;
 use crate::topics::Topic;
 
 /// Which DLQ entry to wait for. Empty fields match anything.
@@ -168,7 +169,7 @@ impl Emulator {
             Topic::Service(service.to_owned()),
             self.wait_timeout.unwrap_or(self.config().wait_timeout),
             || format!("service {service:?} to register"),
-            |s| s.services.get(service).cloned(),
+            |s| s.registry.service(service).cloned(),
             |s| describe_records(s, |k| matches!(k, RecordKind::Registration { .. })),
         )
         .await
@@ -414,25 +415,19 @@ impl Emulator {
 
 fn describe_run(state: &State, run_id: &str) -> String {
     let Some(run) = state.runs.get(run_id) else {
-        let known: Vec<&str> = state
-            .run_order
-            .iter()
-            .rev()
-            .take(5)
-            .map(String::as_str)
-            .collect();
-        let evicted = if state.evicted_runs > 0 {
+        let known: Vec<&str> = state.runs.latest_ids(5).collect();
+        let evicted = if state.runs.evicted() > 0 {
             format!(
                 "; {} settled run(s) were evicted beyond EmulatorConfig::max_runs, it may be one",
-                state.evicted_runs
+                state.runs.evicted()
             )
         } else {
             String::new()
         };
-        let unfollowed = if state.unfollowed_runs > 0 {
+        let unfollowed = if state.runs.unfollowed() > 0 {
             format!(
                 "; the events of {} run(s) it did not start were not followed (max_followed_runs such runs were open), it may be one",
-                state.unfollowed_runs
+                state.runs.unfollowed()
             )
         } else {
             String::new()

@@ -324,3 +324,62 @@ async fn a_dead_lettered_delivery_fails_the_nodes_it_was_for() {
         lab.describe_run(&run.0)
     );
 }
+
+/// A trigger whose delivery cannot be published is taken back whole: no run, none of its
+/// records, nothing in the summary; the same run id can be triggered again once the service is
+/// back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_that_cannot_be_delivered_leaves_no_run_and_no_record() {
+    let lab = lab().await;
+    let client = connect(&lab).await;
+    register(&client, &manifest("shop", &["charge"], &[])).await;
+    lab.deploy(one_step_flow("order", "shop", "charge"))
+        .await
+        .unwrap();
+    // shop's inbound stream goes away: the trigger's delivery cannot be published.
+    let js = jetstream::new(client.clone());
+    js.delete_stream(subject::stream_name("shop", None).unwrap())
+        .await
+        .unwrap();
+    let options = TriggerOptions {
+        run_id: Some("run-lost".into()),
+        ..Default::default()
+    };
+    let err = lab
+        .trigger_bytes("order", b"{}".to_vec(), options.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EmulatorError::Publish { .. }), "{err}");
+    assert!(lab.run("run-lost").is_none());
+    assert!(lab.runs().is_empty());
+    let summary = lab.summary();
+    assert_eq!(summary.runs_total, 0);
+    let (records, _) = lab.records();
+    let left: Vec<_> = records
+        .iter()
+        .filter(|r| r.kind.run_id() == Some("run-lost"))
+        .map(|r| r.kind.name())
+        .collect();
+    assert!(left.is_empty(), "records of the rolled-back run: {left:?}");
+    // Back: the same id starts afresh, with one trigger record.
+    register(&client, &manifest("shop", &["charge"], &[])).await;
+    let run = lab
+        .trigger_bytes("order", b"{}".to_vec(), options)
+        .await
+        .unwrap();
+    assert_eq!(run.0, "run-lost");
+    let triggers = lab
+        .records()
+        .0
+        .iter()
+        .filter(|r| matches!(&r.kind, RecordKind::Trigger { run_id, .. } if run_id == "run-lost"))
+        .count();
+    assert_eq!(triggers, 1);
+    let delivery = next_delivery(&client, "shop").await;
+    assert_eq!(
+        Envelope::from_headers(&delivery.headers)
+            .unwrap()
+            .flow_run_id,
+        "run-lost"
+    );
+}

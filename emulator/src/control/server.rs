@@ -355,7 +355,7 @@ fn run_reply(mut run: Run, req: &RunRequest, max: usize) -> Answer {
 
 /// `flow`: the deployed flow, its latest version.
 fn flow(emulator: &Emulator, req: &FlowRequest, max: usize) -> Answer {
-    match emulator.lock().flows.get(&req.flow_id).cloned() {
+    match emulator.lock().registry.flow(&req.flow_id).cloned() {
         Some(flow) => to_json(&*flow, max, "the flow is larger than one message"),
         None => Err(message(format!("no flow {:?} is deployed", req.flow_id))),
     }
@@ -425,7 +425,7 @@ fn services(emulator: &Emulator, req: &ServicesRequest, max: usize) -> Answer {
 /// Counts the items sent cut (`cut_in_replies` in the state).
 fn note_cuts(emulator: &Emulator, cuts: usize) {
     if cuts > 0 {
-        emulator.lock().cut_in_replies += cuts as u64;
+        emulator.lock().counts.cut_in_replies += cuts as u64;
     }
 }
 

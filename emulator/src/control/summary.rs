@@ -25,7 +25,8 @@ impl Emulator {
             clock: state.clock.now(),
             clock_mode: state.clock.mode(),
             services: state
-                .services
+                .registry
+                .services()
                 .iter()
                 .map(|(name, s)| ServiceSummary {
                     name: name.clone(),
@@ -39,28 +40,27 @@ impl Emulator {
                     replicas: s.replicas.len(),
                 })
                 .collect(),
-            services_total: state.services.len(),
-            flows: state.flows.values().map(|f| Flow::clone(f)).collect(),
-            flows_total: state.flows.len(),
-            runs: state
-                .run_order
-                .iter()
-                .skip(state.run_order.len().saturating_sub(runs_limit))
-                .filter_map(|id| state.runs.get(id))
-                .map(run_summary)
+            services_total: state.registry.services().len(),
+            flows: state
+                .registry
+                .flows()
+                .values()
+                .map(|f| Flow::clone(f))
                 .collect(),
-            runs_total: state.run_order.len(),
-            violations: state.violations.len() + state.dropped_violations as usize,
-            last_seq: state.seq,
-            dropped_records: state.records.dropped,
-            evicted_runs: state.evicted_runs,
-            unfollowed_runs: state.unfollowed_runs,
-            dropped_violations: state.dropped_violations,
-            trimmed_violations: state.trimmed_violations,
+            flows_total: state.registry.flows().len(),
+            runs: state.runs.newest(runs_limit).map(run_summary).collect(),
+            runs_total: state.runs.len(),
+            violations: state.violations.found(),
+            last_seq: state.records.last_seq(),
+            dropped_records: state.records.dropped(),
+            evicted_runs: state.runs.evicted(),
+            unfollowed_runs: state.runs.unfollowed(),
+            dropped_violations: state.violations.dropped(),
+            trimmed_violations: state.violations.trimmed(),
             dropped_messages: self.dropped_messages(),
             connection_losses: self.connection_losses(),
-            cut_in_replies: state.cut_in_replies,
-            streams_lost: state.streams_lost,
+            cut_in_replies: state.counts.cut_in_replies,
+            streams_lost: state.counts.streams_lost,
         }
     }
 
@@ -68,7 +68,8 @@ impl Emulator {
     #[must_use]
     pub fn flow_list(&self) -> Vec<FlowSummary> {
         self.lock()
-            .flows
+            .registry
+            .flows()
             .values()
             .map(|f| FlowSummary {
                 id: f.id.clone(),
@@ -88,18 +89,16 @@ impl Emulator {
         let mut runs = Vec::new();
         let mut next = after;
         let mut more = false;
-        for (place, id) in state.run_order.after(after) {
+        for (place, run) in state.runs.after(after) {
             if runs.len() == limit {
                 more = true;
                 break;
             }
-            if let Some(run) = state.runs.get(id) {
-                runs.push(run_summary(run));
-            }
+            runs.push(run_summary(run));
             next = place;
         }
         RunPage {
-            total: state.run_order.len(),
+            total: state.runs.len(),
             runs,
             next,
             more,
