@@ -55,6 +55,7 @@ mod run;
 mod shared;
 mod state;
 mod streams;
+mod timeline;
 mod timers;
 mod topics;
 mod trigger;

@@ -669,9 +669,7 @@ impl Shared {
         let unexpected_before = run.unexpected.len();
         let max_attempts = runs::max_attempts(run, event, &registry.manifests);
         // What one execution may report; all of them where the policy is not known.
-        let allowance = max_attempts
-            .and_then(|max| u32::try_from(max - 1).ok())
-            .unwrap_or(u32::MAX);
+        let allowance = crate::timeline::retry_allowance(max_attempts);
         let to_arm = run.apply(event, seq, allowance);
         let unexpected = run.unexpected.len() > unexpected_before;
         if judged {

@@ -22,6 +22,7 @@ use triggers_sdk::wire::{CompletionEvent, DlqEntry, GoTime, Headers, Heartbeat};
 pub use crate::run::{
     ArmedTimer, CANCEL_STEP, Cancelled, MAX_TIMELINE, Run, RunStatus, TimelineEntry,
 };
+pub use crate::timeline::{EventSteps, retry_allowance};
 
 /// Bytes as received, shared by every record and violation of one message (a clone is a
 /// reference count, not a copy), written as UTF-8 text with invalid bytes replaced.

@@ -17,7 +17,6 @@
 //! was for, so the run settles as failed rather than waiting for events that will not come.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -27,6 +26,7 @@ use triggers_sdk::wire::subject::FallbackKind;
 use triggers_sdk::wire::{CompletionEvent, GoTime};
 
 use crate::recorder::Body;
+use crate::timeline::EventSteps;
 
 /// Timeline entries kept per run; later ones are counted in [`Run::timeline_dropped`].
 pub const MAX_TIMELINE: usize = 10_000;
@@ -208,19 +208,14 @@ pub struct Run {
     /// events stream are read apart): the next reach of the node fails at once.
     #[serde(skip, default)]
     dead: BTreeMap<String, u32>,
-    /// Fingerprints of the completion events applied, so one published twice counts once.
+    /// The steps its completion events made: each distinct event once, with its retries
+    /// ([`EventSteps`]).
     #[serde(skip, default)]
-    seen: HashSet<u64>,
+    steps: EventSteps,
     /// Settled arrivals (succeeded, skipped or failed events that a reach was waiting on), per
     /// node: how many times each node really ran.
     #[serde(skip, default)]
     pub(crate) executions: HashMap<String, u32>,
-    /// `retrying` events per node that no finished execution of it accounts for yet. An event
-    /// does not say which execution of its node it comes from (a fan-in without a join, or a
-    /// repeating timer, runs a node several times at once), so each finishing event takes as
-    /// many as its execution may have reported, up to the node's allowance ([`Run::apply`]).
-    #[serde(skip, default)]
-    retrying: HashMap<String, u32>,
     /// The idempotency keys of the hops between services.
     #[serde(skip, default)]
     pub(crate) hops: HopLedger,
@@ -361,9 +356,8 @@ impl Run {
             flow: None,
             followed: false,
             dead: BTreeMap::new(),
-            seen: HashSet::new(),
+            steps: EventSteps::default(),
             executions: HashMap::new(),
-            retrying: HashMap::new(),
             hops: HopLedger::default(),
         }
     }
@@ -454,36 +448,10 @@ impl Run {
         allowance: u32,
     ) -> Vec<String> {
         // The same event twice (a publish retried after a lost ack) is one step.
-        if !self.seen.insert(fingerprint(event)) {
+        let Some(step) = self.steps.step(event, seq, allowance) else {
             return Vec::new();
-        }
-        // Failed attempts of this node no finished execution took yet: what this entry comes
-        // after. A finishing event takes those its execution may have made.
-        let retries = if event.status == status::RETRYING {
-            let n = self.retrying.entry(event.node_id.clone()).or_insert(0);
-            *n += 1;
-            *n - 1
-        } else {
-            match self.retrying.get_mut(&event.node_id) {
-                Some(n) if *n > allowance => {
-                    *n -= allowance;
-                    allowance
-                }
-                Some(_) => self.retrying.remove(&event.node_id).unwrap_or(0),
-                None => 0,
-            }
         };
-        self.push_step(TimelineEntry {
-            seq,
-            node_id: event.node_id.clone(),
-            node_type: event.node_type.clone(),
-            service: event.service.clone(),
-            status: event.status.clone(),
-            started_at: event.started_at,
-            finished_at: event.finished_at,
-            error: event.error.clone(),
-            retries,
-        });
+        self.push_step(step);
         // A cancelled run owes nothing: the event is on its timeline, and opens no path.
         if self.status == RunStatus::Cancelled {
             return Vec::new();
@@ -654,7 +622,7 @@ impl Run {
         let pending = std::mem::take(&mut self.pending);
         let timers = std::mem::take(&mut self.timers);
         self.dead.clear();
-        self.retrying.clear();
+        self.steps.forget_retries();
         let cancelled = Cancelled {
             run_id: self.id.clone(),
             pending,
@@ -704,7 +672,7 @@ impl Run {
 
     /// `retrying` events of `node` that no finished execution of it accounts for.
     pub(crate) fn retrying(&self, node: &str) -> u32 {
-        self.retrying.get(node).copied().unwrap_or(0)
+        self.steps.retrying(node)
     }
 
     /// How many times `node` ran to an end (succeeded, skipped or failed) for an arrival the
@@ -772,20 +740,6 @@ fn receiver_refused(kind: &str) -> bool {
                     | FallbackKind::DeliveryExhausted
             )
         )
-}
-
-fn fingerprint(e: &CompletionEvent) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (
-        &e.node_id,
-        &e.status,
-        e.started_at.unix_nanos(),
-        e.finished_at.unix_nanos(),
-        &e.error,
-        &e.service,
-    )
-        .hash(&mut h);
-    h.finish()
 }
 
 #[cfg(test)]

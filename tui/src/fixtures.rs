@@ -8,7 +8,7 @@ use triggers_emulator::control::{RunSummary, ServiceSummary, StateSummary};
 use triggers_emulator::recorder::{Liveness, Record, RecordKind, RunStatus};
 use triggers_sdk::flow::Flow;
 use triggers_sdk::wire::{
-    Action, CompletionEvent, DlqEntry, Envelope, GoTime, Heartbeat, Manifest, RawJson,
+    Action, CompletionEvent, DlqEntry, Envelope, GoTime, Heartbeat, Manifest, RawJson, Retry,
 };
 
 use crate::model::{Mode, Model, ModelConfig};
@@ -70,6 +70,13 @@ fn manifest(service: &str, version: &str, actions: &[&str], caps: &[&str]) -> Ma
                 name: (*a).into(),
                 timeout_ms: 30_000,
                 dlq: format!("triggers.v2.dlq.{service}.{a}"),
+                // Three attempts: the failing payments retry twice before they fail.
+                retry: Retry {
+                    max_attempts: 3,
+                    initial_backoff_ms: 500,
+                    backoff_factor: 2.0,
+                    max_backoff_ms: 5_000,
+                },
                 ..Action::default()
             })
             .collect(),

@@ -8,7 +8,9 @@
 use std::collections::BTreeSet;
 
 use triggers_emulator::control::StateSummary;
-use triggers_emulator::recorder::{Record, RecordKind, Run, RunStatus, TimelineEntry};
+use triggers_emulator::recorder::{
+    EventSteps, Record, RecordKind, Run, RunStatus, TimelineEntry, retry_allowance,
+};
 use triggers_sdk::flow::{Flow, Node, NodeType};
 use triggers_sdk::wire::header::names;
 use triggers_sdk::wire::subject::LockedSubject;
@@ -197,6 +199,11 @@ impl Model {
             row.version = m.service_version.clone();
             row.capabilities = m.runtime_capabilities.clone();
             row.actions = m.actions.iter().map(|a| a.name.clone()).collect();
+            row.max_attempts = m
+                .actions
+                .iter()
+                .map(|a| (a.name.clone(), a.retry.max_attempts))
+                .collect();
         }
         row.shutting_down = false;
     }
@@ -278,6 +285,25 @@ impl Model {
         }
     }
 
+    /// The `retrying` events one execution of `node` of flow `flow_id` may report, from its
+    /// action's retry policy in its service's manifest (all of them when that is not known).
+    fn retry_allowance(&self, flow_id: &str, node: &str) -> u32 {
+        let max_attempts = self
+            .flows
+            .get(flow_id)
+            .and_then(|f| f.flow.as_ref())
+            .and_then(|f| f.node(node))
+            .filter(|n| n.node_type == NodeType::Action)
+            .and_then(|n| {
+                self.services
+                    .get(&n.service)?
+                    .max_attempts
+                    .get(&n.action)
+                    .copied()
+            });
+        retry_allowance(max_attempts)
+    }
+
     fn existing_run_mut(&mut self, id: &str) -> Option<&mut RunRow> {
         let abs = *self.run_index.get(id)?;
         self.runs.get_abs_mut(abs)
@@ -302,6 +328,7 @@ impl Model {
                 settled_at: None,
                 failed: Vec::new(),
                 timeline: Vec::new(),
+                event_steps: EventSteps::default(),
                 steps: 0,
                 dlq: 0,
                 pending: BTreeSet::new(),
@@ -332,28 +359,18 @@ impl Model {
             &event.status,
         );
         let flow = self.flows.get(&event.flow_id).and_then(|f| f.flow.clone());
+        let allowance = self.retry_allowance(&event.flow_id, &event.node_id);
         let run = self.run_mut(
             &event.flow_run_id,
             &event.flow_id,
             event.flow_version,
             event.started_at,
         );
-        let retries = run
-            .timeline
-            .iter()
-            .filter(|e| e.node_id == event.node_id && e.status == "retrying")
-            .count() as u32;
-        run.timeline.push(TimelineEntry {
-            seq,
-            node_id: event.node_id.clone(),
-            node_type: event.node_type.clone(),
-            service: event.service.clone(),
-            status: event.status.clone(),
-            started_at: event.started_at,
-            finished_at: event.finished_at,
-            error: event.error.clone(),
-            retries,
-        });
+        // The emulator's definition of a step and its retries: an event published twice is one.
+        let Some(step) = run.event_steps.step(event, seq, allowance) else {
+            return;
+        };
+        run.timeline.push(step);
         run.steps = run.steps.max(run.timeline.len());
         if run.flow_version == 0 {
             run.flow_version = event.flow_version;
@@ -465,6 +482,9 @@ impl Model {
                 &e.status,
             );
         }
+        let steps = EventSteps::resume(&run.timeline, |node| {
+            self.retry_allowance(&run.flow_id, node)
+        });
         let row = self.run_mut(&run.id, &run.flow_id, run.flow_version, run.started_at);
         row.from_emulator = true;
         row.flow_version = run.flow_version;
@@ -474,6 +494,7 @@ impl Model {
         row.failed = run.failed.into_iter().collect();
         row.steps = run.timeline.len();
         row.timeline = run.timeline;
+        row.event_steps = steps;
         row.dlq = row.dlq.max(run.dlq.len());
     }
 
@@ -782,5 +803,58 @@ mod tests {
         let edges: Vec<&str> = covered.edges.iter().map(String::as_str).collect();
         assert_eq!(edges, ["b-c", "in-a", "in-b"]);
         assert_eq!(covered.nodes.len(), 4, "{:?}", covered.nodes);
+    }
+
+    /// A node run twice (a fan-out into it, a repeating timer before it): each step counts the
+    /// failed attempts of its own execution, as the emulator's timeline does, and an event
+    /// published twice is one step.
+    #[test]
+    fn a_steps_retries_are_those_of_its_own_execution_as_the_emulator_counts_them() {
+        let flow: Flow = serde_json::from_value(serde_json::json!({"id": "diamond", "version": 1,
+            "nodes": [
+                {"id": "in", "type": "service-in", "service": "s"},
+                {"id": "a", "type": "action", "service": "s", "action": "a"}],
+            "edges": [{"id": "in-a", "from": "in", "to": "a"}]}))
+        .expect("a flow");
+        let manifest: Manifest = serde_json::from_value(serde_json::json!({
+            "protocol_version": "1.0.0", "service": "s", "service_version": "1",
+            "actions": [{"name": "a", "input_schema": null, "result_schema": null,
+                "timeout_ms": 1000, "dlq": "triggers.v2.dlq.s.a",
+                "retry": {"max_attempts": 2, "initial_backoff_ms": 0, "backoff_factor": 1,
+                          "max_backoff_ms": 0}}],
+            "service_sources": [], "supports_nodes": []}))
+        .expect("a manifest");
+        let mut model = empty_model(Mode::Control, Theme::colored());
+        model.register("s", "h", Some(&manifest));
+        let row = model.flow_row("diamond");
+        row.version = 1;
+        row.flow = Some(flow);
+        let events: Vec<CompletionEvent> = ["retrying", "succeeded", "retrying", "succeeded"]
+            .iter()
+            .enumerate()
+            .map(|(i, status)| CompletionEvent {
+                started_at: at_ms(10 * i as i64),
+                finished_at: at_ms(10 * i as i64 + 1),
+                ..event("r1", "a", status)
+            })
+            .collect();
+        for (seq, e) in events.iter().enumerate() {
+            model.completion(e, seq as u64 + 1);
+        }
+        // The same event again (a publish retried after a lost ack): no new step.
+        model.completion(&events[3], 9);
+        let run = model.existing_run_mut("r1").expect("the run");
+        let retries: Vec<u32> = run.timeline.iter().map(|e| e.retries).collect();
+        assert_eq!(retries, [0, 1, 0, 1]);
+        // What the emulator makes of the same events.
+        let mut steps = EventSteps::default();
+        let allowance = retry_allowance(Some(2));
+        let emulator: Vec<u32> = events
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| steps.step(e, i as u64, allowance))
+            .map(|e| e.retries)
+            .collect();
+        assert_eq!(retries, emulator);
     }
 }

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use triggers_emulator::ClockMode;
-use triggers_emulator::recorder::{Liveness, RecordKind, RunStatus, TimelineEntry};
+use triggers_emulator::recorder::{EventSteps, Liveness, RecordKind, RunStatus, TimelineEntry};
 use triggers_sdk::flow::Flow;
 use triggers_sdk::wire::{DlqEntry, GoTime};
 
@@ -201,6 +201,8 @@ pub(crate) struct ServiceRow {
     pub(crate) manifest_hash: String,
     pub(crate) capabilities: Vec<String>,
     pub(crate) actions: Vec<String>,
+    /// Each action's `retry.max_attempts`, for the retries a timeline step counts.
+    pub(crate) max_attempts: BTreeMap<String, i64>,
     pub(crate) last_seen: Option<GoTime>,
     pub(crate) shutting_down: bool,
     pub(crate) replicas: BTreeSet<String>,
@@ -253,6 +255,8 @@ pub(crate) struct RunRow {
     pub(crate) settled_at: Option<GoTime>,
     pub(crate) failed: Vec<String>,
     pub(crate) timeline: Vec<TimelineEntry>,
+    /// What the completion events made of `timeline`, as the emulator counts it.
+    pub(crate) event_steps: EventSteps,
     /// Steps the emulator counts (it may know more than the records kept here).
     pub(crate) steps: usize,
     pub(crate) dlq: usize,
