@@ -11,6 +11,7 @@ use triggers_sdk::wire::subject::LockedSubject;
 use triggers_sdk::wire::{Envelope, GoTime};
 
 use crate::recorder::{Body, RecordKind};
+use crate::state::State;
 use crate::{Emulator, EmulatorError};
 
 /// What [`Emulator::resend_dlq`] did.
@@ -26,6 +27,88 @@ pub struct Resent {
     pub nodes: Vec<String>,
 }
 
+/// Where a DLQ entry is re-sent, and what with.
+struct Target {
+    /// The envelope it was dead-lettered with.
+    original: Envelope,
+    /// Its body.
+    body: Vec<u8>,
+    run_id: String,
+    /// The inbound subject of the nodes it failed.
+    subject: String,
+    /// The nodes it failed: id, type and inbound subject.
+    nodes: Vec<(String, String, String)>,
+}
+
+/// What the DLQ entry `msg_id` re-sends to, or why it cannot be re-sent.
+fn target(state: &State, msg_id: &str) -> Result<Target, String> {
+    let record = state
+        .records
+        .dlq()
+        .filter(|r| matches!(&r.kind, RecordKind::Dlq { msg_id: m, .. } if m == msg_id))
+        .last()
+        .ok_or("no such DLQ entry (or it was evicted from the records)")?;
+    let RecordKind::Dlq {
+        entry: Some(entry), ..
+    } = &record.kind
+    else {
+        return Err("the entry does not decode, so there is no envelope to re-send it with".into());
+    };
+    let original = &entry.envelope;
+    if original.flow_run_id.is_empty()
+        || original.idempotency_key.is_empty()
+        || original.source_node_id.is_empty()
+    {
+        return Err(
+            "its envelope is missing (no run, idempotency key or source node): nothing says where it belongs".into(),
+        );
+    }
+    if entry.kind == dlq_kind::ROUTING_FAILED {
+        return Err(format!(
+            "a routing_failed entry is the sender's: its action ran, the hand-over failed; trigger run {} again instead",
+            original.flow_run_id
+        ));
+    }
+    let Some(LockedSubject::Dlq { service, .. }) = LockedSubject::parse(&record.subject) else {
+        return Err(format!("{} is not a service's DLQ subject", record.subject));
+    };
+    let run_id = original.flow_run_id.clone();
+    let run = state.runs.get(&run_id);
+    if run.is_some_and(|r| r.status == crate::recorder::RunStatus::Cancelled) {
+        return Err(format!(
+            "run {run_id:?} was cancelled: trigger its flow again instead"
+        ));
+    }
+    let flow = run
+        .and_then(|r| r.flow().cloned())
+        .ok_or_else(|| format!("run {run_id:?} is not kept (or its flow is unknown)"))?;
+    let nodes: Vec<(String, String, String)> = flow
+        .successors(&original.source_node_id)
+        .map(|(_, n)| n)
+        .filter(|n| n.node_type != NodeType::Timer && n.service == service)
+        .map(|n| {
+            (
+                n.id.clone(),
+                n.node_type.as_str().to_owned(),
+                n.inbound.clone(),
+            )
+        })
+        .collect();
+    let Some(subject) = nodes.iter().map(|n| n.2.clone()).find(|s| !s.is_empty()) else {
+        return Err(format!(
+            "no node of {service} with an inbound subject follows {:?} in flow {:?}",
+            original.source_node_id, flow.id
+        ));
+    };
+    Ok(Target {
+        original: original.clone(),
+        body: entry.body.get().as_bytes().to_vec(),
+        run_id,
+        subject,
+        nodes,
+    })
+}
+
 impl Emulator {
     /// Re-sends the DLQ entry whose `Nats-Msg-Id` is `msg_id`: its body, with its envelope
     /// (the idempotency key suffixed `:resend:<n>`, the n-th resend of that key; retry count 0),
@@ -38,88 +121,18 @@ impl Emulator {
     /// entry is the sender's: its action ran, the hand-over failed; trigger the run again); and
     /// [`EmulatorError::Publish`] when the delivery cannot be published.
     pub async fn resend_dlq(&self, msg_id: &str) -> Result<Resent, EmulatorError> {
-        let refuse = |why: String| EmulatorError::NotResendable {
-            msg_id: msg_id.to_owned(),
-            why,
-        };
         let (headers, body, resent) = {
             let mut state = self.lock();
-            let record = state
-                .records
-                .dlq()
-                .filter(|r| matches!(&r.kind, RecordKind::Dlq { msg_id: m, .. } if m == msg_id))
-                .last()
-                .cloned()
-                .ok_or_else(|| {
-                    refuse("no such DLQ entry (or it was evicted from the records)".into())
-                })?;
-            let RecordKind::Dlq {
-                entry: Some(entry), ..
-            } = &record.kind
-            else {
-                return Err(refuse(
-                    "the entry does not decode, so there is no envelope to re-send it with".into(),
-                ));
-            };
-            let original = &entry.envelope;
-            if original.flow_run_id.is_empty()
-                || original.idempotency_key.is_empty()
-                || original.source_node_id.is_empty()
-            {
-                return Err(refuse(
-                    "its envelope is missing (no run, idempotency key or source node): nothing says where it belongs".into(),
-                ));
-            }
-            if entry.kind == dlq_kind::ROUTING_FAILED {
-                return Err(refuse(format!(
-                    "a routing_failed entry is the sender's: its action ran, the hand-over failed; trigger run {} again instead",
-                    original.flow_run_id
-                )));
-            }
-            let Some(LockedSubject::Dlq { service, .. }) = LockedSubject::parse(&record.subject)
-            else {
-                return Err(refuse(format!(
-                    "{} is not a service's DLQ subject",
-                    record.subject
-                )));
-            };
-            let run_id = original.flow_run_id.clone();
-            if state
-                .runs
-                .get(&run_id)
-                .is_some_and(|r| r.status == crate::recorder::RunStatus::Cancelled)
-            {
-                return Err(refuse(format!(
-                    "run {run_id:?} was cancelled: trigger its flow again instead"
-                )));
-            }
-            let flow = state
-                .runs
-                .get(&run_id)
-                .and_then(|r| r.flow().cloned())
-                .ok_or_else(|| {
-                    refuse(format!(
-                        "run {run_id:?} is not kept (or its flow is unknown)"
-                    ))
-                })?;
-            let nodes: Vec<(String, String, String)> = flow
-                .successors(&original.source_node_id)
-                .map(|(_, n)| n)
-                .filter(|n| n.node_type != NodeType::Timer && n.service == service)
-                .map(|n| {
-                    (
-                        n.id.clone(),
-                        n.node_type.as_str().to_owned(),
-                        n.inbound.clone(),
-                    )
-                })
-                .collect();
-            let Some(subject) = nodes.iter().map(|n| n.2.clone()).find(|s| !s.is_empty()) else {
-                return Err(refuse(format!(
-                    "no node of {service} with an inbound subject follows {:?} in flow {:?}",
-                    original.source_node_id, flow.id
-                )));
-            };
+            let Target {
+                original,
+                body,
+                run_id,
+                subject,
+                nodes,
+            } = target(&state, msg_id).map_err(|why| EmulatorError::NotResendable {
+                msg_id: msg_id.to_owned(),
+                why,
+            })?;
             let n = state.own.next_resend(&original.idempotency_key);
             let envelope = Envelope {
                 idempotency_key: format!("{}:resend:{n}", original.idempotency_key),
@@ -131,7 +144,6 @@ impl Emulator {
             headers.insert(names::NATS_MSG_ID, envelope.nats_msg_id());
             // The emulator's own delivery: not a service's message to judge.
             state.own.remember(&envelope.idempotency_key);
-            let body = entry.body.get().as_bytes().to_vec();
             let ids: Vec<String> = nodes.iter().map(|n| n.0.clone()).collect();
             let seq = self.shared.push_locked(
                 &mut state,
