@@ -23,6 +23,33 @@ use crate::conform::peer::PEER;
 const POLL: Duration = Duration::from_millis(50);
 
 impl Ctx {
+    /// Waits until `echo` succeeds in the forged run `run`; gives up when the run's delivery is
+    /// dead-lettered, saying so in `dead_lettered`'s words (from the entry's kind, its subject
+    /// and its error message).
+    async fn echo_succeeds(
+        &self,
+        run: &str,
+        dead_lettered: impl Fn(&str, &str, &str) -> String,
+    ) -> Result<CompletionEvent, String> {
+        let id = triggers_emulator::RunId(run.to_owned());
+        self.poll(
+            |ctx| {
+                ctx.events(&id, "echo")
+                    .into_iter()
+                    .find(|e| e.status == status::SUCCEEDED)
+            },
+            |ctx| {
+                ctx.lab.dlq().into_iter().find_map(|r| match &r.kind {
+                    RecordKind::Dlq { entry: Some(e), .. } if e.envelope.flow_run_id == run => {
+                        Some(dead_lettered(&e.kind, &r.subject, &e.err_msg))
+                    }
+                    _ => None,
+                })
+            },
+        )
+        .await
+    }
+
     /// Looks at the emulator's state until `look` finds something or `give_up` says there is
     /// no point waiting longer, with the check's patience (extended as [`Ctx::patient`] does).
     async fn poll<T>(
@@ -246,26 +273,10 @@ pub(super) async fn traceparent_invalid(ctx: &mut Ctx) -> Result<(), Failure> {
     headers.insert(names::TRACEPARENT, "zz-not-a-traceparent");
     ctx.forge(&headers, json!({"trace": "bad"}).to_string().as_bytes())
         .await?;
-    let run = envelope.flow_run_id.clone();
     let ran = ctx
-        .poll(
-            |ctx| {
-                ctx.events(&triggers_emulator::RunId(run.clone()), "echo")
-                    .into_iter()
-                    .find(|e| e.status == status::SUCCEEDED)
-            },
-            |ctx| {
-                ctx.lab.dlq().into_iter().find_map(|r| match &r.kind {
-                    RecordKind::Dlq { entry: Some(e), .. } if e.envelope.flow_run_id == run => {
-                        Some(format!(
-                            "the delivery was dead-lettered ({} on {}: {})",
-                            e.kind, r.subject, e.err_msg
-                        ))
-                    }
-                    _ => None,
-                })
-            },
-        )
+        .echo_succeeds(&envelope.flow_run_id, |kind, subject, err| {
+            format!("the delivery was dead-lettered ({kind} on {subject}: {err})")
+        })
         .await;
     match ran {
         Ok(_) => Ok(()),
@@ -636,27 +647,13 @@ pub(super) async fn unknown_flow_wait(ctx: &mut Ctx) -> Result<(), Failure> {
     if version != 1 {
         return fail("conform-late at version 1", format!("version {version}"));
     }
-    let run = envelope.flow_run_id.clone();
     let ran = ctx
-        .poll(
-            |ctx| {
-                ctx.events(&triggers_emulator::RunId(run.clone()), "echo")
-                    .into_iter()
-                    .find(|e| e.status == status::SUCCEEDED)
-            },
-            |ctx| {
-                ctx.lab.dlq().into_iter().find_map(|r| match &r.kind {
-                    RecordKind::Dlq { entry: Some(e), .. } if e.envelope.flow_run_id == run => {
-                        Some(format!(
-                            "dead-lettered as {} though the flow was broadcast {LATE_BY:?} after \
-                             the delivery: {}",
-                            e.kind, e.err_msg
-                        ))
-                    }
-                    _ => None,
-                })
-            },
-        )
+        .echo_succeeds(&envelope.flow_run_id, |kind, _, err| {
+            format!(
+                "dead-lettered as {kind} though the flow was broadcast {LATE_BY:?} after the \
+                 delivery: {err}"
+            )
+        })
         .await;
     match ran {
         Ok(_) => Ok(()),
