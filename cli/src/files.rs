@@ -70,7 +70,7 @@ mod tests {
     #[test]
     fn yaml_and_json_errors_say_where() {
         #[derive(serde::Deserialize, Debug)]
-        #[allow(dead_code)]
+        #[expect(dead_code, reason = "decoded for the error it gives, never read")]
         struct T {
             a: u32,
         }

@@ -153,12 +153,12 @@ mod tests {
     use super::*;
 
     #[derive(Debug, Deserialize)]
-    #[allow(dead_code)]
+    #[expect(dead_code, reason = "decoded for the error it gives, never read")]
     struct Outer {
         inner: Vec<Inner>,
     }
     #[derive(Debug, Deserialize)]
-    #[allow(dead_code)]
+    #[expect(dead_code, reason = "decoded for the error it gives, never read")]
     struct Inner {
         n: i64,
     }
@@ -178,7 +178,7 @@ mod tests {
     }
 
     #[derive(Debug, Deserialize)]
-    #[allow(dead_code)]
+    #[expect(dead_code, reason = "decoded for the error it gives, never read")]
     struct Nested {
         #[serde(deserialize_with = "strict_list")]
         inner: Vec<Inner>,

@@ -25,16 +25,16 @@ use super::manifest::{HashAction, HashedParts, Lookup, Manifest, Retry, ServiceS
 #[derive(Deserialize)]
 struct HashDoc<'a> {
     #[serde(deserialize_with = "null_default")]
-    #[allow(dead_code)] // read for its checks, as Manifest reads it
+    #[expect(dead_code, reason = "read for its checks, as Manifest reads it")]
     protocol_version: String,
     #[serde(deserialize_with = "null_default")]
-    #[allow(dead_code)]
+    #[expect(dead_code, reason = "read for its checks, as Manifest reads it")]
     service: String,
     #[serde(deserialize_with = "null_default")]
-    #[allow(dead_code)]
+    #[expect(dead_code, reason = "read for its checks, as Manifest reads it")]
     service_version: String,
     #[serde(default, deserialize_with = "null_default")]
-    #[allow(dead_code)]
+    #[expect(dead_code, reason = "read for its checks, as Manifest reads it")]
     manifest_hash: String,
     #[serde(borrow, deserialize_with = "strict_actions")]
     actions: Vec<HashDocAction<'a>>,
@@ -49,23 +49,26 @@ struct HashDoc<'a> {
     #[serde(default, deserialize_with = "null_default")]
     runtime_lookups: Vec<Lookup>,
     #[serde(default, deserialize_with = "null_default")]
-    #[allow(dead_code)]
+    #[expect(dead_code, reason = "read for its checks, as Manifest reads it")]
     display_name: String,
     #[serde(default, deserialize_with = "null_default")]
-    #[allow(dead_code)]
+    #[expect(dead_code, reason = "read for its checks, as Manifest reads it")]
     description: String,
     #[serde(default, deserialize_with = "null_default")]
-    #[allow(dead_code)]
+    #[expect(dead_code, reason = "read for its checks, as Manifest reads it")]
     owner: String,
     #[serde(default, deserialize_with = "null_default")]
-    #[allow(dead_code)]
+    #[expect(dead_code, reason = "read for its checks, as Manifest reads it")]
     tags: Vec<String>,
 }
 
 /// An action as hashing reads it: [`Action`](super::manifest::Action)'s fields, the schemas as
 /// text.
 #[derive(Deserialize)]
-#[allow(dead_code)] // the catalog fields are read for their checks only
+#[expect(
+    dead_code,
+    reason = "the catalog fields are read for their checks only"
+)]
 struct HashDocAction<'a> {
     #[serde(deserialize_with = "null_default")]
     name: String,
@@ -156,7 +159,10 @@ mod tests {
 
     /// A field added to [`Manifest`] or [`Action`] stops this from compiling: add it to
     /// [`HashDoc`] or [`HashDocAction`] too, with the same decoding.
-    #[allow(dead_code)]
+    #[expect(
+        dead_code,
+        reason = "compiled, never called: its patterns are the check"
+    )]
     fn every_field_is_read(m: Manifest, a: Action) {
         let Manifest {
             protocol_version: _,
