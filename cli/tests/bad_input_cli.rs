@@ -2,11 +2,9 @@
 //! what would be accepted, never a panic or a silent wrap. None of these needs a running `up`:
 //! the input is refused before anything connects.
 
-mod common;
-
 use std::process::Output;
 
-use common::bin;
+use triggers_testkit::cli::bin;
 
 fn refused(out: &Output, says: &[&str]) {
     let stderr = String::from_utf8_lossy(&out.stderr);

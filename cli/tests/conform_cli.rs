@@ -4,7 +4,7 @@
 use std::process::{Command, Output};
 
 fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_triggers-lab"))
+    Command::new(triggers_testkit::cli::bin_path())
         .args(args)
         .output()
         .unwrap()

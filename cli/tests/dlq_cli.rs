@@ -4,25 +4,12 @@
 
 #![cfg(unix)]
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bin_in, streams, text};
-
-struct Up(Child);
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        if let Some(pid) = rustix::process::Pid::from_raw(self.0.id() as i32) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-        }
-        let _ = self.0.wait();
-    }
-}
+use triggers_testkit::cli::{Up, bin_in, streams, text};
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

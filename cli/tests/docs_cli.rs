@@ -17,8 +17,6 @@
 //!
 //! A block that breaks any of this fails the test, at its `file:line`.
 
-mod common;
-
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -549,7 +547,7 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
 
 /// Runs the blocks two at a time (the machine is shared; each block starts its own servers).
 fn run_all(to_run: Vec<Block>) -> Vec<String> {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_triggers-lab"));
+    let bin = triggers_testkit::cli::bin_path();
     let bin_dir = bin.parent().expect("the binary's folder").to_path_buf();
     let queue = Arc::new(Mutex::new(VecDeque::from(to_run)));
     let problems = Arc::new(Mutex::new(Vec::new()));

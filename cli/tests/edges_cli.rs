@@ -1,9 +1,7 @@
 //! The rough edges of issue 16, each tried as a new user would: from the outside, on the built
 //! binary, with the paths, pipes and environments people have.
 
-mod common;
-
-use common::streams;
+use triggers_testkit::cli::streams;
 
 use std::io::Read;
 use std::path::Path;
@@ -11,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_triggers-lab"));
+    let mut c = Command::new(triggers_testkit::cli::bin_path());
     c.env_remove("TRIGGERS_NATS_URL")
         .env_remove("TRIGGERS_NATS_BACKEND")
         .env("NO_COLOR", "1");

@@ -5,12 +5,10 @@
 
 #![cfg(unix)]
 
-mod common;
-
-use common::streams;
+use triggers_testkit::cli::{DownAll, bin_in, streams};
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 const BANK: &str = r"name: bank
@@ -36,13 +34,7 @@ steps:
 ";
 
 fn lab(xdg: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_triggers-lab"))
-        .env_remove("TRIGGERS_NATS_URL")
-        .env("XDG_RUNTIME_DIR", xdg)
-        .env("TMPDIR", xdg)
-        .args(args)
-        .output()
-        .unwrap()
+    bin_in(xdg).args(args).output().unwrap()
 }
 
 #[test]
@@ -67,13 +59,7 @@ fn fuzz_finds_shrinks_and_reproduces_a_planted_bug_on_up() {
     let (stdout, stderr) = streams(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     // Stopped whatever happens below.
-    struct Down<'a>(&'a Path);
-    impl Drop for Down<'_> {
-        fn drop(&mut self) {
-            lab(self.0, &["down", "--all"]);
-        }
-    }
-    let _down = Down(xdg);
+    let _down = DownAll(xdg.to_owned());
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let out = lab(xdg, &["services", "--json"]);

@@ -4,15 +4,13 @@
 //! naming the path; a folder search ends, each scenario once. None needs a running `up`.
 #![cfg(unix)]
 
-mod common;
-
 use std::io::Write;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::bin_in;
+use triggers_testkit::cli::bin_in;
 
 /// How long any of these may take: each is refused before anything starts.
 const LIMIT: Duration = Duration::from_secs(30);

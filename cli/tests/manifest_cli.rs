@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_triggers-lab"))
+    let mut child = Command::new(triggers_testkit::cli::bin_path())
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -3,12 +3,10 @@
 //! rule for `TRIGGERS_NATS_URL` and remedies that work for the command, `status` with nothing
 //! running, `--filter` repeatable with `--skip`.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{bin, streams};
+use triggers_testkit::cli::{bin, streams};
 
 fn docs_fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -82,7 +80,7 @@ fn no_nats_server_is_exit_3_said_once_with_no_scenario_failed() {
         for word in [
             "NatsConfig",
             "Backend::",
-            "emulator/docker",
+            "natsbox/docker",
             "build-nats-image",
         ] {
             assert!(!all.contains(word), "{args:?}: {word} in:\n{all}");
@@ -218,20 +216,14 @@ fn inits_next_step_works_as_printed() {
         .lines()
         .find_map(|l| l.strip_prefix("Deploy it:"))
         .unwrap_or_else(|| panic!("no `Deploy it:` line in:\n{stdout}"));
-    struct Down<'a>(&'a Path);
-    impl Drop for Down<'_> {
-        fn drop(&mut self) {
-            let _ = common::bin_in(self.0).args(["down", "--all"]).output();
-        }
-    }
-    let _down = Down(xdg.path());
+    let _down = triggers_testkit::cli::DownAll(xdg.path().to_owned());
     for command in line.split("&&") {
         let mut words: Vec<&str> = command.split_whitespace().collect();
         assert_eq!(words.first(), Some(&"triggers-lab"), "{line}");
         if words.get(1) == Some(&"up") {
             words.extend(["--port", "0"]);
         }
-        let out = common::bin_in(xdg.path())
+        let out = triggers_testkit::cli::bin_in(xdg.path())
             .current_dir(dir.path())
             .args(&words[1..])
             .output()
@@ -272,7 +264,7 @@ fn up_says_it_is_stopping_once() {
     use std::io::{BufRead, BufReader, Read};
     use std::process::Stdio;
     let xdg = tempfile::tempdir().unwrap();
-    let mut up = common::bin_in(xdg.path())
+    let mut up = triggers_testkit::cli::bin_in(xdg.path())
         .args(["up", "--backend", "binary", "--port", "0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

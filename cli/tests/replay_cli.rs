@@ -6,26 +6,12 @@
 
 #![cfg(unix)]
 
-mod common;
-
-use common::{bin_in, text};
+use triggers_testkit::cli::{Up, bin_in, text};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
-
-/// An `up` process, stopped (SIGTERM) when the test ends without stopping it.
-struct Up(Child);
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            signal(&self.0, rustix::process::Signal::TERM);
-            let _ = self.0.wait();
-        }
-    }
-}
 
 fn signal(child: &Child, signal: rustix::process::Signal) {
     let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a child's pid");

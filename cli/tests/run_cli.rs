@@ -1,9 +1,7 @@
 //! `triggers-lab run` from the outside: exit codes (0 passed, 1 failed, 2 malformed), the
 //! file:line:col of a malformed file, and the reports it writes.
 
-mod common;
-
-use common::bin;
+use triggers_testkit::cli::bin;
 
 const PASSING: &str = r#"name: registers
 steps:

@@ -2,13 +2,11 @@
 //! scenario in exactly one shard whatever the order of the arguments, bad K/N refused with exit
 //! code 2, and shard reports merged into what one unsharded run reports.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Output;
 
-use common::bin;
+use triggers_testkit::cli::bin;
 
 fn run(args: &[&str]) -> Output {
     bin().args(args).output().unwrap()

@@ -7,8 +7,6 @@
 
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -18,7 +16,7 @@ use rustix::process::{Pid, Signal, kill_process};
 /// Long enough for a loaded machine; waits end as soon as their condition holds.
 const PATIENCE: Duration = Duration::from_secs(90);
 
-use common::bin;
+use triggers_testkit::cli::{alive, bin, children_of};
 
 /// Polls `check` until it holds; panics with `what` after [`PATIENCE`].
 fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
@@ -26,17 +24,6 @@ fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
     while !check() {
         assert!(Instant::now() < deadline, "gave up waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Whether `pid` runs; a zombie does not (this machine's init may never reap it).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with(['Z', 'X'])),
-        Err(_) => false,
     }
 }
 
@@ -173,11 +160,11 @@ steps:
     }
 
     /// [`Setup::spawn_run`] in a terminal of its own (`script` gives it a pseudo-terminal for
-    /// standard output and error); `None` where there is no `script`.
-    fn spawn_run_in_terminal(&self) -> Option<Child> {
+    /// standard output and error). Fails without `script` (util-linux).
+    fn spawn_run_in_terminal(&self) -> Child {
         let command = format!(
             "exec {} run --backend binary --json {} --junit {} {} {}",
-            env!("CARGO_BIN_EXE_triggers-lab"),
+            triggers_testkit::cli::bin_path().display(),
             self.dir.path().join("report.json").display(),
             self.dir.path().join("junit.xml").display(),
             self.dir.path().join("a-slow.yaml").display(),
@@ -191,7 +178,7 @@ steps:
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .ok()
+            .expect("this test needs `script` (util-linux) to give the run a terminal")
     }
 
     fn output(&self, name: &str) -> String {
@@ -289,10 +276,7 @@ fn sighup_stops_the_run_cleans_up_writes_reports_and_exits_129() {
 #[test]
 fn a_run_whose_terminal_is_gone_still_stops_cleanly_and_writes_its_reports() {
     let setup = Setup::new(SERVICE);
-    let Some(mut terminal) = setup.spawn_run_in_terminal() else {
-        eprintln!("skipped: no `script` to give the run a terminal");
-        return;
-    };
+    let mut terminal = setup.spawn_run_in_terminal();
     let (service, server) = setup.started();
     // Killing `script` closes the terminal's master side: the kernel hangs the terminal up.
     signal(&terminal, Signal::KILL);
@@ -353,19 +337,23 @@ fn pgrp_of(pid: u32) -> Option<u32> {
         .ok()
 }
 
+/// Fails, saying what to install, without `setsid`, which the services of these tests call.
+fn need_setsid() {
+    assert!(
+        std::process::Command::new("setsid")
+            .arg("true")
+            .status()
+            .is_ok(),
+        "this test needs `setsid` (util-linux): install util-linux"
+    );
+}
+
 /// Found by an audit: a service's descendant that called `setsid` left the process group that
 /// `run` signals and the watchdog kills, and outlived `run`. Both ways out are checked: a clean
 /// stop (SIGINT) and a SIGKILL of `run`, after which only the watchdog is left to act.
 #[test]
 fn a_service_process_that_left_its_group_is_stopped_with_it() {
-    if std::process::Command::new("setsid")
-        .arg("true")
-        .status()
-        .is_err()
-    {
-        eprintln!("no setsid on this machine: skipping");
-        return;
-    }
+    need_setsid();
     for sig in [Signal::INT, Signal::KILL] {
         let setup = Setup::new(ESCAPING);
         let mut run = setup.spawn_run();
@@ -404,11 +392,8 @@ fn docker_ids(args: &[&str]) -> Option<Vec<String>> {
 /// appeared, and removed no network. Ctrl-C twice as soon as the first container exists, then
 /// nothing of the process may be left, containers or networks.
 #[test]
-fn a_second_ctrl_c_while_a_docker_cluster_starts_leaves_no_container_nor_network() {
-    if std::env::var("TRIGGERS_SKIP_DOCKER_TESTS").as_deref() == Ok("1") {
-        eprintln!("TRIGGERS_SKIP_DOCKER_TESTS=1: skipping a Docker backend test");
-        return;
-    }
+#[ignore = "needs Docker: scripts/test runs the docker_ tests when Docker answers"]
+fn docker_a_second_ctrl_c_while_a_cluster_starts_leaves_no_container_nor_network() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("cluster.scenario.yaml");
     std::fs::write(
@@ -501,26 +486,6 @@ fn a_sigkilled_up_takes_its_nats_server_and_store_with_it() {
     up.wait().unwrap();
     wait_until("the orphaned nats-server to die", || !alive(server));
     wait_until("its store to be removed", || stores() == 0);
-}
-
-/// Every process whose parent is `pid`.
-fn children_of(pid: u32) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let child: u32 = e.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            let ppid: u32 = stat
-                .rsplit(')')
-                .next()?
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()?;
-            (ppid == pid && alive(child)).then_some(child)
-        })
-        .collect()
 }
 
 /// `run --watch`: a first run, a second one when the scenario changes, and Ctrl-C while it
@@ -616,14 +581,7 @@ echo $$ > "$PIDS/leader"; sleep 600 & echo $! > "$PIDS/child"; echo "$TRIGGERS_N
 /// runs.
 #[test]
 fn a_service_descendant_that_keeps_reforking_in_new_sessions_does_not_outlive_run() {
-    if std::process::Command::new("setsid")
-        .arg("true")
-        .status()
-        .is_err()
-    {
-        eprintln!("no setsid on this machine: skipping");
-        return;
-    }
+    need_setsid();
     let setup = Setup::new(HOPPING);
     let mut run = setup.spawn_run();
     setup.started();

@@ -1,7 +1,7 @@
 //! `triggers-lab` on a terminal, through `script` (util-linux), which gives it a pseudo-terminal
 //! with no new dependency: `run --tui` starts the UI and, when it is quit, leaves the terminal
-//! as it found it; the progress line of `run` fits COLUMNS on one row. Skipped (saying so) where
-//! `script` is missing.
+//! as it found it; the progress line of `run` fits COLUMNS on one row. Fails, saying what to
+//! install, where `script` is missing.
 
 #![cfg(target_os = "linux")]
 
@@ -26,15 +26,24 @@ steps:
 "#;
 
 /// Runs `args` on a pseudo-terminal `cols` wide (and COLUMNS saying so), typing `keys` after `after`; the terminal's
-/// bytes and the exit code (printed by the shell after the command). `None` without `script`.
+/// bytes and the exit code (printed by the shell after the command). Fails without `script`: a test
+/// that cannot run is not a pass.
 fn on_a_terminal(
     args: &str,
     cols: u16,
     keys: &str,
     after: Duration,
     dir: &std::path::Path,
-) -> Option<(String, Option<i32>)> {
+) -> (String, Option<i32>) {
     on_a_terminal_with("", args, cols, keys, after, dir)
+}
+
+/// Fails, saying what to install, without `script`, which gives these tests a terminal.
+fn need_script() {
+    assert!(
+        Command::new("script").arg("--version").output().is_ok(),
+        "these tests need `script` (util-linux) for a pseudo-terminal: install util-linux"
+    );
 }
 
 /// [`on_a_terminal`], with `env` (`NAME=value ...`) set for the command.
@@ -45,12 +54,10 @@ fn on_a_terminal_with(
     keys: &str,
     after: Duration,
     dir: &std::path::Path,
-) -> Option<(String, Option<i32>)> {
-    if Command::new("script").arg("--version").output().is_err() {
-        eprintln!("skipped: `script` (util-linux) is not installed");
-        return None;
-    }
-    let bin = env!("CARGO_BIN_EXE_triggers-lab");
+) -> (String, Option<i32>) {
+    need_script();
+    let bin = triggers_testkit::cli::bin_path();
+    let bin = bin.display();
     let mut child = Command::new("script")
         .args(["-qfec"])
         .arg(format!(
@@ -80,7 +87,7 @@ fn on_a_terminal_with(
         .rsplit("EXIT=")
         .next()
         .and_then(|t| t.trim().parse().ok());
-    Some((text, code))
+    (text, code)
 }
 
 #[test]
@@ -91,15 +98,13 @@ fn run_tui_starts_and_quits_leaving_the_terminal_as_it_was() {
         SCENARIO.replace("NAME", "tui quits"),
     )
     .unwrap();
-    let Some((out, code)) = on_a_terminal(
+    let (out, code) = on_a_terminal(
         "run --tui --backend binary t.scenario.yaml",
         80,
         "q",
         Duration::from_secs(3),
         dir.path(),
-    ) else {
-        return;
-    };
+    );
     let shown = out.replace('\x1b', "^[");
     assert_eq!(code, Some(0), "{shown}");
     // The alternate screen, entered and left; the cursor shown again; mouse reporting off.
@@ -127,15 +132,13 @@ fn the_progress_line_fits_columns_on_one_row() {
         )
         .unwrap();
     }
-    let Some((out, code)) = on_a_terminal(
+    let (out, code) = on_a_terminal(
         "run -j 2 --backend binary .",
         40,
         "",
         Duration::ZERO,
         dir.path(),
-    ) else {
-        return;
-    };
+    );
     let shown = out.replace('\x1b', "^[");
     assert_eq!(code, Some(0), "{shown}");
     // Each progress line comes after a clear, up to the next line break or clear; results
@@ -166,16 +169,14 @@ fn a_dumb_terminal_gets_no_redraws() {
         SCENARIO.replace("NAME", "dumb"),
     )
     .unwrap();
-    let Some((out, code)) = on_a_terminal_with(
+    let (out, code) = on_a_terminal_with(
         "TERM=dumb",
         "run --backend binary .",
         80,
         "",
         Duration::ZERO,
         dir.path(),
-    ) else {
-        return;
-    };
+    );
     let shown = out.replace('\x1b', "^[");
     assert_eq!(code, Some(0), "{shown}");
     assert!(!out.contains('\x1b'), "{shown}");
@@ -187,7 +188,8 @@ fn watch_stopped_by(url: &str, sig: rustix::process::Signal, dir: &std::path::Pa
     use std::io::Read;
     use std::sync::{Arc, Mutex};
     use std::time::Instant;
-    let bin = env!("CARGO_BIN_EXE_triggers-lab");
+    let bin = triggers_testkit::cli::bin_path();
+    let bin = bin.display();
     let pid_file = dir.join("pid");
     let code_file = dir.join("code");
     let _ = std::fs::remove_file(&pid_file);
@@ -254,10 +256,7 @@ fn watch_stopped_by(url: &str, sig: rustix::process::Signal, dir: &std::path::Pa
 /// itself, and `watch` then sometimes ended before it heard the signal, exiting 0.
 #[test]
 fn watch_exits_143_on_sigterm_and_130_on_sigint_every_time() {
-    if Command::new("script").arg("--version").output().is_err() {
-        eprintln!("skipped: `script` (util-linux) is not installed");
-        return;
-    }
+    need_script();
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

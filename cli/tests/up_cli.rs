@@ -5,9 +5,7 @@
 
 #![cfg(unix)]
 
-mod common;
-
-use common::{bin_in, text};
+use triggers_testkit::cli::{Up, bin_in, children_of, text};
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -18,36 +16,6 @@ use std::time::{Duration, Instant};
 use async_nats::RequestErrorKind;
 use futures::StreamExt;
 use serde_json::json;
-
-/// An `up` process, killed when the test ends without stopping it (a failed assertion), so no
-/// test leaves a nats-server behind.
-struct Up(Child);
-
-impl std::ops::Deref for Up {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Up {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            // SIGTERM: up stops its nats-server and deletes its store on the way out.
-            let _ = rustix::process::kill_process(
-                rustix::process::Pid::from_raw(self.0.id() as i32).expect("a child's pid"),
-                rustix::process::Signal::TERM,
-            );
-            let _ = self.0.wait();
-        }
-    }
-}
 
 /// Starts `up` with `args`; returns it and the URL it printed.
 fn up(xdg: &Path, args: &[&str]) -> (Up, String) {
@@ -388,26 +356,6 @@ fn up_takes_the_emulators_bounds_as_flags() {
         text(&out)
     );
     assert_eq!(interrupt(&mut up).code(), Some(130));
-}
-
-/// The children of `pid`, from the process table.
-fn children_of(pid: u32) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let child: u32 = e.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            let ppid: u32 = stat
-                .rsplit(')')
-                .next()?
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()?;
-            (ppid == pid).then_some(child)
-        })
-        .collect()
 }
 
 /// Found by an audit: the nats-server `up` started was SIGKILLed, and `up` stayed up serving

@@ -3,8 +3,6 @@
 //! batch on a real nats-server, then checks registration, fetch, observation, DLQ recording and
 //! the control API still work, and that nothing panicked.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::sync::{Mutex, Once};
 use std::time::Duration;
@@ -19,7 +17,8 @@ use triggers_sdk::wire::{
     DlqEntry, Envelope, GoTime, Headers, Heartbeat, Manifest, RawJson, RegisterReply, subject,
 };
 
-use common::*;
+use triggers_testkit::peer::*;
+use triggers_testkit::{lab, lab_with};
 
 /// Panics anywhere in the process (an emulator task included): a task that panics stops serving
 /// its subscription, so none may.

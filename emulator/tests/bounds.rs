@@ -2,8 +2,6 @@
 //! 16 violations and one copy of its bytes; the record ring holds to its byte bound; settled runs
 //! beyond `max_runs` are evicted and counted; and it keeps answering throughout.
 
-mod common;
-
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -13,7 +11,8 @@ use triggers_emulator::conformance::MAX_PER_MESSAGE;
 use triggers_emulator::recorder::RecordKind;
 use triggers_sdk::wire::{Envelope, subject};
 
-use common::*;
+use triggers_testkit::lab_with;
+use triggers_testkit::peer::*;
 
 /// A lab with `shop` (action `charge`) registered and the one-step flow `order` deployed on it,
 /// and a client of its server.

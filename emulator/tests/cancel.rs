@@ -3,8 +3,6 @@
 //! still owed is dropped (the nodes it waited on, its armed timers), it settles `cancelled`, and
 //! events that come later are recorded on its timeline without reopening it or being judged.
 
-mod common;
-
 use std::time::Duration;
 
 use serde_json::json;
@@ -12,7 +10,8 @@ use triggers_emulator::control::ControlClient;
 use triggers_emulator::recorder::{CANCEL_STEP, RecordKind, RunStatus};
 use triggers_sdk::wire::Envelope;
 
-use common::*;
+use triggers_testkit::lab;
+use triggers_testkit::peer::*;
 
 /// in -> a -> b, all on shop.
 fn two_steps() -> triggers_sdk::flow::Flow {

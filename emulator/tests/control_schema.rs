@@ -2,8 +2,6 @@
 //! protocol's types generate, and every control-API example in docs/emulator.md (requests and
 //! replies) validates against it and decodes into those types.
 
-mod common;
-
 use std::path::PathBuf;
 
 use serde_json::Value;
@@ -245,7 +243,8 @@ async fn checked(client: &async_nats::Client, op: &str, body: Value) -> Value {
     tagged["op"] = Value::from(op);
     let request = problems("Request", &tagged);
     assert!(request.is_empty(), "{op} request {body}: {request:?}");
-    let reply = common::control(client, op, &serde_json::to_vec(&body).unwrap()).await;
+    let reply =
+        triggers_testkit::peer::control(client, op, &serde_json::to_vec(&body).unwrap()).await;
     let def = format!("{}Reply", control::pascal(op));
     let wrong = problems(&def, &reply);
     assert!(wrong.is_empty(), "{op} reply {reply}: {wrong:?}");
@@ -256,10 +255,17 @@ async fn checked(client: &async_nats::Client, op: &str, body: Value) -> Value {
 #[tokio::test]
 async fn every_reply_of_a_live_emulator_validates_and_decodes() {
     use serde_json::json;
-    let lab = common::lab().await;
-    let client = common::connect(&lab).await;
-    common::register(&client, &common::manifest("shop", &["charge"], &[])).await;
-    let flow = serde_json::to_value(common::one_step_flow("order", "shop", "charge")).unwrap();
+    let lab = triggers_testkit::lab().await;
+    let client = triggers_testkit::peer::connect(&lab).await;
+    triggers_testkit::peer::register(
+        &client,
+        &triggers_testkit::peer::manifest("shop", &["charge"], &[]),
+    )
+    .await;
+    let flow = serde_json::to_value(triggers_testkit::peer::one_step_flow(
+        "order", "shop", "charge",
+    ))
+    .unwrap();
     let mut refused = flow.clone();
     refused["nodes"][1]["action"] = json!("refund");
     checked(&client, "check_release", json!({ "flow": flow })).await;
@@ -276,7 +282,7 @@ async fn every_reply_of_a_live_emulator_validates_and_decodes() {
     )
     .await;
     let run_id = started["result"]["run_id"].clone();
-    common::next_delivery(&client, "shop").await;
+    triggers_testkit::peer::next_delivery(&client, "shop").await;
     // A violation on purpose: the orchestrator's DLQ subject, published by a client.
     client
         .publish("triggers.v2.dlq.source.x", "oops".into())

@@ -4,8 +4,6 @@
 //! never deduplicated away unnoticed; timer deliveries that cannot be published stay armed; a
 //! service without `durable_timer.v1` gets no Durable Timer flow, whatever was deployed before.
 
-mod common;
-
 use std::time::Duration;
 
 use async_nats::jetstream;
@@ -15,7 +13,8 @@ use triggers_emulator::{EmulatorConfig, EmulatorError, TriggerOptions};
 use triggers_sdk::wire::header::names;
 use triggers_sdk::wire::{Envelope, GoTime, subject};
 
-use common::*;
+use triggers_testkit::peer::*;
+use triggers_testkit::{lab, lab_with};
 
 const DT: &[&str] = &["durable_timer.v1"];
 

@@ -1,7 +1,5 @@
 //! The emulator on a real nats-server, with raw async-nats clients playing the SDK.
 
-mod common;
-
 use std::time::Duration;
 
 use async_nats::jetstream;
@@ -17,7 +15,8 @@ use triggers_sdk::wire::{
     DlqEntry, Envelope, GoTime, Headers, Manifest, RawJson, RegisterReply, subject,
 };
 
-use common::*;
+use triggers_testkit::peer::*;
+use triggers_testkit::{lab, lab_with};
 
 #[tokio::test]
 async fn a_user_test_reads_like_this() {

@@ -1,7 +1,5 @@
 //! Harnesses on one shared nats-server are as apart as harnesses on servers of their own: each
 //! has a NATS account of its own, and an account comes back to its next user clean.
-mod common;
-
 use std::time::Duration;
 
 use async_nats::jetstream;
@@ -12,7 +10,8 @@ use triggers_sdk::transport;
 use triggers_sdk::wire::header::names;
 use triggers_sdk::wire::{DlqEntry, Envelope, GoTime, Headers, RawJson, subject};
 
-use common::*;
+use triggers_testkit::lab;
+use triggers_testkit::peer::*;
 
 /// One test's doings: a service `shop` registers, flow `order` is deployed and triggered with
 /// `n`, the delivery is completed, a DLQ entry `msg_id` is written and a `source_dlq_publish`

@@ -5,12 +5,11 @@
 //! resident memory while services with large manifests register (a figure, printed with
 //! `--nocapture`; docs/benchmarks.md keeps it).
 
-mod common;
-
 use serde_json::json;
 use triggers_sdk::wire::Manifest;
 
-use common::*;
+use triggers_testkit::lab;
+use triggers_testkit::peer::*;
 
 /// Resident memory of this process, in bytes (Linux; 0 elsewhere).
 fn rss() -> usize {

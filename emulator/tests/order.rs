@@ -4,8 +4,6 @@
 //! as a plain publish, a hop without traceparent or with another version), and each rule fires
 //! on the mistake only.
 
-mod common;
-
 use std::time::Duration;
 
 use async_nats::jetstream;
@@ -18,27 +16,7 @@ use triggers_sdk::wire::json::RawJson;
 use triggers_sdk::wire::shapes::status;
 use triggers_sdk::wire::{DlqEntry, Envelope, GoTime, Headers, subject};
 
-use common::*;
-
-/// shop: in -> charge; then mail: in2 (service-in, reached by a hop) -> send.
-async fn world() -> (Harness, async_nats::Client) {
-    let lab = lab().await;
-    let client = connect(&lab).await;
-    register(&client, &manifest("shop", &["charge"], &[])).await;
-    register(&client, &manifest("mail", &["send"], &[])).await;
-    lab.deploy(flow(json!({"id": "order", "nodes": [
-        {"id": "in", "type": "service-in", "service": "shop"},
-        {"id": "charge", "type": "action", "service": "shop", "action": "charge"},
-        {"id": "in2", "type": "service-in", "service": "mail"},
-        {"id": "send", "type": "action", "service": "mail", "action": "send"}
-    ], "edges": [
-        {"id": "e1", "from": "in", "to": "charge"}, {"id": "e2", "from": "charge", "to": "in2"},
-        {"id": "e3", "from": "in2", "to": "send"}
-    ]})))
-    .await
-    .unwrap();
-    (lab, client)
-}
+use triggers_testkit::peer::*;
 
 /// The protocol's durable consumer of `service` (`triggers-<service>-<safe-subject>` on
 /// `<service>.inbound`), made with `edit` applied to the settings protocol.md §4 asks for.
@@ -190,7 +168,7 @@ async fn rules(lab: &Harness) -> Vec<&'static str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_that_reports_then_hands_on_then_acks_breaks_no_order_rule() {
-    let (lab, client) = world().await;
+    let (lab, client) = shop_then_mail().await;
     let run = lab.trigger("order", &json!({"n": 1})).await.unwrap();
     let d = pull(&client, "shop").await;
     let env = envelope(&d);
@@ -213,7 +191,7 @@ async fn a_service_that_reports_then_hands_on_then_acks_breaks_no_order_rule() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ack_before_the_events_is_ack_before_reports() {
-    let (lab, client) = world().await;
+    let (lab, client) = shop_then_mail().await;
     lab.trigger("order", &json!({"n": 1})).await.unwrap();
     let d = pull(&client, "shop").await;
     let env = envelope(&d);
@@ -229,7 +207,7 @@ async fn an_ack_before_the_events_is_ack_before_reports() {
 /// reports for it again is that delivery's, not a late report of the acked one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_published_again_is_not_blamed_on_the_acked_one() {
-    let (lab, client) = world().await;
+    let (lab, client) = shop_then_mail().await;
     lab.trigger("order", &json!({"n": 1})).await.unwrap();
     let d = pull(&client, "shop").await;
     let env = envelope(&d);
@@ -261,7 +239,7 @@ async fn a_delivery_published_again_is_not_blamed_on_the_acked_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_action_dead_lettered_in_order_breaks_no_rule_and_out_of_order_does() {
-    let (lab, client) = world().await;
+    let (lab, client) = shop_then_mail().await;
     // In order: failed event, DLQ entry, ack.
     let run = lab.trigger("order", &json!({"n": 1})).await.unwrap();
     let d = pull(&client, "shop").await;
@@ -290,7 +268,7 @@ async fn a_failed_action_dead_lettered_in_order_breaks_no_rule_and_out_of_order_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hop_before_its_nodes_event_is_handed_on_before_event() {
-    let (lab, client) = world().await;
+    let (lab, client) = shop_then_mail().await;
     lab.trigger("order", &json!({"n": 1})).await.unwrap();
     let d = pull(&client, "shop").await;
     let env = envelope(&d);
@@ -307,7 +285,7 @@ async fn a_hop_before_its_nodes_event_is_handed_on_before_event() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hop_as_a_plain_publish_is_hop_not_jetstream() {
-    let (lab, client) = world().await;
+    let (lab, client) = shop_then_mail().await;
     lab.trigger("order", &json!({"n": 1})).await.unwrap();
     let d = pull(&client, "shop").await;
     let env = envelope(&d);
@@ -320,7 +298,7 @@ async fn a_hop_as_a_plain_publish_is_hop_not_jetstream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hop_without_traceparent_or_of_another_version_is_flagged() {
-    let (lab, client) = world().await;
+    let (lab, client) = shop_then_mail().await;
     lab.trigger("order", &json!({"n": 1})).await.unwrap();
     let d = pull(&client, "shop").await;
     let env = envelope(&d);
@@ -381,7 +359,7 @@ async fn heartbeat(lab: &Harness, client: &async_nats::Client, service: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumers_are_read_once_a_service_heartbeats_and_held_to_the_protocol() {
-    let (lab, client) = world().await;
+    let (lab, client) = shop_then_mail().await;
     register(&client, &manifest("audit", &["log"], &[])).await;
     // shop: as protocol.md §4 asks. mail: redelivers for ever, no bound on pending, an ack_wait
     // of half a second (a work queue takes only explicit acks: that one the server enforces).
@@ -428,7 +406,7 @@ async fn consumers_are_read_once_a_service_heartbeats_and_held_to_the_protocol()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_of_runs_the_emulator_follows_are_judged_against_the_deployed_flow() {
-    let (lab, client) = world().await;
+    let (lab, client) = shop_then_mail().await;
     let env = |run: &str, version: i64| Envelope {
         flow_run_id: run.into(),
         flow_id: "order".into(),
@@ -437,7 +415,7 @@ async fn events_of_runs_the_emulator_follows_are_judged_against_the_deployed_flo
         ..Default::default()
     };
     // A correct event of a run started elsewhere: nothing to say.
-    common::complete(
+    triggers_testkit::peer::complete(
         &client,
         &env("elsewhere-1", 1),
         "shop",
@@ -449,7 +427,7 @@ async fn events_of_runs_the_emulator_follows_are_judged_against_the_deployed_flo
     .await;
     // A node the flow lacks, a node of another owner, a type that is not the node's, a version
     // never deployed.
-    common::complete(
+    triggers_testkit::peer::complete(
         &client,
         &env("elsewhere-2", 1),
         "shop",
@@ -459,7 +437,7 @@ async fn events_of_runs_the_emulator_follows_are_judged_against_the_deployed_flo
         "",
     )
     .await;
-    common::complete(
+    triggers_testkit::peer::complete(
         &client,
         &env("elsewhere-3", 1),
         "shop",
@@ -469,7 +447,7 @@ async fn events_of_runs_the_emulator_follows_are_judged_against_the_deployed_flo
         "",
     )
     .await;
-    common::complete(
+    triggers_testkit::peer::complete(
         &client,
         &env("elsewhere-4", 1),
         "shop",
@@ -479,7 +457,7 @@ async fn events_of_runs_the_emulator_follows_are_judged_against_the_deployed_flo
         "",
     )
     .await;
-    common::complete(
+    triggers_testkit::peer::complete(
         &client,
         &env("elsewhere-5", 7),
         "shop",
@@ -510,7 +488,7 @@ async fn events_of_runs_the_emulator_follows_are_judged_against_the_deployed_flo
 async fn a_hop_of_the_runs_version_after_a_redeploy_breaks_no_rule() {
     // hop_version_mismatch's passing case: the flow redeployed mid-run, the hop still carries
     // the run's version (and the run's trace), as protocol.md §7 asks.
-    let (lab, client) = world().await;
+    let (lab, client) = shop_then_mail().await;
     lab.trigger("order", &json!({"n": 1})).await.unwrap();
     let d = pull(&client, "shop").await;
     let env = envelope(&d);

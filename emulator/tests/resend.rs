@@ -3,8 +3,6 @@
 //! delivery (same body and envelope, a fresh idempotency key), the service succeeds this time and
 //! the run with it.
 
-mod common;
-
 use async_nats::jetstream;
 use serde_json::json;
 use triggers_emulator::recorder::{RecordKind, RunStatus};
@@ -12,7 +10,8 @@ use triggers_sdk::wire::header::names;
 use triggers_sdk::wire::shapes::status;
 use triggers_sdk::wire::{DlqEntry, Envelope, GoTime, RawJson};
 
-use common::*;
+use triggers_testkit::lab;
+use triggers_testkit::peer::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_lettered_action_re_sent_runs_again_and_its_run_succeeds() {

@@ -2,40 +2,17 @@
 //! manifest. Each rule fires on a message that breaks it, and a correct run of the same flow
 //! breaks none.
 
-mod common;
-
 use async_nats::jetstream;
 use serde_json::json;
-use triggers_emulator::Harness;
 use triggers_emulator::recorder::RunStatus;
 use triggers_sdk::wire::header::names;
 use triggers_sdk::wire::shapes::status;
 use triggers_sdk::wire::{Envelope, GoTime, Heartbeat, subject};
 
-use common::*;
+use triggers_testkit::peer::*;
 
 /// Changes one field of an otherwise correct completion event.
 type Tamper = fn(&mut triggers_sdk::wire::CompletionEvent);
-
-/// shop: in -> charge; then mail: in2 (service-in, reached by a hop) -> send.
-async fn world() -> (Harness, async_nats::Client) {
-    let lab = lab().await;
-    let client = connect(&lab).await;
-    register(&client, &manifest("shop", &["charge"], &[])).await;
-    register(&client, &manifest("mail", &["send"], &[])).await;
-    lab.deploy(flow(json!({"id": "order", "nodes": [
-        {"id": "in", "type": "service-in", "service": "shop"},
-        {"id": "charge", "type": "action", "service": "shop", "action": "charge"},
-        {"id": "in2", "type": "service-in", "service": "mail"},
-        {"id": "send", "type": "action", "service": "mail", "action": "send"}
-    ], "edges": [
-        {"id": "e1", "from": "in", "to": "charge"}, {"id": "e2", "from": "charge", "to": "in2"},
-        {"id": "e3", "from": "in2", "to": "send"}
-    ]})))
-    .await
-    .unwrap();
-    (lab, client)
-}
 
 async fn event(
     client: &async_nats::Client,
@@ -85,7 +62,7 @@ async fn hop(client: &async_nats::Client, env: &Envelope, key: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_correct_run_breaks_no_rule() {
-    let (lab, client) = world().await;
+    let (lab, client) = shop_then_mail().await;
     let run = lab.trigger("order", &json!({"n": 1})).await.unwrap();
     let d = next_delivery(&client, "shop").await;
     let env = Envelope::from_headers(&d.headers).unwrap();
@@ -118,7 +95,7 @@ async fn a_correct_run_breaks_no_rule() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completion_events_are_judged_against_the_flow_and_the_run() {
-    let (lab, client) = world().await;
+    let (lab, client) = shop_then_mail().await;
     lab.trigger("order", &json!({"n": 1})).await.unwrap();
     let env = Envelope::from_headers(&next_delivery(&client, "shop").await.headers).unwrap();
     let cases: [(&str, Tamper); 5] = [
@@ -146,7 +123,7 @@ async fn completion_events_are_judged_against_the_flow_and_the_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_beyond_the_policy_are_reported() {
-    let (lab, client) = world().await;
+    let (lab, client) = shop_then_mail().await;
     lab.trigger("order", &json!({"n": 1})).await.unwrap();
     let env = Envelope::from_headers(&next_delivery(&client, "shop").await.headers).unwrap();
     // The manifest's policy: max_attempts 2, so one retrying event at most.
@@ -166,7 +143,7 @@ async fn retries_beyond_the_policy_are_reported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_in_nobody_reported_is_named() {
-    let (lab, client) = world().await;
+    let (lab, client) = shop_then_mail().await;
     let run = lab.trigger("order", &json!({"n": 1})).await.unwrap();
     let env = Envelope::from_headers(&next_delivery(&client, "shop").await.headers).unwrap();
     event(&client, &env, |_| {}).await;
@@ -187,7 +164,7 @@ async fn a_service_in_nobody_reported_is_named() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hops_and_heartbeats_are_judged_against_what_is_deployed_and_registered() {
-    let (lab, client) = world().await;
+    let (lab, client) = shop_then_mail().await;
     let run = lab.trigger("order", &json!({"n": 1})).await.unwrap();
     let env = Envelope::from_headers(&next_delivery(&client, "shop").await.headers).unwrap();
     let ghost_flow = Envelope {
@@ -227,7 +204,7 @@ async fn hops_and_heartbeats_are_judged_against_what_is_deployed_and_registered(
 async fn an_action_that_says_skipped_fails_its_run_rather_than_ending_it() {
     // Only a condition stops a path: an action reporting `skipped` did not do its work, and the
     // hop after it will never come. The run must not read as succeeded.
-    let (lab, client) = world().await;
+    let (lab, client) = shop_then_mail().await;
     let run = lab.trigger("order", &json!({"n": 1})).await.unwrap();
     let env = Envelope::from_headers(&next_delivery(&client, "shop").await.headers).unwrap();
     event(&client, &env, |e| e.status = status::SKIPPED.into()).await;
@@ -242,7 +219,7 @@ async fn an_action_that_says_skipped_fails_its_run_rather_than_ending_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_followed_from_a_retrying_or_unknown_event_stays_open_until_its_node_finishes() {
-    let (lab, client) = world().await;
+    let (lab, client) = shop_then_mail().await;
     for (id, first) in [("foreign-1", status::RETRYING), ("foreign-2", "bogus")] {
         let env = Envelope {
             flow_run_id: id.into(),

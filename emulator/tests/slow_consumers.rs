@@ -3,8 +3,6 @@
 //! must count it, and say so in its `state` (the Rust summary and the control API). No timing:
 //! the flood goes on, a round at a time, until a drop is counted.
 
-mod common;
-
 use triggers_emulator::control::ControlClient;
 use triggers_emulator::{
     Backend, Emulator, EmulatorConfig, Harness, NatsConfig, NatsServer, drops,
@@ -114,9 +112,10 @@ async fn the_harness_counts_drops_with_the_capacity_it_is_given() {
 
 #[tokio::test]
 async fn a_harness_with_the_default_capacity_drops_nothing_in_a_normal_test() {
-    let lab = common::lab().await;
-    let sdk = common::connect(&lab).await;
-    common::register(&sdk, &common::manifest("a", &["x"], &[])).await;
+    let lab = triggers_testkit::lab().await;
+    let sdk = triggers_testkit::peer::connect(&lab).await;
+    triggers_testkit::peer::register(&sdk, &triggers_testkit::peer::manifest("a", &["x"], &[]))
+        .await;
     lab.wait_for_registration("a").await.unwrap();
     assert_eq!(lab.dropped_messages(), 0);
     assert_eq!(lab.summary().dropped_messages, 0);

@@ -8,66 +8,14 @@ pub mod fuzz;
 pub mod shapes;
 pub mod soak;
 
-use natsbox::Isolation;
 use serde_json::{Value, json};
-use triggers_emulator::{Backend, EmulatorConfig, Harness, NatsConfig};
+use triggers_emulator::Harness;
 use triggers_sdk::flow::Flow;
 use triggers_sdk::runtime::RuntimeConfig;
 
-/// A harness on an account of the process's shared nats-server (binary backend), waits bounded at 20 s (they return as soon as
-/// what they wait for arrives; the bound only matters on a loaded CI machine).
-///
-/// # Panics
-/// When no nats-server can be started (the message says how to get one).
-pub async fn lab() -> Harness {
-    lab_with(EmulatorConfig {
-        wait_timeout: Duration::from_secs(20),
-        ..Default::default()
-    })
-    .await
-}
-
-/// As [`lab`], with the emulator configured exactly as given.
-///
-/// # Panics
-/// As [`lab`].
-pub async fn lab_with(config: EmulatorConfig) -> Harness {
-    start(Isolation::Auto, config).await
-}
-
-/// As [`lab`], on a nats-server of its own (not an account of the shared one): for a test that
-/// restarts or kills the server.
-///
-/// # Panics
-/// As [`lab`].
-pub async fn own_lab() -> Harness {
-    own_lab_with(EmulatorConfig {
-        wait_timeout: Duration::from_secs(20),
-        ..Default::default()
-    })
-    .await
-}
-
-/// As [`own_lab`], with the emulator configured exactly as given.
-///
-/// # Panics
-/// As [`lab`].
-pub async fn own_lab_with(config: EmulatorConfig) -> Harness {
-    start(Isolation::Server, config).await
-}
-
-async fn start(isolation: Isolation, config: EmulatorConfig) -> Harness {
-    Harness::start_with(
-        NatsConfig {
-            backend: Backend::Binary,
-            isolation,
-            ..Default::default()
-        },
-        config,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("cannot start the harness: {e}"))
-}
+/// The harness starts every test shares (the workspace's test kit), re-exported for the tests and
+/// benches here.
+pub use triggers_testkit::{lab, lab_with, own_lab, own_lab_with};
 
 /// Runtime settings for a service under test: the harness's URL, fast heartbeats.
 #[must_use]

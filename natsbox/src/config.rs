@@ -23,7 +23,7 @@ pub const ENV_SERVER_BIN: &str = "TRIGGERS_NATS_SERVER_BIN";
 /// `server` or `account`: what [`Isolation::Auto`] means for every harness of the process.
 pub const ENV_ISOLATION: &str = "TRIGGERS_NATS_ISOLATION";
 
-/// The image `emulator/docker/build-nats-image.sh` builds: FROM scratch around a static binary.
+/// The image `natsbox/docker/build-nats-image.sh` builds: FROM scratch around a static binary.
 pub const LOCAL_IMAGE: &str = "triggers-lab/nats-server:local";
 /// The official image, used when a tag of it is present locally or can be pulled.
 pub const OFFICIAL_IMAGE: &str = "nats";

@@ -23,7 +23,7 @@ pub(crate) const VERSION_LABEL: &str = "org.triggers-lab.nats-server.version";
 /// A build of two files takes seconds; a stuck engine must not hold a test run.
 const BUILD_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The Dockerfile of the image; the same as `emulator/docker/Dockerfile` builds.
+/// The Dockerfile of the image; the same as `natsbox/docker/Dockerfile` builds.
 const DOCKERFILE: &str = "FROM scratch\n\
 COPY nats-server /nats-server\n\
 EXPOSE 4222 8222\n\

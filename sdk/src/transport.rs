@@ -300,28 +300,6 @@ impl Passing for async_nats::jetstream::context::GetStreamError {
     }
 }
 
-/// `request` until it succeeds, fails for good, or [`JETSTREAM_PATIENCE`] has passed, with a
-/// pause doubling from 100 ms to 2 s between tries: a service that starts (or registers again)
-/// while its cluster elects a leader waits for it rather than failing.
-pub async fn patiently<T, E, F>(what: &str, mut request: impl FnMut() -> F) -> Result<T, E>
-where
-    E: Passing + std::fmt::Display,
-    F: std::future::Future<Output = Result<T, E>>,
-{
-    let start = tokio::time::Instant::now();
-    let mut pause = Duration::from_millis(100);
-    loop {
-        match request().await {
-            Err(e) if e.passing() && start.elapsed() + pause < JETSTREAM_PATIENCE => {
-                tracing::debug!("cannot {what} yet, trying again in {pause:?}: {e}");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(2));
-            }
-            other => return other,
-        }
-    }
-}
-
 /// An error that says the JetStream server cannot reserve the storage a stream asks for
 /// (JetStream's error 10047, "insufficient storage resources available").
 pub trait StorageRefusal {
@@ -359,45 +337,88 @@ pub fn refused_as_full(e: &(dyn std::error::Error + 'static)) -> bool {
 /// The smallest `max_bytes` [`reserving`] goes down to.
 pub const MIN_STREAM_BYTES: i64 = 1 << 20;
 
-/// Makes a stream with `make(config)`, halving its `max_bytes` (down to [`MIN_STREAM_BYTES`])
-/// while the server answers that it cannot reserve that much storage (JetStream's error 10047),
-/// and warns with the size it settled on.
-///
-/// A JetStream server reserves each stream's `max_bytes` of its storage (by default three
-/// quarters of the free disk): on a small disk, or with many services, a bound that each stream
-/// alone could keep is more than the server can hand out, and every later stream would be
-/// refused, every service after the first few unable to register.
-///
-/// # Errors
-/// `make`'s error: any other, or this one at [`MIN_STREAM_BYTES`].
-pub async fn reserving<T, E, F>(
-    what: &str,
-    mut config: async_nats::jetstream::stream::Config,
-    mut make: impl FnMut(async_nats::jetstream::stream::Config) -> F,
-) -> Result<T, E>
-where
-    E: StorageRefusal,
-    F: std::future::Future<Output = Result<T, E>>,
-{
-    let asked = config.max_bytes;
-    loop {
-        match make(config.clone()).await {
-            Err(e) if e.storage_refused() && config.max_bytes > MIN_STREAM_BYTES => {
-                config.max_bytes = (config.max_bytes / 2).max(MIN_STREAM_BYTES);
-            }
-            Ok(made) => {
-                if config.max_bytes != asked {
-                    tracing::warn!(
-                        "the JetStream server cannot reserve {asked} bytes for {what} (stream {}); \
-                         it holds at most {} bytes instead: give the server more disk (its store \
-                         directory) or ask for less",
-                        config.name,
-                        config.max_bytes
-                    );
+// The runtime's and the emulator's JetStream plumbing, not a service author's: public only with
+// the `harness` feature, which the emulator (the one other crate that needs it) enables.
+#[cfg(feature = "harness")]
+pub use plumbing::{patiently, reserving};
+#[cfg(not(feature = "harness"))]
+pub(crate) use plumbing::{patiently, reserving};
+
+mod plumbing {
+    #![cfg_attr(
+        not(feature = "harness"),
+        expect(
+            unreachable_pub,
+            reason = "re-exported as pub(crate) without the harness feature"
+        )
+    )]
+
+    use std::time::Duration;
+
+    use super::{JETSTREAM_PATIENCE, MIN_STREAM_BYTES, Passing, StorageRefusal};
+
+    /// `request` until it succeeds, fails for good, or [`JETSTREAM_PATIENCE`] has passed, with a
+    /// pause doubling from 100 ms to 2 s between tries: a service that starts (or registers again)
+    /// while its cluster elects a leader waits for it rather than failing.
+    pub async fn patiently<T, E, F>(what: &str, mut request: impl FnMut() -> F) -> Result<T, E>
+    where
+        E: Passing + std::fmt::Display,
+        F: std::future::Future<Output = Result<T, E>>,
+    {
+        let start = tokio::time::Instant::now();
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match request().await {
+                Err(e) if e.passing() && start.elapsed() + pause < JETSTREAM_PATIENCE => {
+                    tracing::debug!("cannot {what} yet, trying again in {pause:?}: {e}");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
                 }
-                return Ok(made);
+                other => return other,
             }
-            Err(e) => return Err(e),
+        }
+    }
+
+    /// Makes a stream with `make(config)`, halving its `max_bytes` (down to [`MIN_STREAM_BYTES`])
+    /// while the server answers that it cannot reserve that much storage (JetStream's error 10047),
+    /// and warns with the size it settled on.
+    ///
+    /// A JetStream server reserves each stream's `max_bytes` of its storage (by default three
+    /// quarters of the free disk): on a small disk, or with many services, a bound that each stream
+    /// alone could keep is more than the server can hand out, and every later stream would be
+    /// refused, every service after the first few unable to register.
+    ///
+    /// # Errors
+    /// `make`'s error: any other, or this one at [`MIN_STREAM_BYTES`].
+    pub async fn reserving<T, E, F>(
+        what: &str,
+        mut config: async_nats::jetstream::stream::Config,
+        mut make: impl FnMut(async_nats::jetstream::stream::Config) -> F,
+    ) -> Result<T, E>
+    where
+        E: StorageRefusal,
+        F: std::future::Future<Output = Result<T, E>>,
+    {
+        let asked = config.max_bytes;
+        loop {
+            match make(config.clone()).await {
+                Err(e) if e.storage_refused() && config.max_bytes > MIN_STREAM_BYTES => {
+                    config.max_bytes = (config.max_bytes / 2).max(MIN_STREAM_BYTES);
+                }
+                Ok(made) => {
+                    if config.max_bytes != asked {
+                        tracing::warn!(
+                            "the JetStream server cannot reserve {asked} bytes for {what} (stream {}); \
+                             it holds at most {} bytes instead: give the server more disk (its store \
+                             directory) or ask for less",
+                            config.name,
+                            config.max_bytes
+                        );
+                    }
+                    return Ok(made);
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 }

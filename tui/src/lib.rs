@@ -21,6 +21,9 @@
 
 mod app;
 mod error;
+// Sample data for the snapshot tests and the rendering bench (which enables the feature through
+// the dev-dependency on this crate), not part of the UI's API.
+#[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 mod format;
 mod model;

