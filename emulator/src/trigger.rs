@@ -7,7 +7,7 @@ use triggers_sdk::flow::{self, IdKind, NodeType};
 use triggers_sdk::transport;
 use triggers_sdk::wire::durable_timer::{self, RootContext, TimerContext};
 use triggers_sdk::wire::header::names;
-use triggers_sdk::wire::{GoTime, idempotency, json};
+use triggers_sdk::wire::{GoTime, Headers, idempotency, json};
 
 use crate::clock::ClockMode;
 use crate::emulator::{Emulator, FiredTimer, RunId, TriggerOptions};
@@ -51,98 +51,8 @@ impl Emulator {
             None => format!("run-{}", transport::random_hex(8)),
         };
         let payload = Body::from(payload);
-        let (delivery, headers, entry_id) = {
-            let mut state = self.lock();
-            if state.runs.contains(&run_id) {
-                return Err(EmulatorError::RunExists(run_id));
-            }
-            // Runs followed from events have a bound of their own: they never refuse a trigger.
-            let open = state.runs.open_started();
-            if open >= self.config().max_open_runs {
-                return Err(EmulatorError::TooManyOpenRuns { open });
-            }
-            let flow = state
-                .registry
-                .flow(flow_id)
-                .cloned()
-                .ok_or_else(|| EmulatorError::UnknownFlow(flow_id.to_owned()))?;
-            let entry = match &options.entry {
-                Some(id) => flow
-                    .node(id)
-                    .filter(|n| n.node_type == NodeType::ServiceIn)
-                    .cloned(),
-                None => flow.entry_points().next().cloned(),
-            }
-            .ok_or_else(|| EmulatorError::NoEntry {
-                flow: flow_id.to_owned(),
-                entry: options.entry.clone(),
-            })?;
-            let now = state.clock.now();
-            let trace_id = transport::random_hex(16);
-            let envelope = new_envelope(
-                &flow,
-                &run_id,
-                &entry.id,
-                &trace_id,
-                idempotency::root(&run_id, &entry.id),
-                now,
-            );
-            let mut headers = envelope.to_headers();
-            headers.insert(names::NATS_MSG_ID, envelope.nats_msg_id());
-            if flow.has_timer() {
-                let root = TimerContext::Root(RootContext::new(&flow.id, flow.version, &run_id));
-                durable_timer::write_triplet(&mut headers, &root, &payload);
-            }
-            // Run and timeline times are wall-clock, like the services' own steps; the
-            // emulator's clock (virtual or not) rules envelopes and timers.
-            let (run, to_arm) = Run::start(
-                run_id.clone(),
-                flow.clone(),
-                &entry.id,
-                trace_id,
-                GoTime::now(),
-                payload.clone(),
-            );
-            // Only timers after the entry: the engine's to arm; the service has nothing to run.
-            let delivery = !Run::service_successors(&flow, &entry.id).is_empty();
-            if delivery {
-                state.own.remember(&envelope.idempotency_key);
-            }
-            match state.start_run(run, self.config().max_open_runs) {
-                Ok(()) => {}
-                Err(Refused::Exists) => return Err(EmulatorError::RunExists(run_id)),
-                Err(Refused::Full(open)) => return Err(EmulatorError::TooManyOpenRuns { open }),
-            }
-            let seq = self.shared.push_locked(
-                &mut state,
-                if delivery { &entry.inbound } else { "" },
-                &headers,
-                payload.clone(),
-                RecordKind::Trigger {
-                    run_id: run_id.clone(),
-                    flow_id: flow_id.to_owned(),
-                    entry: entry.id.clone(),
-                },
-            );
-            if let Some(run) = state.runs.get_mut(&run_id) {
-                run.engine_step(
-                    seq,
-                    &entry.id,
-                    NodeType::ServiceIn.as_str(),
-                    "triggered",
-                    GoTime::now(),
-                );
-            }
-            for timer in to_arm {
-                crate::timers::arm(&self.shared, &mut state, &run_id, &timer, now);
-            }
-            self.shared.refresh_run(&mut state, &run_id);
-            (
-                delivery.then(|| entry.inbound.clone()),
-                headers,
-                entry.id.clone(),
-            )
-        };
+        let (delivery, headers, entry_id) =
+            self.start_locked(&run_id, flow_id, &payload, &options)?;
         if let Some(target) = delivery
             && let Err(e) = self
                 .shared
@@ -156,6 +66,108 @@ impl Emulator {
         }
         self.shared.notify();
         Ok(RunId(run_id))
+    }
+
+    /// The run started under the lock: the run kept, its trigger recorded, the timers after its
+    /// entry armed. Returns where its delivery goes (none when only timers follow the entry),
+    /// the delivery's headers and the entry node.
+    fn start_locked(
+        &self,
+        run_id: &str,
+        flow_id: &str,
+        payload: &Body,
+        options: &TriggerOptions,
+    ) -> Result<(Option<String>, Headers, String), EmulatorError> {
+        let mut state = self.lock();
+        if state.runs.contains(run_id) {
+            return Err(EmulatorError::RunExists(run_id.to_owned()));
+        }
+        // Runs followed from events have a bound of their own: they never refuse a trigger.
+        let open = state.runs.open_started();
+        if open >= self.config().max_open_runs {
+            return Err(EmulatorError::TooManyOpenRuns { open });
+        }
+        let flow = state
+            .registry
+            .flow(flow_id)
+            .cloned()
+            .ok_or_else(|| EmulatorError::UnknownFlow(flow_id.to_owned()))?;
+        let entry = match &options.entry {
+            Some(id) => flow
+                .node(id)
+                .filter(|n| n.node_type == NodeType::ServiceIn)
+                .cloned(),
+            None => flow.entry_points().next().cloned(),
+        }
+        .ok_or_else(|| EmulatorError::NoEntry {
+            flow: flow_id.to_owned(),
+            entry: options.entry.clone(),
+        })?;
+        let now = state.clock.now();
+        let trace_id = transport::random_hex(16);
+        let envelope = new_envelope(
+            &flow,
+            run_id,
+            &entry.id,
+            &trace_id,
+            idempotency::root(run_id, &entry.id),
+            now,
+        );
+        let mut headers = envelope.to_headers();
+        headers.insert(names::NATS_MSG_ID, envelope.nats_msg_id());
+        if flow.has_timer() {
+            let root = TimerContext::Root(RootContext::new(&flow.id, flow.version, run_id));
+            durable_timer::write_triplet(&mut headers, &root, payload);
+        }
+        // Run and timeline times are wall-clock, like the services' own steps; the
+        // emulator's clock (virtual or not) rules envelopes and timers.
+        let (run, to_arm) = Run::start(
+            run_id.to_owned(),
+            flow.clone(),
+            &entry.id,
+            trace_id,
+            GoTime::now(),
+            payload.clone(),
+        );
+        // Only timers after the entry: the engine's to arm; the service has nothing to run.
+        let delivery = !Run::service_successors(&flow, &entry.id).is_empty();
+        if delivery {
+            state.own.remember(&envelope.idempotency_key);
+        }
+        match state.start_run(run, self.config().max_open_runs) {
+            Ok(()) => {}
+            Err(Refused::Exists) => return Err(EmulatorError::RunExists(run_id.to_owned())),
+            Err(Refused::Full(open)) => return Err(EmulatorError::TooManyOpenRuns { open }),
+        }
+        let seq = self.shared.push_locked(
+            &mut state,
+            if delivery { &entry.inbound } else { "" },
+            &headers,
+            payload.clone(),
+            RecordKind::Trigger {
+                run_id: run_id.to_owned(),
+                flow_id: flow_id.to_owned(),
+                entry: entry.id.clone(),
+            },
+        );
+        if let Some(run) = state.runs.get_mut(run_id) {
+            run.engine_step(
+                seq,
+                &entry.id,
+                NodeType::ServiceIn.as_str(),
+                "triggered",
+                GoTime::now(),
+            );
+        }
+        for timer in to_arm {
+            crate::timers::arm(&self.shared, &mut state, run_id, &timer, now);
+        }
+        self.shared.refresh_run(&mut state, run_id);
+        Ok((
+            delivery.then(|| entry.inbound.clone()),
+            headers,
+            entry.id.clone(),
+        ))
     }
 
     /// Moves the virtual clock forward and fires every timer that falls due, in order.
