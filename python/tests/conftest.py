@@ -1,6 +1,7 @@
 """Shared by the suite: pytester, and how an inner pytest run finds the plugin."""
 
 import os
+import signal
 import subprocess
 import sys
 from importlib import metadata
@@ -36,9 +37,17 @@ def run_pytest(folder: Path, *args: str, timeout: float = 180, popen: bool = Fal
         )
     if popen:
         return subprocess.Popen(argv, cwd=folder, env=full_env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+                                stderr=subprocess.STDOUT, text=True, preexec_fn=_signals_as_a_terminal)
     return subprocess.run(argv, cwd=folder, env=full_env, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, preexec_fn=_signals_as_a_terminal)
+
+
+def _signals_as_a_terminal():
+    """The inner pytest takes Ctrl-C as it would at a terminal. A suite started as a background
+    job of a non-interactive shell (``cmd &``, nohup) inherits SIGINT ignored, and Python then
+    installs no KeyboardInterrupt handler: the test of an interrupted run would wait for ever."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def processes_mentioning(text: str):
