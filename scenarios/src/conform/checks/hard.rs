@@ -370,7 +370,7 @@ pub(super) async fn timer_strip(ctx: &mut Ctx) -> Result<(), Failure> {
     let run = ctx
         .trigger("conform-timer-strip", &json!({"strip": 1}))
         .await?;
-    wait_on_timer(ctx, &run).await?;
+    wait_on_timer(ctx, &run, "the timer armed after echo succeeded").await?;
     advance_hour(ctx).await?;
     let msg = ctx
         .next(&mut out, "the output after the timer's delivery")
@@ -391,7 +391,12 @@ pub(super) async fn timer_strip(ctx: &mut Ctx) -> Result<(), Failure> {
     ctx.succeeded(&run).await.map(|_| ())
 }
 
-async fn wait_on_timer(ctx: &Ctx, run: &triggers_emulator::RunId) -> Result<(), Failure> {
+/// Waits until `run` is idle with a timer armed; `armed` says what the check expected of it.
+pub(super) async fn wait_on_timer(
+    ctx: &Ctx,
+    run: &triggers_emulator::RunId,
+    armed: &str,
+) -> Result<(), Failure> {
     let idle = ctx
         .patient(|lab| {
             let run = run.clone();
@@ -404,7 +409,7 @@ async fn wait_on_timer(ctx: &Ctx, run: &triggers_emulator::RunId) -> Result<(), 
         })?;
     if idle.timers.is_empty() {
         return fail(
-            "the timer armed after echo succeeded",
+            armed,
             format!(
                 "{:?}: {}",
                 idle.status,
@@ -446,7 +451,7 @@ pub(super) async fn redeploy_mid_run(ctx: &mut Ctx) -> Result<(), Failure> {
     let run = ctx
         .trigger("conform-redeploy", &json!({"redeploy": 1}))
         .await?;
-    wait_on_timer(ctx, &run).await?;
+    wait_on_timer(ctx, &run, "the timer armed after echo succeeded").await?;
     // A newer version while the run waits: its later deliveries still carry v1.
     let flow: Flow = serde_json::from_value(redeploy_flow(3_600_001)).map_err(|e| Failure {
         expected: "the kit's flow conform-redeploy (v2) to decode".into(),

@@ -88,26 +88,12 @@ pub(super) async fn hop_in(ctx: &mut Ctx) -> Result<(), Failure> {
 pub(super) async fn timer(ctx: &mut Ctx) -> Result<(), Failure> {
     ctx.deploy(timer_flow()).await?;
     let run = ctx.trigger("conform-timer", &json!({"t": 1})).await?;
-    let idle = ctx
-        .patient(|lab| {
-            let run = run.clone();
-            async move { lab.wait_run_idle(&run).await }
-        })
-        .await
-        .map_err(|e| Failure {
-            expected: "the run to wait on its timer".into(),
-            arrived: e.to_string(),
-        })?;
-    if idle.timers.is_empty() {
-        return fail(
-            "the timer armed after echo succeeded (the root delivery accepted)",
-            format!(
-                "{:?}: {}",
-                idle.status,
-                ctx.lab.describe_run(&run.0).replace('\n', "; ")
-            ),
-        );
-    }
+    super::hard::wait_on_timer(
+        ctx,
+        &run,
+        "the timer armed after echo succeeded (the root delivery accepted)",
+    )
+    .await?;
     ctx.lab
         .advance(Duration::from_secs(3600))
         .await
