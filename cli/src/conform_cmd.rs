@@ -4,13 +4,13 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use triggers_scenarios::conform::{
-    CHECKS, CheckOutcome, CheckResult, ConformError, ConformOptions, conform,
-};
+use triggers_scenarios::conform::{CHECKS, CheckOutcome, CheckResult, ConformOptions, conform};
+
+use crate::exit::{self, CliError, Kind, Result};
+use crate::signals::Sig;
 
 /// `conform`'s arguments.
 #[derive(Debug, Args)]
@@ -43,23 +43,19 @@ pub(crate) struct ConformArgs {
     command: Vec<String>,
 }
 
-pub(crate) fn run(args: ConformArgs) -> ExitCode {
+pub(crate) fn run(args: ConformArgs) -> Result<()> {
     if args.list {
         for (name, about) in CHECKS {
             println!("{name:22} {about}");
         }
-        return ExitCode::SUCCESS;
+        return Ok(());
     }
     if args.command.is_empty() {
-        eprintln!(
-            "error: no command to judge: give it after `--`, e.g. `triggers-lab conform -- python3 service.py`"
-        );
-        return ExitCode::from(crate::exit::USAGE);
+        return Err(CliError::usage(
+            "no command to judge: give it after `--`, e.g. `triggers-lab conform -- python3 service.py`",
+        ));
     }
-    let runtime = match crate::exit::runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
+    let runtime = exit::runtime()?;
     let options = ConformOptions {
         command: args.command.clone(),
         timeout: args.timeout,
@@ -81,15 +77,15 @@ pub(crate) fn run(args: ConformArgs) -> ExitCode {
             let mut term = signal(SignalKind::terminate()).ok();
             tokio::select! {
                 r = &mut work => Ok(r),
-                _ = tokio::signal::ctrl_c() => Err(130u8),
-                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => Err(143u8),
+                _ = tokio::signal::ctrl_c() => Err(Sig::Int),
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => Err(Sig::Term),
             }
         }
         #[cfg(not(unix))]
         {
             tokio::select! {
                 r = &mut work => Ok(r),
-                _ = tokio::signal::ctrl_c() => Err(130u8),
+                _ = tokio::signal::ctrl_c() => Err(Sig::Int),
             }
         }
     });
@@ -97,20 +93,11 @@ pub(crate) fn run(args: ConformArgs) -> ExitCode {
     // future is dropped; make sure before exiting.
     drop(runtime);
     let report = match result {
-        Err(code) => {
+        Err(sig) => {
             eprintln!("stopped by a signal: nothing judged");
-            return ExitCode::from(code);
+            return Err(CliError::said(Kind::Interrupted(sig)));
         }
-        Ok(Err(e)) => {
-            eprintln!("error: {e}");
-            return match e {
-                ConformError::NoCommand
-                | ConformError::UnknownCheck(_)
-                | ConformError::TimeoutTooShort(_) => ExitCode::from(crate::exit::USAGE),
-                _ => ExitCode::from(crate::exit::ENVIRONMENT),
-            };
-        }
-        Ok(Ok(report)) => report,
+        Ok(result) => result?,
     };
     let mut out = std::io::stdout().lock();
     let summary = report.table();
@@ -145,9 +132,9 @@ pub(crate) fn run(args: ConformArgs) -> ExitCode {
         }
     }
     if report.conformant() {
-        ExitCode::SUCCESS
+        Ok(())
     } else {
-        ExitCode::FAILURE
+        Err(CliError::said(Kind::Failed))
     }
 }
 

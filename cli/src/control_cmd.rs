@@ -3,14 +3,13 @@
 
 use std::time::Duration;
 
-use anyhow::Result;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::{Value, json};
 use triggers_emulator::control::{ControlClient, StateSummary};
 
 use crate::discovery::{self, Instance};
-use crate::exit::{EnvironmentError, UsageError};
+use crate::exit::{CliError, OrKind, Result};
 use crate::lab_cmd::{ControlArgs, Target, control, print_timeline, status_word};
 use crate::out::{count, outln};
 
@@ -63,17 +62,16 @@ async fn state(args: &ControlArgs) -> Result<StateSummary> {
 /// Nothing running is the environment's state, as for `down`, `trigger` and `watch`: exit 3.
 fn none_running(none: bool) -> Result<()> {
     if none {
-        return Err(EnvironmentError(
-            "no running `triggers-lab up`: start one with `triggers-lab up --detach`".into(),
-        )
-        .into());
+        return Err(CliError::env(
+            "no running `triggers-lab up`: start one with `triggers-lab up --detach`",
+        ));
     }
     Ok(())
 }
 
 /// `triggers-lab status`: every running `up`, and what each holds; exit 3 when none runs.
 pub(crate) async fn status(json: JsonArg) -> Result<()> {
-    let running = discovery::running().map_err(|e| EnvironmentError(format!("{e:#}")))?;
+    let running = discovery::running().env()?;
     let mut rows = Vec::new();
     for i in &running {
         let target = Target::from(i);
@@ -191,15 +189,15 @@ fn losses(s: &StateSummary) -> Vec<String> {
 /// `triggers-lab down`: stops running `up`s (SIGTERM, as Ctrl-C would), and waits until they
 /// are gone.
 pub(crate) async fn down(instance: Option<String>, all: bool) -> Result<()> {
-    let running = discovery::running().map_err(|e| EnvironmentError(format!("{e:#}")))?;
+    let running = discovery::running().env()?;
     let chosen: Vec<&Instance> = match (&instance, all) {
         (Some(_), true) => {
-            return Err(UsageError("give --instance NAME or --all, not both".into()).into());
+            return Err(CliError::usage("give --instance NAME or --all, not both"));
         }
         (Some(name), false) => running.iter().filter(|i| &i.instance == name).collect(),
         (None, true) => running.iter().collect(),
         (None, false) if running.len() > 1 => {
-            return Err(UsageError(format!(
+            return Err(CliError::usage(format!(
                 "{} `triggers-lab up`s are running ({}): say which with --instance NAME, or --all",
                 running.len(),
                 running
@@ -207,28 +205,25 @@ pub(crate) async fn down(instance: Option<String>, all: bool) -> Result<()> {
                     .map(|i| i.instance.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
-            ))
-            .into());
+            )));
         }
         (None, false) => running.iter().collect(),
     };
     if chosen.is_empty() {
-        return Err(EnvironmentError(match instance {
+        return Err(CliError::env(match instance {
             Some(name) => format!("no running `triggers-lab up` is named {name}"),
             None => "no `triggers-lab up` is running".to_owned(),
-        })
-        .into());
+        }));
     }
     for i in chosen {
-        discovery::terminate(i.pid)?;
+        discovery::terminate(i.pid).failed()?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         while discovery::alive(i.pid) {
             if tokio::time::Instant::now() > deadline {
-                return Err(EnvironmentError(format!(
+                return Err(CliError::env(format!(
                     "`up` {} (pid {}) did not stop within 30 s of SIGTERM",
                     i.instance, i.pid
-                ))
-                .into());
+                )));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -530,10 +525,9 @@ pub(crate) async fn dlq(args: ControlArgs, command: DlqCommand) -> Result<()> {
         }
         DlqCommand::Show { msg_id, json } => {
             let Some(r) = records.iter().find(|r| dlq_fields(r).3 == msg_id) else {
-                return Err(UsageError(format!(
+                return Err(CliError::usage(format!(
                     "no DLQ entry with message id {msg_id:?} (`triggers-lab dlq list` lists them)"
-                ))
-                .into());
+                )));
             };
             if json.json {
                 return print_json(r);

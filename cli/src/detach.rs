@@ -5,10 +5,10 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Context as _;
 
 use crate::discovery;
-use crate::exit::EnvironmentError;
+use crate::exit::{CliError, OrKind, Result};
 use crate::out::outln;
 
 /// The instance name of a detached `up` given no `--instance`: one name, so that `down` and the
@@ -26,16 +26,18 @@ const LOG_SHOWN: u64 = 1 << 20;
 pub(crate) fn detach(instance: Option<&str>) -> Result<()> {
     let name = instance.unwrap_or(DEFAULT_NAME).to_owned();
     // Refused now (a running `up` of that name, a bad name) rather than in the log.
-    drop(discovery::Slot::prepare(&name).map_err(|e| EnvironmentError(format!("{e:#}")))?);
-    let log_path = discovery::log_path(&name)?;
+    drop(discovery::Slot::prepare(&name).env()?);
+    let log_path = discovery::log_path(&name).failed()?;
     drop(
         triggers_scenarios::create_output(&log_path, 0o600, false)
-            .with_context(|| format!("cannot create {}", log_path.display()))?,
+            .with_context(|| format!("cannot create {}", log_path.display()))
+            .failed()?,
     );
     // Appending: when the log is cut back to its start (`lab_cmd::keep_log_bounded`), the next
     // line lands there rather than at the old offset, past a hole.
     let log = triggers_scenarios::create_output(&log_path, 0o600, true)
-        .with_context(|| format!("cannot open {}", log_path.display()))?;
+        .with_context(|| format!("cannot open {}", log_path.display()))
+        .failed()?;
     let mut args: Vec<std::ffi::OsString> = std::env::args_os()
         .skip(1)
         .filter(|a| a != "--detach")
@@ -43,7 +45,9 @@ pub(crate) fn detach(instance: Option<&str>) -> Result<()> {
     if instance.is_none() {
         args.extend(["--instance".into(), name.clone().into()]);
     }
-    let exe = std::env::current_exe().context("cannot find this program's path")?;
+    let exe = std::env::current_exe()
+        .context("cannot find this program's path")
+        .failed()?;
     let mut command = Command::new(exe);
     command
         .args(&args)
@@ -56,19 +60,19 @@ pub(crate) fn detach(instance: Option<&str>) -> Result<()> {
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
     let mut child = command
         .spawn()
-        .context("cannot start `up` in the background")?;
+        .context("cannot start `up` in the background")
+        .failed()?;
     let started = Instant::now();
     loop {
         if let Some(status) = child.try_wait()? {
             // An `up` that stopped at once wrote a few lines; a log grown larger is not shown.
             let bytes = triggers_scenarios::read_own_file(&log_path, LOG_SHOWN).unwrap_or_default();
             let text = String::from_utf8_lossy(&bytes);
-            return Err(EnvironmentError(format!(
+            return Err(CliError::env(format!(
                 "`up` stopped at once ({status}); its log ({}):\n{}",
                 log_path.display(),
                 text.trim_end()
-            ))
-            .into());
+            )));
         }
         let running = discovery::running().unwrap_or_default();
         if let Some(i) = running.iter().find(|i| i.pid == child.id()) {
@@ -96,12 +100,11 @@ pub(crate) fn detach(instance: Option<&str>) -> Result<()> {
         }
         if started.elapsed() > READY_WITHIN {
             let _ = child.kill();
-            return Err(EnvironmentError(format!(
+            return Err(CliError::env(format!(
                 "`up` was not ready within {} s; its log is {}",
                 READY_WITHIN.as_secs(),
                 log_path.display()
-            ))
-            .into());
+            )));
         }
         std::thread::sleep(Duration::from_millis(100));
     }

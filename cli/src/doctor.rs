@@ -5,9 +5,9 @@
 //! Exit codes: 0 when some backend works, 3 when none does (an environment problem, not a failed
 //! test: CI can tell the two apart).
 
-use std::process::ExitCode;
-
 use natsbox::{NatsConfig, survey};
+
+use crate::exit::{CliError, Kind};
 
 /// `triggers-lab doctor [--prepare]`.
 #[derive(Debug, clap::Args)]
@@ -21,11 +21,8 @@ pub(crate) struct DoctorArgs {
     print_binary: bool,
 }
 
-pub(crate) fn run(args: DoctorArgs) -> ExitCode {
-    let runtime = match crate::exit::runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
+pub(crate) fn run(args: DoctorArgs) -> crate::exit::Result<()> {
+    let runtime = crate::exit::runtime()?;
     runtime.block_on(async move {
         // As `run`, `demo` and `up` choose: an exported TRIGGERS_NATS_URL is not theirs.
         let config = NatsConfig {
@@ -41,10 +38,7 @@ pub(crate) fn run(args: DoctorArgs) -> ExitCode {
                     }
                     binary = prepared.binary;
                 }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(crate::exit::ENVIRONMENT);
-                }
+                Err(e) => return Err(CliError::env(e.to_string())),
             }
         }
         let found = match survey::survey(&config).await {
@@ -52,24 +46,21 @@ pub(crate) fn run(args: DoctorArgs) -> ExitCode {
                 crate::nats_choice::external_by_flag(&mut found);
                 found
             }
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(crate::exit::ENVIRONMENT);
-            }
+            Err(e) => return Err(CliError::env(e.to_string())),
         };
         if args.print_binary {
             eprintln!("{found}");
             match binary {
                 Some(path) => println!("{}", path.display()),
-                None => return ExitCode::from(crate::exit::ENVIRONMENT),
+                None => return Err(CliError::said(Kind::Environment)),
             }
         } else {
             println!("{found}");
         }
         if found.works() {
-            ExitCode::SUCCESS
+            Ok(())
         } else {
-            ExitCode::from(crate::exit::ENVIRONMENT)
+            Err(CliError::said(Kind::Environment))
         }
     })
 }

@@ -11,10 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Result;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 use triggers_emulator::recorder::{Record, RecordKind, RunStatus};
@@ -22,7 +20,7 @@ use triggers_emulator::recording::{Recording, advanced_by};
 use triggers_sdk::wire::subject::LockedSubject;
 use triggers_sdk::wire::{CompletionEvent, Manifest};
 
-use crate::exit::{self, UsageError};
+use crate::exit::{CliError, Result};
 use crate::files::FileError;
 use crate::lab_cmd::status_word;
 use crate::out::outln;
@@ -65,12 +63,9 @@ fn named_command(s: &str) -> Result<(String, String), String> {
     }
 }
 
-pub(crate) fn run(cmd: ScenarioCommand) -> ExitCode {
+pub(crate) fn run(cmd: ScenarioCommand) -> Result<()> {
     let ScenarioCommand::FromRecord(args) = cmd;
-    match from_record(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => exit::report(&e),
-    }
+    from_record(&args)
 }
 
 fn from_record(args: &FromRecordArgs) -> Result<()> {
@@ -94,7 +89,7 @@ fn from_record(args: &FromRecordArgs) -> Result<()> {
     match &args.output {
         Some(out) => {
             triggers_scenarios::write_output(out, text.as_bytes())
-                .map_err(|e| UsageError(format!("cannot write {}: {e}", out.display())))?;
+                .map_err(|e| CliError::usage(format!("cannot write {}: {e}", out.display())))?;
             eprintln!("wrote {}", out.display());
         }
         None => outln!("{}", text.trim_end()),
@@ -468,10 +463,9 @@ fn scenario(name: &str, recording: &Recording, services: &Services) -> Result<St
         }
     }
     if runs.is_empty() && flows.is_empty() {
-        return Err(UsageError(format!(
+        return Err(CliError::usage(format!(
             "{name} has no deploy (with its flow) and no trigger: there is nothing to make steps of"
-        ))
-        .into());
+        )));
     }
     Ok(out)
 }

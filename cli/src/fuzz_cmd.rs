@@ -4,12 +4,11 @@
 
 use std::time::Duration;
 
-use anyhow::Result;
 use clap::Args;
 use triggers_emulator::control::ControlClient;
 use triggers_scenarios::fuzz::{FuzzConfig, FuzzProgress, FuzzReport, fuzz_target};
 
-use crate::exit::{EnvironmentError, UsageError, VerdictFailed};
+use crate::exit::{CliError, Result};
 use crate::lab_cmd::{ControlArgs, resolve};
 use crate::out::outln;
 
@@ -54,14 +53,14 @@ pub(crate) async fn fuzz(args: FuzzArgs) -> Result<()> {
     let services_side = triggers_sdk::transport::connect(&target.url)
         .await
         .map_err(|e| {
-            EnvironmentError(format!(
+            CliError::env(format!(
                 "cannot connect to {} as a service would: {e}",
                 target.url
             ))
         })?;
     let registered = control.services().await?;
     let Some(service) = registered.get(&args.service) else {
-        return Err(UsageError(format!(
+        return Err(CliError::usage(format!(
             "no service {:?} is registered with `up` at {} (registered: {}); start it with TRIGGERS_NATS_URL={}",
             args.service,
             target.url,
@@ -71,8 +70,7 @@ pub(crate) async fn fuzz(args: FuzzArgs) -> Result<()> {
                 registered.keys().cloned().collect::<Vec<_>>().join(", ")
             },
             target.url
-        ))
-        .into());
+        )));
     };
     if !service
         .manifest
@@ -80,7 +78,7 @@ pub(crate) async fn fuzz(args: FuzzArgs) -> Result<()> {
         .iter()
         .any(|a| a.name == args.action)
     {
-        return Err(UsageError(format!(
+        return Err(CliError::usage(format!(
             "{} has no action {:?} (it has: {})",
             args.service,
             args.action,
@@ -91,8 +89,7 @@ pub(crate) async fn fuzz(args: FuzzArgs) -> Result<()> {
                 .map(|a| a.name.as_str())
                 .collect::<Vec<_>>()
                 .join(", ")
-        ))
-        .into());
+        )));
     }
     // No seed given: one from the clock, printed, so that a failure can still be reproduced.
     let seed = args.seed.unwrap_or_else(|| {
@@ -154,7 +151,7 @@ pub(crate) async fn fuzz(args: FuzzArgs) -> Result<()> {
     };
     let report = fuzz_target(&control, &services_side, &config, &mut on_progress)
         .await
-        .map_err(|e| anyhow::anyhow!("the fuzz campaign could not run: {e}"))?;
+        .map_err(|e| CliError::failed(format!("the fuzz campaign could not run: {e}")))?;
     if terminal {
         eprint!("\r\x1b[2K");
     }
@@ -168,7 +165,7 @@ pub(crate) async fn fuzz(args: FuzzArgs) -> Result<()> {
     }
     match &report.failure {
         None => Ok(()),
-        Some(_) => Err(VerdictFailed(format!(
+        Some(_) => Err(CliError::verdict(format!(
             "{}.{} fails on {} (seed {})",
             args.service,
             args.action,
@@ -178,8 +175,7 @@ pub(crate) async fn fuzz(args: FuzzArgs) -> Result<()> {
                 .map(|f| f.minimal.to_string())
                 .unwrap_or_default(),
             report.seed
-        ))
-        .into()),
+        ))),
     }
 }
 

@@ -3,10 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Context as _;
 use clap::Args;
 
-use crate::exit::UsageError;
+use crate::exit::{CliError, OrKind, Result};
 use crate::out::outln;
 
 /// Options of `triggers-lab init`.
@@ -60,17 +60,19 @@ fn scenario(service: &str) -> String {
 /// Writes `text` to `path` unless a file is there (and not `force`).
 fn write(path: &Path, text: &str, force: bool) -> Result<()> {
     if path.exists() && !force {
-        return Err(UsageError(format!(
+        return Err(CliError::usage(format!(
             "{} exists; nothing was written (--force overwrites)",
             path.display()
-        ))
-        .into());
+        )));
     }
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create {}", dir.display()))
+            .failed()?;
     }
     triggers_scenarios::write_output(path, text.as_bytes())
         .with_context(|| format!("cannot write {}", path.display()))
+        .failed()
 }
 
 pub(crate) fn init(args: InitArgs) -> Result<()> {
@@ -81,22 +83,20 @@ pub(crate) fn init(args: InitArgs) -> Result<()> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     if !plain {
-        return Err(UsageError(format!(
+        return Err(CliError::usage(format!(
             "--service {:?}: use letters, digits, '-' and '_'",
             args.service
-        ))
-        .into());
+        )));
     }
     let scenario_path = args.dir.join("order.scenario.yaml");
     let flow_path = args.dir.join("flows/order.yaml");
     // Both checked before either is written.
     for p in [&scenario_path, &flow_path] {
         if p.exists() && !args.force {
-            return Err(UsageError(format!(
+            return Err(CliError::usage(format!(
                 "{} exists; nothing was written (--force overwrites)",
                 p.display()
-            ))
-            .into());
+            )));
         }
     }
     write(&flow_path, &flow(&args.service), args.force)?;

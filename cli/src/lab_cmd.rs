@@ -6,7 +6,6 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Result;
 use clap::Args;
 use futures::StreamExt;
 use serde_json::Value;
@@ -15,11 +14,11 @@ use triggers_emulator::recorder::RunStatus;
 use triggers_emulator::recorder::{Record, RecordKind};
 use triggers_emulator::recording::RecordingHeader;
 use triggers_emulator::{
-    ClockMode, EmulatorConfig, Harness, HarnessError, HashMismatchPolicy, NatsServer, WireTap,
+    ClockMode, EmulatorConfig, Harness, HashMismatchPolicy, NatsServer, WireTap,
 };
 
 use crate::discovery::{self, Instance, Slot};
-use crate::exit::{EnvironmentError, UsageError, VerdictFailed};
+use crate::exit::{CliError, OrKind, Result};
 use crate::files;
 use crate::nats_choice::{self, BackendArg};
 use crate::out::outln;
@@ -112,15 +111,14 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
         .unwrap_or_else(|| std::process::id().to_string());
     // Before anything starts: a refused discovery file, or a malformed scenario, costs nothing
     // yet.
-    let mut slot = Slot::prepare(&name)?;
+    let mut slot = Slot::prepare(&name).env()?;
     if let Some(path) = &args.record
         && let Err(e) = triggers_scenarios::check_output(path)
     {
-        return Err(UsageError(format!(
+        return Err(CliError::usage(format!(
             "--record {}: {e}; name a file for the recording",
             path.display()
-        ))
-        .into());
+        )));
     }
     let service_scenarios = service_scenarios(&args.services)?;
     let choice = nats_choice::choose(args.backend, args.nats.as_deref(), "up");
@@ -129,7 +127,7 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     }
     // No server to be had: what was tried and what to do, as `doctor` says it.
     if let Some(why) = choice.nothing_works().await {
-        return Err(EnvironmentError(format!("no nats-server can be had:\n{why}")).into());
+        return Err(CliError::env(format!("no nats-server can be had:\n{why}")));
     }
     let nats_config = triggers_emulator::NatsConfig {
         // Services connect without credentials and cannot reach the control API.
@@ -174,17 +172,13 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
         .connection_names("triggers-lab up", "triggers-lab up control")
         .provision()
         .await
-        .map_err(|e| EnvironmentError(e.to_string()))?;
+        .env()?;
     if provisioned.control_credentials().is_none() {
         // A server `up` did not start may have an emulator already: two would both answer the
         // control API and registrations, each half the time.
         refuse_a_second_emulator(provisioned.server_url()).await?;
     }
-    let mut lab = provisioned.start_emulator().await.map_err(|e| match e {
-        // The emulator's own error, for `code_of` to read (a NATS call: the environment).
-        HarnessError::Emulator(e) => anyhow::Error::from(e),
-        e => e.into(),
-    })?;
+    let mut lab = provisioned.start_emulator().await?;
     let emulator = lab.emulator().clone();
 
     let scripted = start_scripted(&service_scenarios, lab.url(), args.quiet).await?;
@@ -198,7 +192,8 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
         user: credentials.as_ref().map(|c| c.user.clone()),
         password: credentials.as_ref().map(|c| c.password.clone()),
         token: Some(token.as_str().to_owned()),
-    })?;
+    })
+    .failed()?;
 
     if args.tui {
         // The UI owns the terminal: no log lines while it is up. A signal ends it as `q` does.
@@ -223,7 +218,7 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
         drop(emulator);
         lab.stop().await?;
         if let Some(how) = died {
-            return Err(server_died_error(&how).into());
+            return Err(server_died_error(&how));
         }
         return result.map_err(Into::into);
     }
@@ -276,8 +271,9 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     let record_file = match &args.record {
         Some(path) => {
             let mut f = std::io::LineWriter::new(
-                triggers_scenarios::create_output(path, 0o666, false)
-                    .map_err(|e| UsageError(format!("cannot write {}: {e}", path.display())))?,
+                triggers_scenarios::create_output(path, 0o666, false).map_err(|e| {
+                    CliError::usage(format!("cannot write {}: {e}", path.display()))
+                })?,
             );
             // The header first, so that a reader knows the format before the first record
             // (triggers_emulator::recording).
@@ -369,7 +365,7 @@ pub(crate) async fn up(args: UpArgs, signals: Option<Signals>) -> Result<()> {
     drop(emulator);
     lab.stop().await?;
     match died {
-        Some(how) => Err(server_died_error(&how).into()),
+        Some(how) => Err(server_died_error(&how)),
         None => Ok(()),
     }
 }
@@ -406,13 +402,12 @@ async fn refuse_a_second_emulator(url: &str) -> Result<()> {
     } else {
         format!("it is {}", holders.join(", "))
     };
-    Err(EnvironmentError(format!(
+    Err(CliError::env(format!(
         "{url} already has a triggers-lab emulator ({found}; {PREFIX}.*): {who}. One emulator per \
          server: two would each answer half of the control requests and registrations. Use that \
          one (`--instance`), stop it, or give this `up` a server of its own (leave out --nats)",
         PREFIX = triggers_emulator::control::PREFIX
-    ))
-    .into())
+    )))
 }
 
 /// Returns once the nats-server `up` started has ended by itself (killed, crashed): how it
@@ -433,8 +428,8 @@ async fn server_died(lab: &mut Harness) -> String {
 
 /// `up`'s error when its nats-server died: it serves nothing any more, so it stops rather than
 /// stay up answering no one.
-fn server_died_error(how: &str) -> EnvironmentError {
-    EnvironmentError(format!(
+fn server_died_error(how: &str) -> CliError {
+    CliError::env(format!(
         "the nats-server this `up` started has exited ({how}): services and commands had \
          nothing to talk to, so `up` stopped too (its discovery entry is removed); start it \
          again with `triggers-lab up` (a killed server's store is gone with it)"
@@ -462,7 +457,7 @@ pub(crate) async fn start_scripted(
     for scenario in scenarios {
         let started = triggers_scenarios::ScriptedServices::start(scenario, url)
             .await
-            .map_err(|e| anyhow::anyhow!("{}: {e}", scenario.file))?;
+            .map_err(|e| CliError::failed(format!("{}: {e}", scenario.file)))?;
         if !quiet {
             eprintln!(
                 "started the scripted services of {}: {}{}",
@@ -610,11 +605,10 @@ fn check_port_free(port: u16) -> Result<()> {
             )
         })
         .unwrap_or_default();
-    Err(EnvironmentError(format!(
+    Err(CliError::env(format!(
         "port {port} on 127.0.0.1 is taken{holder}: pass --port N for another one, or --port 0 \
          for any free port"
-    ))
-    .into())
+    )))
 }
 
 /// One line of `up`'s log for a record worth a line.
@@ -772,22 +766,22 @@ fn describe(instances: &[Instance]) -> String {
 /// The `up` to talk to: `--instance`, else `--nats` / `TRIGGERS_NATS_URL` (with the credentials
 /// of the `up` at that URL, if one wrote them down), else the only one running.
 pub(crate) fn resolve(args: &ControlArgs) -> Result<Target> {
-    let running = discovery::running().map_err(|e| EnvironmentError(format!("{e:#}")))?;
+    let running = discovery::running().env()?;
     if let Some(name) = &args.instance {
-        discovery::check_name(name).map_err(|e| UsageError(e.to_string()))?;
+        discovery::check_name(name).usage()?;
         return running
             .iter()
             .find(|i| &i.instance == name)
             .map(Target::from)
             .ok_or_else(|| {
-                anyhow::Error::from(EnvironmentError(format!(
+                CliError::env(format!(
                     "no running `triggers-lab up` is named {name}{}",
                     if running.is_empty() {
                         String::new()
                     } else {
                         format!("; running: {}", describe(&running))
                     }
-                )))
+                ))
             });
     }
     let url = args.nats.clone().or_else(|| {
@@ -803,7 +797,7 @@ pub(crate) fn resolve(args: &ControlArgs) -> Result<Target> {
                 url,
                 access: ControlAccess::default(),
             }),
-            several => Err(UsageError(format!(
+            several => Err(CliError::usage(format!(
                 "{} `triggers-lab up`s run on {url}: pick one with --instance ({})",
                 several.len(),
                 several
@@ -811,24 +805,21 @@ pub(crate) fn resolve(args: &ControlArgs) -> Result<Target> {
                     .map(|i| i.instance.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
-            ))
-            .into()),
+            ))),
         };
     }
     match running.as_slice() {
-        [] => Err(EnvironmentError(format!(
+        [] => Err(CliError::env(format!(
             "no running `triggers-lab up` found (looked in {}): start one (`triggers-lab up`), \
              or pass --nats URL / set TRIGGERS_NATS_URL",
-            discovery::dir()?.display()
-        ))
-        .into()),
+            discovery::dir().env()?.display()
+        ))),
         [one] => Ok(Target::from(one)),
-        several => Err(UsageError(format!(
+        several => Err(CliError::usage(format!(
             "{} `triggers-lab up`s are running: {}; say which with --instance NAME (or --nats URL)",
             several.len(),
             describe(several)
-        ))
-        .into()),
+        ))),
     }
 }
 
@@ -875,7 +866,7 @@ pub(crate) async fn deploy(args: ControlArgs, file: PathBuf) -> Result<()> {
     let client = control(&args).await?;
     let released = client.deploy(&flow).await.map_err(|e| match e {
         triggers_emulator::ControlError::Refused(why) => {
-            anyhow::Error::from(VerdictFailed(format!("{name}: {why}")))
+            CliError::verdict(format!("{name}: {why}"))
         }
         other => other.into(),
     })?;
@@ -920,7 +911,7 @@ pub(crate) async fn trigger(
             Sent::Json(files::read(std::path::Path::new(&p[1..]))?)
         }
         Payload::Json(Some(p)) => Sent::Json(serde_json::from_str(&p).map_err(|e| {
-            UsageError(format!(
+            CliError::usage(format!(
                 "the payload {p:?} is not JSON ({e}); write JSON, @FILE to read one, or --raw \
                  TEXT to send it as it is"
             ))
@@ -971,24 +962,22 @@ pub(crate) async fn trigger(
             let missed = client.missed().await?;
             let before = missed_before.unwrap_or(missed);
             if missed > before {
-                return Err(VerdictFailed(format!(
+                return Err(CliError::verdict(format!(
                     "MISSED: the emulator missed {} message(s) while run {run_id} ran (a slow \
                      subscription, or its NATS connection lost): its status rests on partial \
                      data and is no verdict",
                     missed - before
-                ))
-                .into());
+                )));
             }
             if run.status == RunStatus::Failed {
-                return Err(VerdictFailed(format!("run {run_id} failed")).into());
+                return Err(CliError::verdict(format!("run {run_id} failed")));
             }
             // Cancelled by hand: it did not do its work, so no success either.
             if run.status == RunStatus::Cancelled {
-                return Err(VerdictFailed(format!(
+                return Err(CliError::verdict(format!(
                     "run {run_id} was cancelled before it settled (`runs show {run_id}` says what \
                      it dropped)"
-                ))
-                .into());
+                )));
             }
             return Ok(());
         }
@@ -1017,13 +1006,12 @@ pub(crate) async fn trigger(
                 ));
             }
             if idle {
-                return Err(VerdictFailed(format!(
+                return Err(CliError::verdict(format!(
                     "run {run_id} is waiting on the virtual clock and will not settle by itself; {}",
                     waiting_on.join("; ")
-                ))
-                .into());
+                )));
             }
-            return Err(VerdictFailed(format!(
+            return Err(CliError::verdict(format!(
                 "run {run_id} did not settle within {} (--wait-timeout); it is {}{}",
                 triggers_scenarios::model::Dur(limit),
                 status_word(run.status),
@@ -1032,8 +1020,7 @@ pub(crate) async fn trigger(
                 } else {
                     format!(", {}", waiting_on.join("; "))
                 }
-            ))
-            .into());
+            )));
         }
     }
 }

@@ -6,12 +6,11 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Result;
 use serde_json::Value;
 use triggers_scenarios::loadgen::{self, LoadConfig, Pace, Payloads};
 use triggers_scenarios::model::{Dur, LoadExpect};
 
-use crate::exit::{UsageError, VerdictFailed};
+use crate::exit::{CliError, Result};
 use crate::lab_cmd::{ControlArgs, control};
 use crate::out::{fit, outln, terminal_width};
 use crate::{files, parse_duration};
@@ -57,15 +56,15 @@ pub(crate) async fn load(args: LoadArgs) -> Result<()> {
     let payloads = match (&args.payload, &args.payloads) {
         (_, Some(file)) => {
             let text = triggers_scenarios::read_text_file(file)
-                .map_err(|e| UsageError(format!("--payloads: {e}")))?;
+                .map_err(|e| CliError::usage(format!("--payloads: {e}")))?;
             Payloads::from_text(&text)
-                .map_err(|e| UsageError(format!("--payloads: {}, {e}", file.display())))?
+                .map_err(|e| CliError::usage(format!("--payloads: {}, {e}", file.display())))?
         }
         (Some(p), None) if p.starts_with('@') => {
             Payloads::Template(files::read::<Value>(std::path::Path::new(&p[1..]))?)
         }
         (Some(p), None) => Payloads::Template(serde_json::from_str(p).map_err(|e| {
-            UsageError(format!(
+            CliError::usage(format!(
                 "the payload {p:?} is not JSON ({e}); write JSON, or @FILE to read one"
             ))
         })?),
@@ -73,7 +72,7 @@ pub(crate) async fn load(args: LoadArgs) -> Result<()> {
     };
     let pace = Pace::of(args.rate, args.concurrency);
     // Before looking for `up`: a bad flag is the user's to fix first.
-    loadgen::check(args.runs, pace).map_err(|e| UsageError(format!("--{e}")))?;
+    loadgen::check(args.runs, pace).map_err(|e| CliError::usage(format!("--{e}")))?;
     let client = control(&args.control).await?;
     let config = LoadConfig {
         flow: args.flow.clone(),
@@ -102,7 +101,7 @@ pub(crate) async fn load(args: LoadArgs) -> Result<()> {
     };
     let report = loadgen::run_load(&client, &config, &mut progress)
         .await
-        .map_err(UsageError)?;
+        .map_err(CliError::usage)?;
     if live {
         eprint!("\r\x1b[2K");
     }
@@ -121,6 +120,10 @@ pub(crate) async fn load(args: LoadArgs) -> Result<()> {
     if broken.is_empty() {
         Ok(())
     } else {
-        Err(VerdictFailed(format!("load {}: {}", args.flow, broken.join("; "))).into())
+        Err(CliError::verdict(format!(
+            "load {}: {}",
+            args.flow,
+            broken.join("; ")
+        )))
     }
 }

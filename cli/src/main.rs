@@ -235,7 +235,12 @@ fn main() -> ExitCode {
     ) {
         natsbox::watchdog::become_child_subreaper();
     }
-    match cli.command {
+    exit::report(dispatch(cli.command))
+}
+
+/// Runs the command: those that need no async runtime here, the others on one.
+fn dispatch(command: Command) -> exit::Result<()> {
+    match command {
         Command::Manifest(cmd) => manifest_cmd::run(cmd),
         Command::Scenario(cmd) => from_record_cmd::run(cmd),
         Command::Run(args) => run_cmd::run(args),
@@ -243,103 +248,90 @@ fn main() -> ExitCode {
         Command::Demo(args) => run_cmd::demo(args),
         Command::Conform(args) => conform_cmd::run(args),
         Command::Doctor(args) => doctor::run(args),
-        Command::Init(args) => match init_cmd::init(args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => exit::report(&e),
-        },
+        Command::Init(args) => init_cmd::init(args),
         Command::Completions { shell } => {
-            let mut script = Vec::new();
-            clap_complete::generate(
-                shell,
-                &mut <Cli as clap::CommandFactory>::command(),
-                "triggers-lab",
-                &mut script,
-            );
-            let mut script = String::from_utf8_lossy(&script).into_owned();
-            if shell == clap_complete::Shell::Bash {
-                // clap_complete names the case labels of a hyphenated binary's subcommands
-                // `triggers__subcmd__lab__subcmd__run` but computes `triggers__lab__subcmd__run`,
-                // so no flag ever completed: the labels are made to match what it computes.
-                script =
-                    script.replace("triggers__subcmd__lab__subcmd__", "triggers__lab__subcmd__");
-            }
-            out::write_stdout(&script);
-            ExitCode::SUCCESS
+            completions(shell);
+            Ok(())
         }
-        Command::Up(args) if args.detach => match detach::detach(args.instance.as_deref()) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => exit::report(&e),
-        },
+        Command::Up(args) if args.detach => detach::detach(args.instance.as_deref()),
         other => {
-            let runtime = match crate::exit::runtime() {
-                Ok(rt) => rt,
-                Err(code) => return code,
-            };
-            let (result, signal) = runtime.block_on(async move {
+            let runtime = exit::runtime()?;
+            runtime.block_on(async move {
                 // Long-running commands stop cleanly on SIGINT/SIGTERM; the short ones keep the
                 // default (nothing of theirs outlives them).
                 let signals = matches!(other, Command::Up(_) | Command::Watch { .. })
                     .then(signals::Signals::listen);
-                let result = match other {
-                    Command::Up(args) => lab_cmd::up(args, signals.clone()).await,
-                    Command::Deploy { control, file } => lab_cmd::deploy(control, file).await,
-                    Command::Trigger {
-                        control,
-                        flow,
-                        payload,
-                        raw,
-                        wait,
-                        wait_timeout,
-                    } => {
-                        let payload = match raw {
-                            Some(raw) => lab_cmd::Payload::Raw(raw),
-                            None => lab_cmd::Payload::Json(payload),
-                        };
-                        lab_cmd::trigger(control, flow, payload, wait.then_some(wait_timeout)).await
-                    }
-                    Command::Load(args) => load_cmd::load(args).await,
-                    Command::Replay(args) => replay_cmd::replay(args).await,
-                    Command::Fuzz(args) => fuzz_cmd::fuzz(args).await,
-                    Command::Advance { control, duration } => {
-                        lab_cmd::advance(control, duration).await
-                    }
-                    Command::Watch { control } => lab_cmd::watch(control, signals.clone()).await,
-                    Command::Status { json } => control_cmd::status(json).await,
-                    Command::Down { instance, all } => control_cmd::down(instance, all).await,
-                    Command::Runs { control, command } => control_cmd::runs(control, command).await,
-                    Command::Dlq { control, command } => control_cmd::dlq(control, command).await,
-                    Command::Flows { control, json } => control_cmd::flows(control, json).await,
-                    Command::Services { control, json } => {
-                        control_cmd::services(control, json).await
-                    }
-                    Command::Manifest(_)
-                    | Command::Scenario(_)
-                    | Command::Run(_)
-                    | Command::Report(_)
-                    | Command::Demo(_)
-                    | Command::Init(_)
-                    | Command::Completions { .. }
-                    | Command::Conform(_)
-                    | Command::Doctor(_) => {
-                        unreachable!("handled above")
-                    }
-                };
-                (result, signals.and_then(|s| s.received()))
-            });
-            match (result, signal) {
-                (Ok(()), None) => ExitCode::SUCCESS,
-                (Ok(()), Some(sig)) => sig.exit_code(),
-                (Err(e), sig) => {
-                    // A signal's code wins; otherwise the error's kind chooses (exit.rs).
-                    let code = exit::report(&e);
-                    match sig {
-                        Some(sig) => sig.exit_code(),
-                        None => code,
-                    }
+                let result = dispatch_async(other, signals.clone()).await;
+                // A signal's code wins; the error, if any, is still said.
+                match (result, signals.and_then(|s| s.received())) {
+                    (result, None) => result,
+                    (Ok(()), Some(sig)) => Err(exit::CliError::said(exit::Kind::Interrupted(sig))),
+                    (Err(e), Some(sig)) => Err(e.interrupted(sig)),
                 }
-            }
+            })
         }
     }
+}
+
+/// The commands that run on the async runtime.
+async fn dispatch_async(command: Command, signals: Option<signals::Signals>) -> exit::Result<()> {
+    match command {
+        Command::Up(args) => lab_cmd::up(args, signals).await,
+        Command::Deploy { control, file } => lab_cmd::deploy(control, file).await,
+        Command::Trigger {
+            control,
+            flow,
+            payload,
+            raw,
+            wait,
+            wait_timeout,
+        } => {
+            let payload = match raw {
+                Some(raw) => lab_cmd::Payload::Raw(raw),
+                None => lab_cmd::Payload::Json(payload),
+            };
+            lab_cmd::trigger(control, flow, payload, wait.then_some(wait_timeout)).await
+        }
+        Command::Load(args) => load_cmd::load(args).await,
+        Command::Replay(args) => replay_cmd::replay(args).await,
+        Command::Fuzz(args) => fuzz_cmd::fuzz(args).await,
+        Command::Advance { control, duration } => lab_cmd::advance(control, duration).await,
+        Command::Watch { control } => lab_cmd::watch(control, signals).await,
+        Command::Status { json } => control_cmd::status(json).await,
+        Command::Down { instance, all } => control_cmd::down(instance, all).await,
+        Command::Runs { control, command } => control_cmd::runs(control, command).await,
+        Command::Dlq { control, command } => control_cmd::dlq(control, command).await,
+        Command::Flows { control, json } => control_cmd::flows(control, json).await,
+        Command::Services { control, json } => control_cmd::services(control, json).await,
+        Command::Manifest(_)
+        | Command::Scenario(_)
+        | Command::Run(_)
+        | Command::Report(_)
+        | Command::Demo(_)
+        | Command::Init(_)
+        | Command::Completions { .. }
+        | Command::Conform(_)
+        | Command::Doctor(_) => unreachable!("dispatched without the runtime"),
+    }
+}
+
+/// `triggers-lab completions SHELL`: the script on standard output.
+fn completions(shell: clap_complete::Shell) {
+    let mut script = Vec::new();
+    clap_complete::generate(
+        shell,
+        &mut <Cli as clap::CommandFactory>::command(),
+        "triggers-lab",
+        &mut script,
+    );
+    let mut script = String::from_utf8_lossy(&script).into_owned();
+    if shell == clap_complete::Shell::Bash {
+        // clap_complete names the case labels of a hyphenated binary's subcommands
+        // `triggers__subcmd__lab__subcmd__run` but computes `triggers__lab__subcmd__run`,
+        // so no flag ever completed: the labels are made to match what it computes.
+        script = script.replace("triggers__subcmd__lab__subcmd__", "triggers__lab__subcmd__");
+    }
+    out::write_stdout(&script);
 }
 
 #[cfg(test)]

@@ -6,11 +6,12 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use clap::Subcommand;
 use triggers_sdk::error::{DecodeError, JsonError};
 use triggers_sdk::wire::Manifest;
+
+use crate::exit::{CliError, Kind};
 
 /// What to do with a manifest.
 #[derive(Debug, Subcommand)]
@@ -72,32 +73,24 @@ enum ManifestError {
     },
 }
 
-impl ManifestError {
-    fn exit_code(&self) -> ExitCode {
-        match self {
+impl From<ManifestError> for CliError {
+    /// Every case is the input's. Said as its own message is: that already says its cause
+    /// (where it is, what was wrong) in its own words.
+    fn from(e: ManifestError) -> Self {
+        match e {
             ManifestError::Read { .. }
             | ManifestError::Decode { .. }
             | ManifestError::Hash { .. }
-            | ManifestError::Write { .. } => ExitCode::from(crate::exit::USAGE),
+            | ManifestError::Write { .. } => CliError::usage(e.to_string()),
         }
     }
 }
 
 /// One of the subcommands, given the file's display name and the decoded manifest.
-type Action = fn(&str, &Manifest) -> Result<ExitCode, ManifestError>;
+type Action = fn(&str, &Manifest) -> Result<(), CliError>;
 
-pub(crate) fn run(cmd: ManifestCommand) -> ExitCode {
-    match run_action(&cmd) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e}");
-            e.exit_code()
-        }
-    }
-}
-
-fn run_action(cmd: &ManifestCommand) -> Result<ExitCode, ManifestError> {
-    let (file, action): (&PathBuf, Action) = match cmd {
+pub(crate) fn run(cmd: ManifestCommand) -> Result<(), CliError> {
+    let (file, action): (&PathBuf, Action) = match &cmd {
         ManifestCommand::Hash { file } => (file, hash),
         ManifestCommand::Canon { file } => (file, canon),
         ManifestCommand::Check { file } => (file, check),
@@ -114,7 +107,7 @@ fn run_action(cmd: &ManifestCommand) -> Result<ExitCode, ManifestError> {
         // Straight from the text (the schemas never decoded into trees); anything that path
         // declines is decoded below, for the same hash or the error.
         println!("{hash}");
-        return Ok(ExitCode::SUCCESS);
+        return Ok(());
     }
     let manifest = Manifest::from_json(&bytes).map_err(|source| ManifestError::Decode {
         name: name.clone(),
@@ -139,10 +132,10 @@ fn read(file: &Path, name: &str) -> Result<Vec<u8>, ManifestError> {
     })
 }
 
-fn hash(name: &str, m: &Manifest) -> Result<ExitCode, ManifestError> {
+fn hash(name: &str, m: &Manifest) -> Result<(), CliError> {
     let hash = compute_hash(name, m)?;
     println!("{hash}");
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 fn compute_hash(name: &str, m: &Manifest) -> Result<String, ManifestError> {
@@ -152,7 +145,7 @@ fn compute_hash(name: &str, m: &Manifest) -> Result<String, ManifestError> {
     })
 }
 
-fn canon(name: &str, m: &Manifest) -> Result<ExitCode, ManifestError> {
+fn canon(name: &str, m: &Manifest) -> Result<(), CliError> {
     let bytes = m.hash_input().map_err(|source| ManifestError::Hash {
         name: name.to_owned(),
         source,
@@ -164,10 +157,10 @@ fn canon(name: &str, m: &Manifest) -> Result<ExitCode, ManifestError> {
             name: name.to_owned(),
             source,
         })?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
-fn check(name: &str, m: &Manifest) -> Result<ExitCode, ManifestError> {
+fn check(name: &str, m: &Manifest) -> Result<(), CliError> {
     let computed = compute_hash(name, m)?;
     let issues = m.validate();
     println!(
@@ -199,12 +192,12 @@ fn check(name: &str, m: &Manifest) -> Result<ExitCode, ManifestError> {
     }
     if hash_ok && issues.is_empty() {
         println!("ok");
-        Ok(ExitCode::SUCCESS)
+        Ok(())
     } else {
         let problems = issues.len() + usize::from(!hash_ok);
         println!(
             "{problems} problem(s); `triggers-lab manifest hash {name}` prints the right hash"
         );
-        Ok(ExitCode::from(1))
+        Err(CliError::said(Kind::Failed))
     }
 }

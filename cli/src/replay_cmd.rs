@@ -10,14 +10,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::Result;
 use clap::Args;
 use triggers_emulator::control::ControlClient;
 use triggers_emulator::recorder::{Record, RecordKind, RunStatus};
 use triggers_emulator::recording::advanced_by;
 use triggers_sdk::flow::Flow;
 
-use crate::exit::{UsageError, VerdictFailed};
+use crate::exit::{CliError, OrKind, Result};
 use crate::lab_cmd::{ControlArgs, control, status_word};
 use crate::out::outln;
 
@@ -59,7 +58,7 @@ impl OwnLab {
             triggers_emulator::EmulatorConfig::default(),
         )
         .await
-        .map_err(|e| crate::exit::EnvironmentError(e.to_string()))?;
+        .env()?;
         let services = crate::lab_cmd::start_scripted(&scenarios, harness.url(), false).await?;
         Ok(OwnLab { services, harness })
     }
@@ -97,7 +96,7 @@ struct RunFacts {
 }
 
 /// The steps of a recording; a deploy without its flow (an older recording) cannot be replayed.
-fn plan(path: &Path, records: &[Record]) -> Result<Vec<Step>, UsageError> {
+fn plan(path: &Path, records: &[Record]) -> Result<Vec<Step>> {
     let mut steps = Vec::new();
     for (i, r) in records.iter().enumerate() {
         match &r.kind {
@@ -105,7 +104,7 @@ fn plan(path: &Path, records: &[Record]) -> Result<Vec<Step>, UsageError> {
                 flow: Some(flow), ..
             } => steps.push(Step::Deploy(flow.clone())),
             RecordKind::Deploy { flow_id, .. } => {
-                return Err(UsageError(format!(
+                return Err(CliError::usage(format!(
                     "{}: record {} (deploy of {flow_id}) carries no flow: it was recorded by an \
                      older triggers-lab; record it again with this one to replay it",
                     path.display(),
@@ -292,11 +291,10 @@ pub(crate) async fn replay(args: ReplayArgs) -> Result<()> {
     }
     let steps = plan(&args.file, &recording.records)?;
     if !steps.iter().any(|s| matches!(s, Step::Trigger { .. })) {
-        return Err(UsageError(format!(
+        return Err(CliError::usage(format!(
             "{name} records no run (no trigger record): there is nothing to replay; record one \
              with `triggers-lab up --record FILE` and trigger runs while it records"
-        ))
-        .into());
+        )));
     }
     let own = if args.services.is_empty() {
         None
@@ -330,7 +328,7 @@ async fn replay_on(
         match step {
             Step::Deploy(flow) => {
                 client.deploy(flow).await.map_err(|e| {
-                    VerdictFailed(format!(
+                    CliError::verdict(format!(
                         "the recorded flow {} was not deployed: {e}",
                         flow.id
                     ))
@@ -352,7 +350,7 @@ async fn replay_on(
                     client.trigger_raw(flow_id, entry, payload).await
                 };
                 let run_id = started.map_err(|e| {
-                    VerdictFailed(format!("run {was} of {flow_id} was not started again: {e}"))
+                    CliError::verdict(format!("run {was} of {flow_id} was not started again: {e}"))
                 })?;
                 if cancelled_by_hand(&facts(recorded, was)) {
                     // Cancelled at once, as it was by hand (best effort: it may have settled
@@ -432,13 +430,12 @@ async fn replay_on(
         }
     }
     if differing > 0 || new_violations > 0 {
-        return Err(VerdictFailed(format!(
+        return Err(CliError::verdict(format!(
             "the replay of {name} differs from its recording: {differing} of {} differ, \
              {} of conformance violation",
             crate::out::count(runs.len() as u64, "run"),
             crate::out::count(new_violations as u64, "new kind")
-        ))
-        .into());
+        )));
     }
     outln!(
         "replay of {name}: {} the same as recorded{}",

@@ -2,11 +2,10 @@
 //! joined into the JSON and JUnit reports one unsharded run would have written.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use crate::exit;
+use crate::exit::{self, CliError, Kind};
 use crate::out::{self, out};
 
 /// `triggers-lab report ...`.
@@ -28,7 +27,7 @@ pub(crate) enum ReportCommand {
     },
 }
 
-pub(crate) fn run(command: ReportCommand) -> ExitCode {
+pub(crate) fn run(command: ReportCommand) -> exit::Result<()> {
     let ReportCommand::Merge {
         reports,
         junit,
@@ -37,8 +36,9 @@ pub(crate) fn run(command: ReportCommand) -> ExitCode {
     if junit.as_deref().is_some_and(|p| p.as_os_str() == "-")
         && json.as_deref().is_some_and(|p| p.as_os_str() == "-")
     {
-        eprintln!("error: only one of --junit - and --json - can have standard output");
-        return ExitCode::from(exit::USAGE);
+        return Err(CliError::usage(
+            "only one of --junit - and --json - can have standard output",
+        ));
     }
     let json = match (&junit, json) {
         (None, None) => Some(PathBuf::from("-")),
@@ -46,29 +46,16 @@ pub(crate) fn run(command: ReportCommand) -> ExitCode {
     };
     let mut read = Vec::new();
     for path in &reports {
-        match triggers_scenarios::merge::read_report(path) {
-            Ok(r) => read.push((path.display().to_string(), r)),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(exit::USAGE);
-            }
-        }
+        let report = triggers_scenarios::merge::read_report(path)
+            .map_err(|e| CliError::usage(e.to_string()))?;
+        read.push((path.display().to_string(), report));
     }
     check_shards(&read);
-    let merged = match triggers_scenarios::merge::merge(read) {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(exit::USAGE);
-        }
-    };
-    let mut code = if merged.failed() == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(exit::FAILED)
-    };
+    let merged =
+        triggers_scenarios::merge::merge(read).map_err(|e| CliError::usage(e.to_string()))?;
+    let mut failed = merged.failed() > 0;
     if !crate::run_cmd::write_reports(&merged, junit.as_deref(), json.as_deref()) {
-        code = ExitCode::from(exit::FAILED);
+        failed = true;
     }
     let machine_stdout = [&junit, &json]
         .iter()
@@ -83,7 +70,10 @@ pub(crate) fn run(command: ReportCommand) -> ExitCode {
     } else {
         out!("{text}");
     }
-    code
+    if failed {
+        return Err(CliError::said(Kind::Failed));
+    }
+    Ok(())
 }
 
 /// Warns when the reports are not every shard of one split: a shard missing, or shards of

@@ -6,7 +6,6 @@
 //! The exit code of a stop by signal is 128 + its number, as a shell reports it: 130 for SIGINT,
 //! 143 for SIGTERM, 129 for SIGHUP.
 
-use std::process::ExitCode;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -20,9 +19,6 @@ pub(crate) enum Sig {
 }
 
 impl Sig {
-    /// Every stop signal.
-    pub(crate) const ALL: [Sig; 3] = [Sig::Int, Sig::Term, Sig::Hup];
-
     pub(crate) fn name(self) -> &'static str {
         match self {
             Sig::Int => "SIGINT",
@@ -38,10 +34,6 @@ impl Sig {
             Sig::Term => 143,
             Sig::Hup => 129,
         }
-    }
-
-    pub(crate) fn exit_code(self) -> ExitCode {
-        ExitCode::from(self.code())
     }
 }
 

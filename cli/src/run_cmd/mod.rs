@@ -8,7 +8,6 @@ mod select;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -20,7 +19,7 @@ use triggers_scenarios::{
     Event, Filter, Interrupt, Outcome, RunOptions, Scenario, ShardInfo, SuiteReport, WatchFn,
 };
 
-use crate::exit;
+use crate::exit::{self, CliError, Kind};
 use crate::nats_choice::{self, BackendArg};
 use crate::out::{self, out, outln};
 use crate::signals::Signals;
@@ -184,23 +183,21 @@ struct Outputs<'a> {
     brief: bool,
 }
 
-pub(crate) fn run(args: RunArgs) -> ExitCode {
+pub(crate) fn run(args: RunArgs) -> exit::Result<()> {
     if args.tui && args.common.jobs > 1 {
-        eprintln!(
-            "error: --tui watches one scenario at a time: use it with -j 1 (it was -j {})",
+        return Err(CliError::usage(format!(
+            "--tui watches one scenario at a time: use it with -j 1 (it was -j {})",
             args.common.jobs
-        );
-        return ExitCode::from(exit::USAGE);
+        )));
     }
     let stdout_reports = [&args.junit, &args.json, &args.coverage, &args.coverage_md]
         .iter()
         .filter(|p| p.as_deref().is_some_and(|p| p.as_os_str() == "-"))
         .count();
     if stdout_reports > 1 || (stdout_reports == 1 && args.message_format == MessageFormat::Json) {
-        eprintln!(
-            "error: only one of --junit -, --json -, --coverage -, --coverage-md - and --message-format json can have standard output"
-        );
-        return ExitCode::from(exit::USAGE);
+        return Err(CliError::usage(
+            "only one of --junit -, --json -, --coverage -, --coverage-md - and --message-format json can have standard output",
+        ));
     }
     // A report that could not be written would be found out only at the end, after the run; a
     // FIFO there would hold the end forever.
@@ -213,11 +210,10 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
         if let Some(path) = path.as_deref().filter(|p| p.as_os_str() != "-")
             && let Err(e) = triggers_scenarios::check_output(path)
         {
-            eprintln!(
-                "error: {flag} {}: {e}; name a file (or `-` for standard output)",
+            return Err(CliError::usage(format!(
+                "{flag} {}: {e}; name a file (or `-` for standard output)",
                 path.display()
-            );
-            return ExitCode::from(exit::USAGE);
+            )));
         }
     }
     let filter: Vec<Filter> = args.filter.iter().map(|f| Filter::new(f)).collect();
@@ -225,10 +221,7 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
     let durations = match &args.durations {
         Some(path) => match select::durations(path) {
             Ok(d) => Some(d),
-            Err(e) => {
-                eprintln!("error: --durations: {e}");
-                return ExitCode::from(exit::USAGE);
-            }
+            Err(e) => return Err(CliError::usage(format!("--durations: {e}"))),
         },
         None => None,
     };
@@ -264,20 +257,19 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
     loop {
         let watched = Watched::new(&args.paths, &written);
         let before = watched.snapshot();
-        let code = execute(&args.paths, &args.common, &selection, &outputs);
-        // Stopped by a signal: no more watching.
-        if crate::signals::Sig::ALL
-            .iter()
-            .any(|s| code == s.exit_code())
-        {
-            return code;
+        match execute(&args.paths, &args.common, &selection, &outputs) {
+            // Stopped by a signal: no more watching.
+            Err(e) if matches!(e.kind(), Kind::Interrupted(_)) => return Err(e),
+            // Said now: the next change runs again.
+            Err(e) => e.say(),
+            Ok(()) => {}
         }
         eprintln!(
             "\nwatching {} for changes (Ctrl-C stops)…",
             describe_paths(&args.paths)
         );
         if let Some(sig) = wait_for_change(&watched, &before) {
-            return sig.exit_code();
+            return Err(CliError::said(Kind::Interrupted(sig)));
         }
     }
 }
@@ -291,12 +283,15 @@ fn wait_for_change(
 ) -> Option<crate::signals::Sig> {
     let runtime = match crate::exit::runtime() {
         Ok(rt) => rt,
-        Err(_) => loop {
-            std::thread::sleep(Duration::from_millis(500));
-            if watched.snapshot() != *before {
-                return None;
+        Err(e) => {
+            e.say();
+            loop {
+                std::thread::sleep(Duration::from_millis(500));
+                if watched.snapshot() != *before {
+                    return None;
+                }
             }
-        },
+        }
     };
     let sig = runtime.block_on(async {
         let signals = Signals::listen();
@@ -382,11 +377,8 @@ impl Watched {
 }
 
 /// `--list`: the scenarios, one a line, name then file.
-fn list(paths: &[PathBuf], selection: &Selection) -> ExitCode {
-    let (scenarios, shard) = match load(paths, selection) {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
+fn list(paths: &[PathBuf], selection: &Selection) -> exit::Result<()> {
+    let (scenarios, shard) = load(paths, selection)?;
     for s in &scenarios {
         let n = s.steps.len();
         outln!(
@@ -400,7 +392,7 @@ fn list(paths: &[PathBuf], selection: &Selection) -> ExitCode {
         Some(shard) => eprintln!("{}", shard_line(shard)),
         None => eprintln!("{}", out::count(scenarios.len() as u64, "scenario")),
     }
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 /// `shard 1/2: 8 of 16 scenarios`.
@@ -429,22 +421,24 @@ struct Selection {
     durations: Option<select::Durations>,
 }
 
-pub(crate) fn demo(args: DemoArgs) -> ExitCode {
+pub(crate) fn demo(args: DemoArgs) -> exit::Result<()> {
     let dir = match tempfile::Builder::new()
         .prefix("triggers-lab-demo")
         .tempdir()
     {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("error: cannot make a temporary folder for the demo's scenarios: {e}");
-            return ExitCode::from(exit::ENVIRONMENT);
+            return Err(CliError::env(format!(
+                "cannot make a temporary folder for the demo's scenarios: {e}"
+            )));
         }
     };
     let scenarios = match demo::unpack(dir.path()) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: cannot write the demo's scenarios: {e}");
-            return ExitCode::from(exit::ENVIRONMENT);
+            return Err(CliError::env(format!(
+                "cannot write the demo's scenarios: {e}"
+            )));
         }
     };
     outln!("triggers-lab demo: the flow-lab scenarios built into this binary");
@@ -459,23 +453,26 @@ pub(crate) fn demo(args: DemoArgs) -> ExitCode {
         brief: !args.common.verbose,
         ..Default::default()
     };
-    let code = execute(&[scenarios], &args.common, &Selection::default(), &outputs);
-    if code == ExitCode::from(exit::ENVIRONMENT) {
-        return code;
+    let result = execute(&[scenarios], &args.common, &Selection::default(), &outputs);
+    if result
+        .as_ref()
+        .is_err_and(|e| e.kind() == Kind::Environment)
+    {
+        return result;
     }
     outln!(
         "\nNext: read a scenario (scenarios/flow-lab/*.scenario.yaml in the repository), write your\n\
          own (docs/scenarios.md, or `triggers-lab init`), and run them with `triggers-lab run PATH`."
     );
-    code
+    result
 }
 
 /// Loads the scenarios and keeps the selected ones (with, for a shard, which part of the
-/// selection they are), printing what is wrong with them; the exit code when nothing can run.
+/// selection they are), printing what is wrong with them; a usage error when nothing can run.
 fn load(
     paths: &[PathBuf],
     selection: &Selection,
-) -> Result<(Vec<Scenario>, Option<ShardInfo>), ExitCode> {
+) -> exit::Result<(Vec<Scenario>, Option<ShardInfo>)> {
     let scenarios = match triggers_scenarios::load_all(paths) {
         Ok(s) => s,
         Err(errors) => {
@@ -483,12 +480,11 @@ fn load(
             eprintln!("{errors}");
             let files: std::collections::BTreeSet<&str> =
                 errors.iter().map(|e| e.file.as_str()).collect();
-            eprintln!(
-                "error: {} in {}; nothing was run",
+            return Err(CliError::usage(format!(
+                "{} in {}; nothing was run",
                 out::count(errors.len() as u64, "problem"),
                 out::count(files.len() as u64, "file")
-            );
-            return Err(ExitCode::from(exit::USAGE));
+            )));
         }
     };
     let found = scenarios.len();
@@ -498,16 +494,15 @@ fn load(
         .filter(|s| !selection.skip.iter().any(|f| f.matches(s)))
         .collect();
     if scenarios.is_empty() {
-        eprintln!(
-            "error: no scenario to run ({found} found{}; folders are searched for *.scenario.yaml)",
+        return Err(CliError::usage(format!(
+            "no scenario to run ({found} found{}; folders are searched for *.scenario.yaml)",
             match (selection.filter.is_empty(), selection.skip.is_empty()) {
                 (true, true) => "",
                 (false, true) => ", none matches --filter",
                 (true, false) => ", --skip left out all",
                 (false, false) => ", none matches --filter but not --skip",
             }
-        );
-        return Err(ExitCode::from(exit::USAGE));
+        )));
     }
     Ok(match selection.shard {
         Some(shard) => {
@@ -524,11 +519,8 @@ fn execute(
     common: &CommonArgs,
     selection: &Selection,
     outputs: &Outputs<'_>,
-) -> ExitCode {
-    let (scenarios, shard) = match load(paths, selection) {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
+) -> exit::Result<()> {
+    let (scenarios, shard) = load(paths, selection)?;
     let format = match outputs.format {
         Some(MessageFormat::Json) => Format::Json,
         _ => Format::Human,
@@ -562,19 +554,15 @@ fn execute(
         eprintln!("note: {note}");
     }
     eprintln!("{}", choice.said);
-    let runtime = match crate::exit::runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
+    let runtime = exit::runtime()?;
     // No server to be had is the machine's problem, not the scenarios': said once, before any
     // of them, with what was tried and what to do; none is run, so none is counted failed, and
     // no report is written (an empty one would read as a pass).
     if let Some(why) = runtime.block_on(choice.nothing_works()) {
-        eprintln!(
-            "error: no nats-server can be had, so none of the {} scenario(s) was run:\n{why}",
+        return Err(CliError::env(format!(
+            "no nats-server can be had, so none of the {} scenario(s) was run:\n{why}",
             scenarios.len()
-        );
-        return ExitCode::from(exit::ENVIRONMENT);
+        )));
     }
     let mut progress = Progress::new(
         crate::out::redraw_stderr(),
@@ -684,27 +672,24 @@ fn execute(
         .coverage
         .as_ref()
         .map(|c| c.lock().unwrap_or_else(|p| p.into_inner()).clone());
-    let code = finish(&report, coverage.as_ref(), outputs, machine_stdout, signal);
+    let result = finish(&report, coverage.as_ref(), outputs, machine_stdout, signal);
     // Services and servers are stopped; give the runtime's leftovers a moment, not forever.
     runtime.shutdown_timeout(Duration::from_secs(2));
-    code
+    result
 }
 
-/// Writes the reports and prints the summary; the exit code of the run.
+/// Writes the reports and prints the summary; a failure (said there) when a scenario failed or a
+/// report could not be written, the signal when one stopped the run.
 fn finish(
     report: &SuiteReport,
     coverage: Option<&Coverage>,
     outputs: &Outputs<'_>,
     machine_stdout: bool,
     signal: Option<crate::signals::Sig>,
-) -> ExitCode {
-    let mut code = if report.failed() == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(exit::FAILED)
-    };
+) -> exit::Result<()> {
+    let mut failed = report.failed() > 0;
     if !write_reports(report, outputs.junit, outputs.json) {
-        code = ExitCode::from(exit::FAILED);
+        failed = true;
     }
     if let Some(coverage) = coverage {
         for (path, text) in [
@@ -720,7 +705,7 @@ fn finish(
             if let (Some(path), Some(text)) = (path, text)
                 && !write_output(path, text)
             {
-                code = ExitCode::from(exit::FAILED);
+                failed = true;
             }
         }
     }
@@ -740,8 +725,9 @@ fn finish(
         out!("{summary}");
     }
     match signal {
-        Some(sig) => sig.exit_code(),
-        None => code,
+        Some(sig) => Err(CliError::said(Kind::Interrupted(sig))),
+        None if failed => Err(CliError::said(Kind::Failed)),
+        None => Ok(()),
     }
 }
 
