@@ -347,7 +347,7 @@ mod tests {
     fn a_tui_error_says_its_kind() {
         let connect = TuiError::Connect {
             url: "nats://127.0.0.1:1".into(),
-            reason: "connection refused".into(),
+            source: async_nats::ConnectErrorKind::Io.into(),
         };
         assert_eq!(code(connect), 3);
         let too_large = TuiError::Control(ControlError::TooLarge {

@@ -147,10 +147,22 @@ fn dlq_entry(run: &str) -> DlqEntry {
 /// The records a `triggers-lab up` would have kept after the sample session.
 #[must_use]
 pub fn records() -> Vec<Record> {
-    let mut out = Vec::new();
-    let mut push = |ms: i64, subject: &str, payload: String, kind: RecordKind| {
-        let seq = out.len() as u64 + 1;
-        out.push(Record {
+    let mut log = Log::default();
+    registrations_and_deploys(&mut log);
+    run_events(&mut log);
+    violations(&mut log);
+    heartbeats(&mut log);
+    log.0
+}
+
+/// Records numbered in the order they are pushed, as the emulator keeps them.
+#[derive(Default)]
+struct Log(Vec<Record>);
+
+impl Log {
+    fn push(&mut self, ms: i64, subject: &str, payload: String, kind: RecordKind) {
+        let seq = self.0.len() as u64 + 1;
+        self.0.push(Record {
             seq,
             at: at_ms(ms),
             clock: at_ms(ms),
@@ -159,16 +171,22 @@ pub fn records() -> Vec<Record> {
             payload: payload.as_str().into(),
             kind,
         });
-    };
+    }
+}
+
+/// A wire type's JSON as the payload text of a record.
+fn text<E>(json: Result<Vec<u8>, E>) -> String {
+    json.map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+/// The services register, then both flows are deployed and broadcast.
+fn registrations_and_deploys(log: &mut Log) {
     for (i, m) in manifests().into_iter().enumerate() {
-        let payload = m
-            .to_json()
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default();
-        push(
+        log.push(
             100 * i as i64,
             "triggers.v2.manifest.register",
-            payload,
+            text(m.to_json()),
             RecordKind::Registration {
                 service: m.service.clone(),
                 accepted: true,
@@ -178,100 +196,66 @@ pub fn records() -> Vec<Record> {
         );
     }
     for f in flows() {
-        push(
-            500,
-            "",
-            String::new(),
-            RecordKind::Deploy {
-                flow_id: f.id.clone(),
-                version: f.version,
-                flow: None,
-            },
-        );
-        push(
+        let (flow_id, version) = (f.id.clone(), f.version);
+        let deploy = RecordKind::Deploy {
+            flow_id: flow_id.clone(),
+            version,
+            flow: None,
+        };
+        log.push(500, "", String::new(), deploy);
+        let broadcast = RecordKind::Broadcast { flow_id, version };
+        log.push(
             510,
             "triggers.v2.flow.broadcast.all",
             String::new(),
-            RecordKind::Broadcast {
-                flow_id: f.id.clone(),
-                version: f.version,
-            },
+            broadcast,
         );
     }
-    let events = [
+}
+
+const DECLINED: &str = "card declined: insufficient funds";
+
+/// The completion events of the sample runs, in order: run, flow, step. A data table.
+const EVENTS: [(&str, &str, Step<'static>); 8] = [
+    (
+        "run-0001",
+        "order",
+        ("pay", "action", "shop", "succeeded", 1_000, ""),
+    ),
+    (
+        "run-0001",
+        "order",
+        ("ok", "condition", "shop", "succeeded", 1_200, ""),
+    ),
+    (
+        "run-0002",
+        "order",
+        ("pay", "action", "shop", "retrying", 4_000, DECLINED),
+    ),
+    (
+        "run-0002",
+        "order",
+        ("pay", "action", "shop", "retrying", 4_600, DECLINED),
+    ),
+    (
+        "run-0002",
+        "order",
+        ("pay", "action", "shop", "failed", 5_400, DECLINED),
+    ),
+    (
+        "run-0003",
+        "order",
+        ("pay", "action", "shop", "succeeded", 8_000, ""),
+    ),
+    (
+        "run-0003",
+        "order",
+        ("ok", "condition", "shop", "succeeded", 8_200, ""),
+    ),
+    (
+        "run-0004",
+        "refund",
         (
-            "run-0001",
-            "order",
-            "pay",
-            "action",
-            "shop",
-            "succeeded",
-            1_000,
-            "",
-        ),
-        (
-            "run-0001",
-            "order",
-            "ok",
-            "condition",
-            "shop",
-            "succeeded",
-            1_200,
-            "",
-        ),
-        (
-            "run-0002",
-            "order",
-            "pay",
-            "action",
-            "shop",
-            "retrying",
-            4_000,
-            "card declined: insufficient funds",
-        ),
-        (
-            "run-0002",
-            "order",
-            "pay",
-            "action",
-            "shop",
-            "retrying",
-            4_600,
-            "card declined: insufficient funds",
-        ),
-        (
-            "run-0002",
-            "order",
-            "pay",
-            "action",
-            "shop",
-            "failed",
-            5_400,
-            "card declined: insufficient funds",
-        ),
-        (
-            "run-0003",
-            "order",
-            "pay",
-            "action",
-            "shop",
-            "succeeded",
-            8_000,
-            "",
-        ),
-        (
-            "run-0003",
-            "order",
-            "ok",
-            "condition",
-            "shop",
-            "succeeded",
-            8_200,
-            "",
-        ),
-        (
-            "run-0004",
-            "refund",
             "refund",
             "action",
             "billing",
@@ -279,113 +263,95 @@ pub fn records() -> Vec<Record> {
             12_000,
             "upstream timeout after 30s",
         ),
-    ];
+    ),
+];
+
+/// Each run triggered before its first event, its events, and what the engine did after them.
+fn run_events(log: &mut Log) {
     let mut triggered = std::collections::BTreeSet::new();
-    for (run, flow, node, kind, service, status, ms, error) in events {
+    for (run, flow, step) in EVENTS {
+        let (node, _, _, status, ms, _) = step;
         if triggered.insert(run) {
-            push(
-                ms - 50,
-                "",
-                String::new(),
-                RecordKind::Trigger {
-                    run_id: run.into(),
-                    flow_id: flow.into(),
-                    entry: String::new(),
-                },
-            );
+            let trigger = RecordKind::Trigger {
+                run_id: run.into(),
+                flow_id: flow.into(),
+                entry: String::new(),
+            };
+            log.push(ms - 50, "", String::new(), trigger);
         }
-        let event = completion(run, flow, (node, kind, service, status, ms, error));
-        let payload = event
-            .to_json()
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default();
-        push(
+        let event = completion(run, flow, step);
+        let subject = format!("triggers.v2.flow.events.{flow}");
+        log.push(
             ms + 130,
-            &format!("triggers.v2.flow.events.{flow}"),
-            payload,
+            &subject,
+            text(event.to_json()),
             RecordKind::Completion { event },
         );
-        if run == "run-0001" && node == "ok" {
-            push(
-                1_400,
-                "",
-                String::new(),
-                RecordKind::TimerArmed {
-                    run_id: run.into(),
-                    node_id: "wait".into(),
-                    due: at_ms(61_400),
-                    occurrence: 1,
-                    fence: 1,
-                },
-            );
-            push(
-                2_000,
-                "",
-                String::new(),
-                RecordKind::ClockAdvanced {
-                    from: None,
-                    to: at_ms(62_000),
-                },
-            );
-            push(
-                2_001,
-                "",
-                String::new(),
-                RecordKind::TimerFired {
-                    run_id: run.into(),
-                    node_id: "wait".into(),
-                    occurrence: 1,
-                    resume_node_id: "in2".into(),
-                },
-            );
-            let send = completion(
-                run,
-                flow,
-                ("send", "action", "mail", "succeeded", 2_100, ""),
-            );
-            let payload = send
-                .to_json()
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .unwrap_or_default();
-            push(
-                2_300,
-                "triggers.v2.flow.events.order",
-                payload,
-                RecordKind::Completion { event: send },
-            );
-        }
-        if run == "run-0002" && status == "failed" {
-            let entry = dlq_entry(run);
-            let payload = entry
-                .to_json()
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .unwrap_or_default();
-            push(
-                5_900,
-                "triggers.v2.dlq.shop.charge",
-                payload,
-                RecordKind::Dlq {
-                    entry: Some(entry),
+        match (run, node, status) {
+            ("run-0001", "ok", _) => timer_waited_out(log, run, flow),
+            ("run-0002", _, "failed") => {
+                let entry = dlq_entry(run);
+                let dlq = RecordKind::Dlq {
                     msg_id: "run-0002:in:dlq:1779805805900000000".into(),
-                },
-            );
-        }
-        if run == "run-0003" && node == "ok" {
-            push(
-                8_400,
-                "",
-                String::new(),
-                RecordKind::TimerArmed {
+                    entry: Some(entry.clone()),
+                };
+                log.push(
+                    5_900,
+                    "triggers.v2.dlq.shop.charge",
+                    text(entry.to_json()),
+                    dlq,
+                );
+            }
+            ("run-0003", "ok", _) => {
+                let armed = RecordKind::TimerArmed {
                     run_id: run.into(),
                     node_id: "wait".into(),
                     due: at_ms(122_000),
                     occurrence: 1,
                     fence: 2,
-                },
-            );
+                };
+                log.push(8_400, "", String::new(), armed);
+            }
+            _ => {}
         }
     }
-    push(
+}
+
+/// run-0001's timer armed, the clock advanced past it, the timer fired and the mail sent.
+fn timer_waited_out(log: &mut Log, run: &str, flow: &str) {
+    let armed = RecordKind::TimerArmed {
+        run_id: run.into(),
+        node_id: "wait".into(),
+        due: at_ms(61_400),
+        occurrence: 1,
+        fence: 1,
+    };
+    log.push(1_400, "", String::new(), armed);
+    let advanced = RecordKind::ClockAdvanced {
+        from: None,
+        to: at_ms(62_000),
+    };
+    log.push(2_000, "", String::new(), advanced);
+    let fired = RecordKind::TimerFired {
+        run_id: run.into(),
+        node_id: "wait".into(),
+        occurrence: 1,
+        resume_node_id: "in2".into(),
+    };
+    log.push(2_001, "", String::new(), fired);
+    let send = completion(
+        run,
+        flow,
+        ("send", "action", "mail", "succeeded", 2_100, ""),
+    );
+    let payload = text(send.to_json());
+    let event = RecordKind::Completion { event: send };
+    log.push(2_300, "triggers.v2.flow.events.order", payload, event);
+}
+
+/// Two violations the emulator found in the services' messages.
+fn violations(log: &mut Log) {
+    log.push(
         9_000,
         "triggers.v2.flow.events.order",
         r#"{"flow_run_id":"run-0003","started_at":"2026-05-26T14:30:09.000000000Z"}"#.into(),
@@ -395,11 +361,15 @@ pub fn records() -> Vec<Record> {
             message: "started_at \"2026-05-26T14:30:09.000000000Z\" is not Go's time text: Go writes \"2026-05-26T14:30:09Z\"".into(),
         },
     );
-    push(9_100, "triggers.v2.heartbeat", String::new(), RecordKind::Violation {
+    log.push(9_100, "triggers.v2.heartbeat", String::new(), RecordKind::Violation {
         severity: "warning".into(),
         rule: "key_order".into(),
         message: "keys are not in the Go field order (service, service_version, manifest_hash, started_at, now, shutting_down)".into(),
     });
+}
+
+/// The last heartbeat of each service; billing's says it is shutting down.
+fn heartbeats(log: &mut Log) {
     for (ms, service, shutting_down) in [
         (8_000, "mail", false),
         (18_000, "shop", false),
@@ -417,18 +387,14 @@ pub fn records() -> Vec<Record> {
             now: at_ms(ms),
             shutting_down,
         };
-        let payload = heartbeat
-            .to_json()
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default();
-        push(
+        let payload = text(heartbeat.to_json());
+        log.push(
             ms,
             "triggers.v2.heartbeat",
             payload,
             RecordKind::Heartbeat { heartbeat },
         );
     }
-    out
 }
 
 /// The emulator's state summary at the end of the sample session.
@@ -640,66 +606,8 @@ pub fn large_model(events: usize, capacity: usize, theme: Theme) -> Model {
     let mut run = 0usize;
     while (seq as usize) < events {
         run += 1;
-        let id = format!("run-{run:06}");
-        let failing = run.is_multiple_of(10);
         let base = run as i64 * 40;
-        let steps: [(&str, &str, &str); 3] = if failing {
-            [
-                ("pay", "action", "retrying"),
-                ("pay", "action", "failed"),
-                ("pay", "action", "dlq"),
-            ]
-        } else {
-            [
-                ("pay", "action", "succeeded"),
-                ("ok", "condition", "succeeded"),
-                ("wait", "timer", "armed"),
-            ]
-        };
-        let mut kinds = vec![RecordKind::Trigger {
-            run_id: id.clone(),
-            flow_id: "order".into(),
-            entry: String::new(),
-        }];
-        kinds.push(RecordKind::Hop {
-            run_id: id.clone(),
-            source_node_id: "in".into(),
-            from_emulator: true,
-        });
-        for (node, kind, status) in steps {
-            kinds.push(match status {
-                "dlq" => RecordKind::Dlq {
-                    entry: Some(dlq_entry(&id)),
-                    msg_id: format!("{id}:in:dlq:1"),
-                },
-                "armed" => RecordKind::TimerArmed {
-                    run_id: id.clone(),
-                    node_id: node.into(),
-                    due: at_ms(base + 60_000),
-                    occurrence: 1,
-                    fence: run as u64,
-                },
-                _ => RecordKind::Completion {
-                    event: completion(
-                        &id,
-                        "order",
-                        (
-                            node,
-                            kind,
-                            "shop",
-                            status,
-                            base,
-                            if status == "succeeded" {
-                                ""
-                            } else {
-                                "card declined"
-                            },
-                        ),
-                    ),
-                },
-            });
-        }
-        for kind in kinds {
+        for kind in busy_run(run, base) {
             seq += 1;
             let subject = match &kind {
                 RecordKind::Completion { .. } => "triggers.v2.flow.events.order",
@@ -723,4 +631,64 @@ pub fn large_model(events: usize, capacity: usize, theme: Theme) -> Model {
     }
     update(&mut model, Msg::Records(batch));
     model
+}
+
+/// The five records of run number `run` of [`large_model`], at `base` ms: triggered, a hop,
+/// then paid, checked and waiting on its timer, or (every tenth) retried, failed and
+/// dead-lettered.
+fn busy_run(run: usize, base: i64) -> Vec<RecordKind> {
+    let id = format!("run-{run:06}");
+    let failing = run.is_multiple_of(10);
+    let steps: [(&str, &str, &str); 3] = if failing {
+        [
+            ("pay", "action", "retrying"),
+            ("pay", "action", "failed"),
+            ("pay", "action", "dlq"),
+        ]
+    } else {
+        [
+            ("pay", "action", "succeeded"),
+            ("ok", "condition", "succeeded"),
+            ("wait", "timer", "armed"),
+        ]
+    };
+    let mut kinds = vec![
+        RecordKind::Trigger {
+            run_id: id.clone(),
+            flow_id: "order".into(),
+            entry: String::new(),
+        },
+        RecordKind::Hop {
+            run_id: id.clone(),
+            source_node_id: "in".into(),
+            from_emulator: true,
+        },
+    ];
+    for (node, kind, status) in steps {
+        kinds.push(match status {
+            "dlq" => RecordKind::Dlq {
+                entry: Some(dlq_entry(&id)),
+                msg_id: format!("{id}:in:dlq:1"),
+            },
+            "armed" => RecordKind::TimerArmed {
+                run_id: id.clone(),
+                node_id: node.into(),
+                due: at_ms(base + 60_000),
+                occurrence: 1,
+                fence: run as u64,
+            },
+            _ => {
+                let error = if status == "succeeded" {
+                    ""
+                } else {
+                    "card declined"
+                };
+                let step = (node, kind, "shop", status, base, error);
+                RecordKind::Completion {
+                    event: completion(&id, "order", step),
+                }
+            }
+        });
+    }
+    kinds
 }

@@ -154,11 +154,22 @@ pub(crate) fn one_line(text: &str, max: usize) -> String {
     out
 }
 
+/// Why the advance prompt's text is not a duration; the message says what to type instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum DurationError {
+    /// Not `<number><unit>` pairs with a known unit.
+    #[error("{0:?} is not a duration (30s, 5m, 1h30m)")]
+    Malformed(String),
+    /// More than the clock may be advanced by at once.
+    #[error("{0:?} is too long: at most 100 years (36500d)")]
+    TooLong(String),
+}
+
 /// Parses the advance prompt's duration: one or more `<number><unit>` with units `ms`, `s`, `m`,
 /// `h`, `d` (`30s`, `5m`, `1h30m`, `250ms`).
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let text = text.trim();
-    let bad = || format!("{text:?} is not a duration (30s, 5m, 1h30m)");
+    let bad = || DurationError::Malformed(text.to_owned());
     if text.is_empty() {
         return Err(bad());
     }
@@ -186,7 +197,7 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
             .ok_or_else(bad)?;
     }
     if total > u128::from(triggers_sdk::runtime::MAX_DURATION_MS) {
-        return Err(format!("{text:?} is too long: at most 100 years (36500d)"));
+        return Err(DurationError::TooLong(text.to_owned()));
     }
     u64::try_from(total)
         .map(Duration::from_millis)
@@ -212,7 +223,12 @@ mod tests {
             Ok(triggers_sdk::runtime::MAX_DURATION)
         );
         let e = parse_duration("99999999999d").unwrap_err();
-        assert!(e.contains("at most 100 years"), "{e}");
+        assert_eq!(e, DurationError::TooLong("99999999999d".into()));
+        assert!(e.to_string().contains("at most 100 years"), "{e}");
+        assert_eq!(
+            parse_duration("5x").unwrap_err().to_string(),
+            "\"5x\" is not a duration (30s, 5m, 1h30m)"
+        );
     }
 
     proptest::proptest! {

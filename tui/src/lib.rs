@@ -43,7 +43,7 @@ use triggers_emulator::control::{ControlAccess, ControlClient};
 use triggers_sdk::transport::DropCounter;
 
 pub use app::{TuiOptions, run};
-pub use error::TuiError;
+pub use error::{SubscribeError, TuiError};
 pub use model::{Connection, Mode, Model, ModelConfig, Tab};
 pub use msg::{Cmd, Msg, Observed};
 pub use source::Source;
@@ -101,9 +101,9 @@ pub async fn connect_with(url: &str, access: &ControlAccess) -> Result<Source, T
         triggers_emulator::drops::connect_options("triggers-lab watch", &drops)
             .connection_timeout(Duration::from_secs(5))
     };
-    let connect_error = |e: async_nats::ConnectError| TuiError::Connect {
+    let connect_error = |source| TuiError::Connect {
         url: url.to_owned(),
-        reason: e.to_string(),
+        source,
     };
     let plain = || triggers_sdk::transport::with_url_credentials(plain(), url);
     let options = match &access.credentials {

@@ -17,7 +17,7 @@ use triggers_sdk::transport::{self, DropCounter};
 use triggers_sdk::wire::GoTime;
 use triggers_sdk::wire::subject;
 
-use crate::error::TuiError;
+use crate::error::{SubscribeError, TuiError};
 use crate::model::Mode;
 use crate::msg::{Cmd, Msg, Observed};
 
@@ -92,27 +92,24 @@ impl Source {
             Source::Control(control) => {
                 let records = control.follow().await.map_err(|e| TuiError::Subscribe {
                     subject: RECORDS_SUBJECT.into(),
-                    reason: e.to_string(),
+                    source: e.into(),
                 })?;
                 tasks.spawn(poll_control(control.clone(), tx.clone(), poll));
                 tasks.spawn(follow_control(control.clone(), records, tx));
             }
             Source::Passive(client, _) => {
-                let sub =
-                    client
-                        .subscribe(subject::ALL)
-                        .await
-                        .map_err(|e| TuiError::Subscribe {
-                            subject: subject::ALL.into(),
-                            reason: e.to_string(),
-                        })?;
+                let all = |e: SubscribeError| TuiError::Subscribe {
+                    subject: subject::ALL.into(),
+                    source: e,
+                };
+                let sub = client
+                    .subscribe(subject::ALL)
+                    .await
+                    .map_err(|e| all(e.into()))?;
                 // In place at the server before the UI says it is watching.
                 triggers_sdk::transport::round_trip(client)
                     .await
-                    .map_err(|e| TuiError::Subscribe {
-                        subject: subject::ALL.into(),
-                        reason: e.to_string(),
-                    })?;
+                    .map_err(|e| all(e.into()))?;
                 tasks.spawn(observe(sub, tx));
             }
             Source::InProcess(emulator) => {
@@ -136,68 +133,93 @@ impl Source {
     }
 
     async fn perform_now(&self, cmd: Cmd) -> Option<Msg> {
-        let done = |r: Result<String, String>| match r {
-            Ok(text) => Msg::Done { text, error: false },
-            Err(text) => Msg::Done { text, error: true },
-        };
-        match (self, cmd) {
-            (_, Cmd::Quit | Cmd::Copy(_)) | (Source::Passive(..), _) => None,
-            (Source::Control(c), Cmd::Trigger { flow_id, payload }) => Some(done(
-                c.trigger(&flow_id, &payload)
-                    .await
-                    .map(|run| format!("triggered {flow_id}: run {run}"))
-                    .map_err(|e| format!("trigger {flow_id}: {e}")),
-            )),
-            (Source::InProcess(e), Cmd::Trigger { flow_id, payload }) => Some(done(
-                e.trigger(&flow_id, &payload)
-                    .await
-                    .map(|run| format!("triggered {flow_id}: run {run}"))
-                    .map_err(|e| format!("trigger {flow_id}: {e}")),
-            )),
-            (Source::Control(c), Cmd::ResendDlq(id)) => Some(done(
-                c.resend_dlq(&id)
-                    .await
-                    .map(|r| resent(&r))
-                    .map_err(|e| format!("re-send {id}: {e}")),
-            )),
-            (Source::InProcess(e), Cmd::ResendDlq(id)) => Some(done(
-                e.resend_dlq(&id)
-                    .await
-                    .map(|r| resent(&r))
-                    .map_err(|e| format!("re-send {id}: {e}")),
-            )),
-            (Source::Control(c), Cmd::CancelRun(id)) => Some(done(
-                c.cancel(&id)
-                    .await
-                    .map(|c| format!("run {} {c}", c.run_id))
-                    .map_err(|e| format!("cancel: {e}")),
-            )),
-            (Source::InProcess(e), Cmd::CancelRun(id)) => Some(done(
-                e.cancel(&id)
-                    .map(|c| format!("run {} {c}", c.run_id))
-                    .map_err(|e| format!("cancel: {e}")),
-            )),
-            (Source::Control(c), Cmd::Advance(by)) => Some(done(
-                c.advance(by)
-                    .await
-                    .map(|v| advanced(by, v.fired.len()))
-                    .map_err(|e| format!("advance: {e}")),
-            )),
-            (Source::InProcess(e), Cmd::Advance(by)) => Some(done(
-                e.advance(by)
-                    .await
-                    .map(|fired| advanced(by, fired.len()))
-                    .map_err(|e| format!("advance: {e}")),
-            )),
-            (Source::Control(c), Cmd::LoadRun(id)) => Some(match c.run(&id).await {
-                Ok(run) => Msg::RunLoaded(Box::new(run)),
-                Err(e) => Msg::SourceError(format!("run {id}: {e}")),
-            }),
-            (Source::InProcess(e), Cmd::LoadRun(id)) => {
-                e.run(&id).map(|r| Msg::RunLoaded(Box::new(r)))
+        let outcome = match (self, cmd) {
+            (_, Cmd::Quit | Cmd::Copy(_)) | (Source::Passive(..), _) => return None,
+            (Source::Control(c), Cmd::LoadRun(id)) => {
+                return Some(match c.run(&id).await {
+                    Ok(run) => Msg::RunLoaded(Box::new(run)),
+                    Err(e) => Msg::SourceError(format!("run {id}: {e}")),
+                });
             }
-        }
+            (Source::InProcess(e), Cmd::LoadRun(id)) => {
+                return e.run(&id).map(|r| Msg::RunLoaded(Box::new(r)));
+            }
+            (Source::Control(c), Cmd::Trigger { flow_id, payload }) => c
+                .trigger(&flow_id, &payload)
+                .await
+                .map(|run| format!("triggered {flow_id}: run {run}"))
+                .map_err(|e| CommandError::Trigger(flow_id, e.into())),
+            (Source::InProcess(e), Cmd::Trigger { flow_id, payload }) => e
+                .trigger(&flow_id, &payload)
+                .await
+                .map(|run| format!("triggered {flow_id}: run {run}"))
+                .map_err(|e| CommandError::Trigger(flow_id, e.into())),
+            (Source::Control(c), Cmd::ResendDlq(id)) => c
+                .resend_dlq(&id)
+                .await
+                .map(|r| resent(&r))
+                .map_err(|e| CommandError::Resend(id, e.into())),
+            (Source::InProcess(e), Cmd::ResendDlq(id)) => e
+                .resend_dlq(&id)
+                .await
+                .map(|r| resent(&r))
+                .map_err(|e| CommandError::Resend(id, e.into())),
+            (Source::Control(c), Cmd::CancelRun(id)) => c
+                .cancel(&id)
+                .await
+                .map(|c| format!("run {} {c}", c.run_id))
+                .map_err(|e| CommandError::Cancel(e.into())),
+            (Source::InProcess(e), Cmd::CancelRun(id)) => e
+                .cancel(&id)
+                .map(|c| format!("run {} {c}", c.run_id))
+                .map_err(|e| CommandError::Cancel(e.into())),
+            (Source::Control(c), Cmd::Advance(by)) => c
+                .advance(by)
+                .await
+                .map(|v| advanced(by, v.fired.len()))
+                .map_err(|e| CommandError::Advance(e.into())),
+            (Source::InProcess(e), Cmd::Advance(by)) => e
+                .advance(by)
+                .await
+                .map(|fired| advanced(by, fired.len()))
+                .map_err(|e| CommandError::Advance(e.into())),
+        };
+        Some(match outcome {
+            Ok(text) => Msg::Done { text, error: false },
+            Err(e) => Msg::Done {
+                text: e.to_string(),
+                error: true,
+            },
+        })
     }
+}
+
+/// Why a command the user gave failed: what was asked, and what refused it. Shown on screen.
+#[derive(Debug, thiserror::Error)]
+enum CommandError {
+    /// Starting a run of the flow.
+    #[error("trigger {0}: {1}")]
+    Trigger(String, #[source] Refusal),
+    /// Re-sending the DLQ entry with this id.
+    #[error("re-send {0}: {1}")]
+    Resend(String, #[source] Refusal),
+    /// Cancelling a run.
+    #[error("cancel: {0}")]
+    Cancel(#[source] Refusal),
+    /// Advancing the clock.
+    #[error("advance: {0}")]
+    Advance(#[source] Refusal),
+}
+
+/// What refused a command: the emulator over its control API, or the one in this process.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    /// The control API.
+    #[error(transparent)]
+    Control(#[from] triggers_emulator::ControlError),
+    /// The in-process emulator.
+    #[error(transparent)]
+    Emulator(#[from] triggers_emulator::EmulatorError),
 }
 
 fn resent(r: &triggers_emulator::Resent) -> String {
@@ -313,18 +335,10 @@ async fn poll_control(control: ControlClient, tx: mpsc::Sender<Msg>, every: Dura
     }
 }
 
-/// One page of the records the emulator keeps after `since`.
-async fn records_page(control: &ControlClient, since: u64) -> Result<Vec<Record>, String> {
-    control
-        .records(since, BACKFILL_PAGE)
-        .await
-        .map_err(|e| e.to_string())
-}
-
 /// Sends the records after `since` the emulator still keeps; returns the last seq sent.
 async fn backfill(control: &ControlClient, mut since: u64, tx: &mpsc::Sender<Msg>) -> Option<u64> {
     loop {
-        let page = match records_page(control, since).await {
+        let page = match control.records(since, BACKFILL_PAGE).await {
             Ok(page) => page,
             Err(e) => {
                 let _ = tx.send(Msg::SourceError(format!("records: {e}"))).await;

@@ -473,112 +473,142 @@ fn edit(input: &mut String, key: &KeyEvent) -> bool {
 }
 
 fn on_prompt_key(model: &mut Model, key: KeyEvent) -> Option<Cmd> {
-    let prompt = model.prompt.take()?;
-    match prompt {
-        Prompt::Filter { mut input } => {
-            let list = model.current_list();
-            match key.code {
-                KeyCode::Enter => return None,
-                KeyCode::Esc => input.clear(),
-                _ => {
-                    edit(&mut input, &key);
-                    model.prompt = Some(Prompt::Filter {
-                        input: input.clone(),
-                    });
-                }
-            }
-            if model.list(list).filter != input {
-                model.list_mut(list).filter = input;
-                model.recompute_rows(list);
-            }
-        }
-        Prompt::PickFlow { selected } => {
-            let flows = model.flow_ids();
-            let last = flows.len().saturating_sub(1);
-            match key.code {
-                KeyCode::Esc => {}
-                KeyCode::Enter => {
-                    if let Some(flow_id) = flows.get(selected.min(last)) {
-                        // The last payload sent to this flow, to edit rather than retype.
-                        let input = model
-                            .last_payloads
-                            .get(flow_id)
-                            .cloned()
-                            .unwrap_or_else(|| "{}".into());
-                        model.prompt = Some(Prompt::Payload {
-                            flow_id: flow_id.clone(),
-                            input,
-                            error: None,
-                        });
-                    }
-                }
-                KeyCode::Down | KeyCode::Char('j') => {
-                    model.prompt = Some(Prompt::PickFlow {
-                        selected: (selected + 1).min(last),
-                    });
-                }
-                KeyCode::Up | KeyCode::Char('k') => {
-                    model.prompt = Some(Prompt::PickFlow {
-                        selected: selected.saturating_sub(1),
-                    });
-                }
-                _ => model.prompt = Some(Prompt::PickFlow { selected }),
-            }
-        }
+    match model.prompt.take()? {
+        Prompt::Filter { input } => on_filter_key(model, input, &key),
+        Prompt::PickFlow { selected } => on_pick_flow_key(model, selected, &key),
         Prompt::Payload {
             flow_id,
-            mut input,
+            input,
             error,
-        } => match key.code {
-            KeyCode::Esc => {}
-            KeyCode::Enter => {
-                let text = if input.trim().is_empty() {
-                    "{}"
-                } else {
-                    &input
-                };
-                match serde_json::from_str(text) {
-                    Ok(payload) => {
-                        model.last_payloads.insert(flow_id.clone(), text.to_owned());
-                        return Some(Cmd::Trigger { flow_id, payload });
-                    }
-                    Err(e) => {
-                        model.prompt = Some(Prompt::Payload {
-                            flow_id,
-                            input,
-                            error: Some(format!("not JSON: {e}")),
-                        });
-                    }
-                }
-            }
-            _ => {
-                let edited = edit(&mut input, &key);
+        } => return on_payload_key(model, flow_id, input, error, &key),
+        Prompt::Advance { input, error } => return on_advance_key(model, input, error, &key),
+    }
+    None
+}
+
+/// The filter prompt: the list's rows follow each edit; Enter keeps the filter, Esc clears it.
+fn on_filter_key(model: &mut Model, mut input: String, key: &KeyEvent) {
+    let list = model.current_list();
+    match key.code {
+        KeyCode::Enter => return,
+        KeyCode::Esc => input.clear(),
+        _ => {
+            edit(&mut input, key);
+            model.prompt = Some(Prompt::Filter {
+                input: input.clone(),
+            });
+        }
+    }
+    if model.list(list).filter != input {
+        model.list_mut(list).filter = input;
+        model.recompute_rows(list);
+    }
+}
+
+/// The trigger's flow picker: Enter goes on to the payload prompt for the flow picked.
+fn on_pick_flow_key(model: &mut Model, selected: usize, key: &KeyEvent) {
+    let flows = model.flow_ids();
+    let last = flows.len().saturating_sub(1);
+    match key.code {
+        KeyCode::Esc => {}
+        KeyCode::Enter => {
+            if let Some(flow_id) = flows.get(selected.min(last)) {
+                // The last payload sent to this flow, to edit rather than retype.
+                let input = model
+                    .last_payloads
+                    .get(flow_id)
+                    .cloned()
+                    .unwrap_or_else(|| "{}".into());
                 model.prompt = Some(Prompt::Payload {
-                    flow_id,
+                    flow_id: flow_id.clone(),
                     input,
-                    error: if edited { None } else { error },
+                    error: None,
                 });
             }
-        },
-        Prompt::Advance { mut input, error } => match key.code {
-            KeyCode::Esc => {}
-            KeyCode::Enter => match parse_duration(&input) {
-                Ok(by) => return Some(Cmd::Advance(by)),
+        }
+        KeyCode::Down | KeyCode::Char('j') => {
+            model.prompt = Some(Prompt::PickFlow {
+                selected: (selected + 1).min(last),
+            });
+        }
+        KeyCode::Up | KeyCode::Char('k') => {
+            model.prompt = Some(Prompt::PickFlow {
+                selected: selected.saturating_sub(1),
+            });
+        }
+        _ => model.prompt = Some(Prompt::PickFlow { selected }),
+    }
+}
+
+/// The trigger's payload prompt: Enter triggers with the JSON typed (empty is `{}`), or says
+/// why it is not JSON and stays open.
+fn on_payload_key(
+    model: &mut Model,
+    flow_id: String,
+    mut input: String,
+    error: Option<String>,
+    key: &KeyEvent,
+) -> Option<Cmd> {
+    match key.code {
+        KeyCode::Esc => {}
+        KeyCode::Enter => {
+            let text = if input.trim().is_empty() {
+                "{}"
+            } else {
+                &input
+            };
+            match serde_json::from_str(text) {
+                Ok(payload) => {
+                    model.last_payloads.insert(flow_id.clone(), text.to_owned());
+                    return Some(Cmd::Trigger { flow_id, payload });
+                }
                 Err(e) => {
-                    model.prompt = Some(Prompt::Advance {
+                    model.prompt = Some(Prompt::Payload {
+                        flow_id,
                         input,
-                        error: Some(e),
+                        error: Some(format!("not JSON: {e}")),
                     });
                 }
-            },
-            _ => {
-                let edited = edit(&mut input, &key);
+            }
+        }
+        _ => {
+            let edited = edit(&mut input, key);
+            model.prompt = Some(Prompt::Payload {
+                flow_id,
+                input,
+                error: if edited { None } else { error },
+            });
+        }
+    }
+    None
+}
+
+/// The advance prompt: Enter advances the clock by the duration typed, or says why it is not
+/// one and stays open.
+fn on_advance_key(
+    model: &mut Model,
+    mut input: String,
+    error: Option<String>,
+    key: &KeyEvent,
+) -> Option<Cmd> {
+    match key.code {
+        KeyCode::Esc => {}
+        KeyCode::Enter => match parse_duration(&input) {
+            Ok(by) => return Some(Cmd::Advance(by)),
+            Err(e) => {
                 model.prompt = Some(Prompt::Advance {
                     input,
-                    error: if edited { None } else { error },
+                    error: Some(e.to_string()),
                 });
             }
         },
+        _ => {
+            let edited = edit(&mut input, key);
+            model.prompt = Some(Prompt::Advance {
+                input,
+                error: if edited { None } else { error },
+            });
+        }
     }
     None
 }

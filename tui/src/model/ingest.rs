@@ -42,145 +42,177 @@ impl Model {
 
     /// Updates services, flows, runs, DLQ and violations from an event, then logs it.
     fn apply_event(&mut self, event: Event, clock: GoTime) -> bool {
-        let mut run_changed = false;
-        match &event.kind {
-            Some(RecordKind::Registration {
+        let run_changed = match &event.kind {
+            Some(kind) => self.apply_kind(kind, &event, clock),
+            None => false,
+        };
+        let abs = self.events.push(event);
+        self.row_added(ListId::Traffic, abs);
+        run_changed
+    }
+
+    /// What one kind of record changes here; returns whether a run changed in place.
+    fn apply_kind(&mut self, kind: &RecordKind, event: &Event, clock: GoTime) -> bool {
+        match kind {
+            RecordKind::Registration {
                 service,
                 accepted: true,
                 manifest_hash,
                 ..
-            }) => {
+            } => {
                 let manifest = Manifest::from_json(event.payload.as_bytes()).ok();
                 self.register(service, manifest_hash, manifest.as_ref());
             }
-            Some(RecordKind::Heartbeat { heartbeat }) => self.heartbeat(heartbeat, event.at),
-            Some(RecordKind::Completion { event: completion }) => {
+            RecordKind::Heartbeat { heartbeat } => self.heartbeat(heartbeat, event.at),
+            RecordKind::Completion { event: completion } => {
                 self.completion(completion, event.seq);
-                run_changed = true;
+                return true;
             }
-            Some(RecordKind::Dlq { entry, msg_id }) => {
-                if let Some(run) = entry
-                    .as_ref()
-                    .and_then(|e| self.run_index.get(&e.envelope.flow_run_id))
-                    .and_then(|abs| self.runs.get_abs_mut(*abs))
-                {
-                    run.dlq += 1;
-                    run_changed = true;
-                }
-                let abs = self.dlq.push(DlqRow {
-                    seq: event.seq,
-                    at: event.at,
-                    subject: event.subject.clone(),
-                    msg_id: msg_id.clone(),
-                    entry: entry.clone(),
-                    payload: event.payload.clone(),
-                });
-                self.row_added(ListId::Dlq, abs);
-            }
-            Some(RecordKind::Deploy {
+            RecordKind::Dlq { entry, msg_id } => return self.dlq_entry(event, entry, msg_id),
+            RecordKind::Deploy {
                 flow_id, version, ..
-            })
-            | Some(RecordKind::Broadcast { flow_id, version }) => {
+            }
+            | RecordKind::Broadcast { flow_id, version } => {
                 let row = self.flow_row(flow_id);
                 row.versions.insert(*version);
                 row.version = row.version.max(*version);
             }
-            Some(RecordKind::Trigger {
+            RecordKind::Trigger {
                 run_id, flow_id, ..
-            }) => {
-                let flow = self.flows.get(flow_id).and_then(|f| f.flow.clone());
-                let version = self.flows.get(flow_id).map_or(0, |f| f.version);
-                let run = self.run_mut(run_id, flow_id, version, clock);
-                run.payload = Some(event.payload.clone());
-                let entry = flow
-                    .as_ref()
-                    .and_then(|f| f.entry_points().next().map(|n| n.id.clone()));
-                if let (Some(flow), Some(entry)) = (&flow, &entry) {
-                    run.completed.insert(entry.clone());
-                    for (_, next) in flow.successors(entry) {
-                        run.pending.insert(next.id.clone());
-                    }
-                }
-                let node = entry.as_deref().unwrap_or("trigger");
-                engine_step(run, event.seq, node, "service-in", "triggered", clock);
-                let version = run.flow_version;
-                if let Some(entry) = &entry {
-                    self.note_ran(run_id, flow_id, version, entry, "triggered");
-                }
-                run_changed = true;
+            } => {
+                self.triggered(run_id, flow_id, event, clock);
+                return true;
             }
-            Some(RecordKind::TimerArmed {
+            RecordKind::TimerArmed {
                 run_id, node_id, ..
-            }) => {
-                if let Some(run) = self.existing_run_mut(run_id) {
-                    run.timers += 1;
-                    engine_step(run, event.seq, node_id, "timer", "armed", clock);
-                    refresh_status(run, clock);
-                    let (flow_id, version) = (run.flow_id.clone(), run.flow_version);
-                    self.note_ran(run_id, &flow_id, version, node_id, "armed");
-                    run_changed = true;
-                }
-            }
-            Some(RecordKind::TimerFired {
+            } => return self.timer_step(run_id, node_id, "armed", event.seq, clock),
+            RecordKind::TimerFired {
                 run_id, node_id, ..
-            }) => {
-                if let Some(run) = self.existing_run_mut(run_id) {
-                    run.timers = run.timers.saturating_sub(1);
-                    engine_step(run, event.seq, node_id, "timer", "fired", clock);
-                    let (flow_id, version) = (run.flow_id.clone(), run.flow_version);
-                    self.note_ran(run_id, &flow_id, version, node_id, "fired");
-                    run_changed = true;
-                }
-            }
-            Some(RecordKind::RunSettled { run_id, status, .. }) => {
-                if let Some(run) = self.existing_run_mut(run_id) {
+            } => return self.timer_step(run_id, node_id, "fired", event.seq, clock),
+            RecordKind::RunSettled { run_id, status, .. } => {
+                return self.existing_run_mut(run_id).is_some_and(|run| {
                     run.status = *status;
                     run.settled_at = Some(clock);
                     run.pending.clear();
-                    run_changed = true;
-                }
+                    true
+                });
             }
-            Some(RecordKind::TimerUndelivered { .. })
-            | Some(RecordKind::FlowsWithheld { .. })
-            | Some(RecordKind::DeployRefused { .. }) => {
-                // Logged; the emulator's state summary carries their effect on runs.
-            }
-            Some(RecordKind::ClockAdvanced { to, .. }) => {
+            RecordKind::ClockAdvanced { to, .. } => {
                 if let Some((_, mode)) = self.clock {
                     self.clock = Some((*to, mode));
                 }
             }
-            Some(RecordKind::Violation {
-                severity,
-                rule,
-                message,
-            }) => {
-                let abs = self.violations.push(ViolationRow {
-                    seq: event.seq,
-                    at: event.at,
-                    severity: severity.clone(),
-                    rule: rule.clone(),
-                    message: message.clone(),
-                    subject: event.subject.clone(),
-                    headers: event.headers.clone(),
-                    payload: event.payload.clone(),
-                });
-                self.violations_total = self
-                    .violations_total
-                    .max(self.violations.end_abs() as usize);
-                self.row_added(ListId::Violations, abs);
-            }
-            Some(
-                RecordKind::Registration { .. }
-                | RecordKind::Fetch { .. }
-                | RecordKind::Hop { .. }
-                | RecordKind::Resend { .. },
-            )
-            | None => {}
+            RecordKind::Violation { .. } => self.violation_recorded(event),
+            // Logged; the emulator's state summary carries their effect on runs.
+            RecordKind::TimerUndelivered { .. }
+            | RecordKind::FlowsWithheld { .. }
+            | RecordKind::DeployRefused { .. } => {}
+            RecordKind::Registration { .. }
+            | RecordKind::Fetch { .. }
+            | RecordKind::Hop { .. }
+            | RecordKind::Resend { .. } => {}
         }
-        let abs = self.events.push(event);
-        self.row_added(ListId::Traffic, abs);
+        false
+    }
+
+    /// A DLQ entry: a row of its own, and one more on its run. Returns whether a run changed.
+    fn dlq_entry(&mut self, event: &Event, entry: &Option<DlqEntry>, msg_id: &str) -> bool {
+        let run = entry
+            .as_ref()
+            .and_then(|e| self.run_index.get(&e.envelope.flow_run_id))
+            .and_then(|abs| self.runs.get_abs_mut(*abs));
+        let run_changed = run.is_some();
+        if let Some(run) = run {
+            run.dlq += 1;
+        }
+        let abs = self.dlq.push(DlqRow {
+            seq: event.seq,
+            at: event.at,
+            subject: event.subject.clone(),
+            msg_id: msg_id.to_owned(),
+            entry: entry.clone(),
+            payload: event.payload.clone(),
+        });
+        self.row_added(ListId::Dlq, abs);
         run_changed
+    }
+
+    /// A run the emulator started: its entry ran, the entry's successors are pending.
+    fn triggered(&mut self, run_id: &str, flow_id: &str, event: &Event, clock: GoTime) {
+        let flow = self.flows.get(flow_id).and_then(|f| f.flow.clone());
+        let version = self.flows.get(flow_id).map_or(0, |f| f.version);
+        let run = self.run_mut(run_id, flow_id, version, clock);
+        run.payload = Some(event.payload.clone());
+        let entry = flow
+            .as_ref()
+            .and_then(|f| f.entry_points().next().map(|n| n.id.clone()));
+        if let (Some(flow), Some(entry)) = (&flow, &entry) {
+            run.completed.insert(entry.clone());
+            for (_, next) in flow.successors(entry) {
+                run.pending.insert(next.id.clone());
+            }
+        }
+        let node = entry.as_deref().unwrap_or("trigger");
+        engine_step(run, event.seq, node, "service-in", "triggered", clock);
+        let version = run.flow_version;
+        if let Some(entry) = &entry {
+            self.note_ran(run_id, flow_id, version, entry, "triggered");
+        }
+    }
+
+    /// A timer of a known run `armed` or `fired`. Returns whether a run changed.
+    fn timer_step(
+        &mut self,
+        run_id: &str,
+        node_id: &str,
+        status: &str,
+        seq: u64,
+        clock: GoTime,
+    ) -> bool {
+        let Some(run) = self.existing_run_mut(run_id) else {
+            return false;
+        };
+        engine_step(run, seq, node_id, "timer", status, clock);
+        if status == "armed" {
+            run.timers += 1;
+            refresh_status(run, clock);
+        } else {
+            run.timers = run.timers.saturating_sub(1);
+        }
+        let (flow_id, version) = (run.flow_id.clone(), run.flow_version);
+        self.note_ran(run_id, &flow_id, version, node_id, status);
+        true
+    }
+
+    /// A violation the emulator recorded, with the message it was found in.
+    fn violation_recorded(&mut self, event: &Event) {
+        if let Some(RecordKind::Violation {
+            severity,
+            rule,
+            message,
+        }) = &event.kind
+        {
+            self.push_violation(ViolationRow {
+                seq: event.seq,
+                at: event.at,
+                severity: severity.clone(),
+                rule: rule.clone(),
+                message: message.clone(),
+                subject: event.subject.clone(),
+                headers: event.headers.clone(),
+                payload: event.payload.clone(),
+            });
+        }
+    }
+
+    /// A violation, recorded by the emulator or found by the passive observer: a row of its
+    /// own, counted in the total.
+    fn push_violation(&mut self, row: ViolationRow) {
+        let abs = self.violations.push(row);
+        self.violations_total = self
+            .violations_total
+            .max(self.violations.end_abs() as usize);
+        self.row_added(ListId::Violations, abs);
     }
 
     fn register(&mut self, service: &str, hash: &str, manifest: Option<&Manifest>) {
@@ -501,83 +533,16 @@ impl Model {
     /// Applies a message seen on `triggers.v2.>` by the passive observer.
     pub(crate) fn apply_observed(&mut self, msg: Observed) -> bool {
         let payload = String::from_utf8_lossy(&msg.payload).into_owned();
-        let headers: Headers = msg.headers.iter().cloned().collect();
-        let mut note = String::new();
-        let mut undecodable = None;
-        let kind = match LockedSubject::parse(&msg.subject) {
-            Some(LockedSubject::Heartbeat) => match Heartbeat::from_json(&msg.payload) {
-                Ok(heartbeat) => Some(RecordKind::Heartbeat { heartbeat }),
-                Err(e) => {
-                    undecodable = Some(("heartbeat", e.to_string()));
-                    None
-                }
-            },
-            Some(LockedSubject::FlowEvents { .. }) => {
-                match CompletionEvent::from_json(&msg.payload) {
-                    Ok(event) => Some(RecordKind::Completion { event }),
-                    Err(e) => {
-                        undecodable = Some(("completion_event", e.to_string()));
-                        None
-                    }
-                }
-            }
-            Some(LockedSubject::Dlq { .. }) => {
-                let entry = match DlqEntry::from_json(&msg.payload) {
-                    Ok(entry) => Some(entry),
-                    Err(e) => {
-                        undecodable = Some(("dlq_entry", e.to_string()));
-                        None
-                    }
-                };
-                Some(RecordKind::Dlq {
-                    entry,
-                    msg_id: headers
-                        .get(names::NATS_MSG_ID)
-                        .unwrap_or_default()
-                        .to_owned(),
-                })
-            }
-            Some(LockedSubject::FlowBroadcast { .. }) => {
-                match FlowEnvelope::from_json(&msg.payload) {
-                    Ok(envelope) => {
-                        if let Ok(flow) = Flow::from_envelope(&envelope) {
-                            self.set_flow(flow);
-                        }
-                        Some(RecordKind::Broadcast {
-                            flow_id: envelope.id,
-                            version: envelope.version,
-                        })
-                    }
-                    Err(e) => {
-                        undecodable = Some(("flow_envelope", e.to_string()));
-                        None
-                    }
-                }
-            }
-            Some(LockedSubject::ManifestRegister) => {
-                match Manifest::from_json(&msg.payload) {
-                    Ok(m) => {
-                        note = format!("registration request of {}", m.service);
-                        self.register(&m.service, &m.manifest_hash, Some(&m));
-                    }
-                    Err(e) => undecodable = Some(("manifest", e.to_string())),
-                }
-                None
-            }
-            Some(LockedSubject::ManifestFetch) => {
-                note = "manifest fetch".into();
-                None
-            }
-            None => {
-                note = "outside the locked subject table".into();
-                None
-            }
-        };
+        let Decoded {
+            kind,
+            mut note,
+            undecodable,
+        } = self.decode_observed(&msg);
         self.last_seq += 1;
         let seq = self.last_seq;
         if let Some((shape, error)) = undecodable {
             note = format!("not decodable as a {shape}: {error}");
-            let abs = self.violations.push(ViolationRow {
+            self.push_violation(ViolationRow {
                 seq,
                 at: msg.at,
                 severity: "error".into(),
@@ -587,8 +552,6 @@ impl Model {
                 headers: msg.headers.clone(),
                 payload: payload.clone(),
             });
-            self.violations_total = self.violations.end_abs() as usize;
-            self.row_added(ListId::Violations, abs);
         }
         let event = Event {
             seq,
@@ -600,6 +563,97 @@ impl Model {
             note,
         };
         self.apply_event(event, msg.at)
+    }
+
+    /// Reads an observed message as the wire type its subject names. A flow broadcast and a
+    /// registration request update the flows and services here and now.
+    fn decode_observed(&mut self, msg: &Observed) -> Decoded {
+        let payload = msg.payload.as_slice();
+        match LockedSubject::parse(&msg.subject) {
+            Some(LockedSubject::Heartbeat) => match Heartbeat::from_json(payload) {
+                Ok(heartbeat) => Decoded::kind(RecordKind::Heartbeat { heartbeat }),
+                Err(e) => Decoded::undecodable("heartbeat", &e),
+            },
+            Some(LockedSubject::FlowEvents { .. }) => match CompletionEvent::from_json(payload) {
+                Ok(event) => Decoded::kind(RecordKind::Completion { event }),
+                Err(e) => Decoded::undecodable("completion_event", &e),
+            },
+            Some(LockedSubject::Dlq { .. }) => {
+                let headers: Headers = msg.headers.iter().cloned().collect();
+                let msg_id = headers
+                    .get(names::NATS_MSG_ID)
+                    .unwrap_or_default()
+                    .to_owned();
+                match DlqEntry::from_json(payload) {
+                    Ok(entry) => Decoded::kind(RecordKind::Dlq {
+                        entry: Some(entry),
+                        msg_id,
+                    }),
+                    Err(e) => Decoded {
+                        kind: Some(RecordKind::Dlq {
+                            entry: None,
+                            msg_id,
+                        }),
+                        ..Decoded::undecodable("dlq_entry", &e)
+                    },
+                }
+            }
+            Some(LockedSubject::FlowBroadcast { .. }) => match FlowEnvelope::from_json(payload) {
+                Ok(envelope) => {
+                    if let Ok(flow) = Flow::from_envelope(&envelope) {
+                        self.set_flow(flow);
+                    }
+                    Decoded::kind(RecordKind::Broadcast {
+                        flow_id: envelope.id,
+                        version: envelope.version,
+                    })
+                }
+                Err(e) => Decoded::undecodable("flow_envelope", &e),
+            },
+            Some(LockedSubject::ManifestRegister) => match Manifest::from_json(payload) {
+                Ok(m) => {
+                    self.register(&m.service, &m.manifest_hash, Some(&m));
+                    Decoded::note(format!("registration request of {}", m.service))
+                }
+                Err(e) => Decoded::undecodable("manifest", &e),
+            },
+            Some(LockedSubject::ManifestFetch) => Decoded::note("manifest fetch".into()),
+            None => Decoded::note("outside the locked subject table".into()),
+        }
+    }
+}
+
+/// What the passive observer made of a message: its record kind when it is one, a note for the
+/// traffic log, and the shape it failed to decode as (and why).
+struct Decoded {
+    kind: Option<RecordKind>,
+    note: String,
+    undecodable: Option<(&'static str, String)>,
+}
+
+impl Decoded {
+    fn kind(kind: RecordKind) -> Self {
+        Decoded {
+            kind: Some(kind),
+            note: String::new(),
+            undecodable: None,
+        }
+    }
+
+    fn note(note: String) -> Self {
+        Decoded {
+            kind: None,
+            note,
+            undecodable: None,
+        }
+    }
+
+    fn undecodable(shape: &'static str, error: &dyn std::fmt::Display) -> Self {
+        Decoded {
+            kind: None,
+            note: String::new(),
+            undecodable: Some((shape, error.to_string())),
+        }
     }
 }
 

@@ -578,131 +578,146 @@ impl Event {
         self.kind.as_ref().map_or("message", RecordKind::name)
     }
 
-    /// One line saying what it is, for the traffic log.
+    /// One line saying what it is, for the traffic log: one arm per record kind, so that a new
+    /// kind cannot go without its line.
     pub(crate) fn summary(&self) -> String {
-        use crate::format::{clock_time, short_hash};
-        match &self.kind {
-            Some(RecordKind::Registration {
+        use crate::format::clock_time;
+        let Some(kind) = &self.kind else {
+            return self.note.clone();
+        };
+        match kind {
+            RecordKind::Registration {
                 service,
                 accepted,
                 error,
                 manifest_hash,
-            }) => {
-                if *accepted {
-                    format!("{service} registered {}", short_hash(manifest_hash))
-                } else {
-                    format!(
-                        "{service} refused: {}",
-                        error.as_deref().unwrap_or("no reason given")
-                    )
-                }
-            }
-            Some(RecordKind::Fetch { service, found }) => {
+            } => registration_line(service, *accepted, error.as_deref(), manifest_hash),
+            RecordKind::Fetch { service, found } => {
                 format!("{service} {}", if *found { "found" } else { "unknown" })
             }
-            Some(RecordKind::Heartbeat { heartbeat: hb }) => format!(
-                "{} {} {}{}",
-                hb.service,
-                hb.service_version,
-                short_hash(&hb.manifest_hash),
-                if hb.shutting_down {
-                    " shutting down"
-                } else {
-                    ""
-                }
-            ),
-            Some(RecordKind::Completion { event: e }) => {
-                let mut s = format!("{} {} {} {}", e.flow_id, e.flow_run_id, e.node_id, e.status);
-                if !e.error.is_empty() {
-                    s.push_str(": ");
-                    s.push_str(&e.error);
-                }
-                s
-            }
-            Some(RecordKind::Dlq { entry, msg_id }) => match entry {
+            RecordKind::Heartbeat { heartbeat } => heartbeat_line(heartbeat),
+            RecordKind::Completion { event } => completion_line(event),
+            RecordKind::Dlq { entry, msg_id } => match entry {
                 Some(e) => format!("{} {}: {}", e.kind, e.envelope.flow_run_id, e.err_msg),
                 None => format!("undecodable entry {msg_id}"),
             },
-            Some(RecordKind::Deploy {
+            RecordKind::Deploy {
                 flow_id, version, ..
-            }) => {
-                format!("deployed {flow_id} v{version}")
-            }
-            Some(RecordKind::Broadcast { flow_id, version }) => {
-                format!("broadcast {flow_id} v{version}")
-            }
-            Some(RecordKind::Trigger {
+            } => format!("deployed {flow_id} v{version}"),
+            RecordKind::Broadcast { flow_id, version } => format!("broadcast {flow_id} v{version}"),
+            RecordKind::Trigger {
                 run_id, flow_id, ..
-            }) => format!("run {run_id} of {flow_id}"),
-            Some(RecordKind::Resend {
+            } => format!("run {run_id} of {flow_id}"),
+            RecordKind::Resend {
                 run_id,
                 dlq_msg_id,
                 nodes,
-            }) => format!(
+            } => format!(
                 "re-sent {dlq_msg_id}: run {run_id} waits on {}",
                 nodes.join(", ")
             ),
-            Some(RecordKind::Hop {
+            RecordKind::Hop {
                 run_id,
                 source_node_id,
                 from_emulator,
-            }) => format!(
-                "run {run_id} after {source_node_id}{}",
-                if *from_emulator {
+            } => {
+                let by = if *from_emulator {
                     " (from the emulator)"
                 } else {
                     ""
-                }
-            ),
-            Some(RecordKind::TimerArmed {
-                run_id,
-                node_id,
-                due,
-                occurrence,
-                ..
-            }) => format!(
-                "{node_id} of {run_id} due {} (#{occurrence})",
-                clock_time(*due)
-            ),
-            Some(RecordKind::TimerFired {
-                run_id,
-                node_id,
-                resume_node_id,
-                ..
-            }) => format!("{node_id} of {run_id} fired, resumes at {resume_node_id}"),
-            Some(RecordKind::TimerUndelivered {
-                run_id,
-                node_id,
-                occurrence,
-                error,
-                gave_up,
-                ..
-            }) => format!(
-                "{node_id} of {run_id} (#{occurrence}) not delivered{}: {error}",
-                if *gave_up {
-                    ", given up"
-                } else {
-                    ", stays armed"
-                }
-            ),
-            Some(RecordKind::FlowsWithheld {
+                };
+                format!("run {run_id} after {source_node_id}{by}")
+            }
+            RecordKind::TimerArmed { .. }
+            | RecordKind::TimerFired { .. }
+            | RecordKind::TimerUndelivered { .. } => timer_line(kind),
+            RecordKind::FlowsWithheld {
                 service,
                 flows,
                 reason,
-            }) => format!("{} withheld from {service}: {reason}", flows.join(", ")),
-            Some(RecordKind::RunSettled { run_id, status, .. }) => {
+            } => format!("{} withheld from {service}: {reason}", flows.join(", ")),
+            RecordKind::RunSettled { run_id, status, .. } => {
                 format!("run {run_id} {}", crate::view::run_status_text(*status))
             }
-            Some(RecordKind::ClockAdvanced { to, .. }) => format!("clock now {}", clock_time(*to)),
-            Some(RecordKind::DeployRefused { flow_id, problems }) => {
+            RecordKind::ClockAdvanced { to, .. } => format!("clock now {}", clock_time(*to)),
+            RecordKind::DeployRefused { flow_id, problems } => {
                 format!("deploy of {flow_id} refused: {}", problems.join("; "))
             }
-            Some(RecordKind::Violation {
+            RecordKind::Violation {
                 severity,
                 rule,
                 message,
-            }) => format!("{severity} {rule}: {message}"),
-            None => self.note.clone(),
+            } => format!("{severity} {rule}: {message}"),
         }
+    }
+}
+
+fn registration_line(service: &str, accepted: bool, error: Option<&str>, hash: &str) -> String {
+    if accepted {
+        format!("{service} registered {}", crate::format::short_hash(hash))
+    } else {
+        format!("{service} refused: {}", error.unwrap_or("no reason given"))
+    }
+}
+
+fn heartbeat_line(hb: &triggers_sdk::wire::Heartbeat) -> String {
+    format!(
+        "{} {} {}{}",
+        hb.service,
+        hb.service_version,
+        crate::format::short_hash(&hb.manifest_hash),
+        if hb.shutting_down {
+            " shutting down"
+        } else {
+            ""
+        }
+    )
+}
+
+fn completion_line(e: &triggers_sdk::wire::CompletionEvent) -> String {
+    let mut s = format!("{} {} {} {}", e.flow_id, e.flow_run_id, e.node_id, e.status);
+    if !e.error.is_empty() {
+        s.push_str(": ");
+        s.push_str(&e.error);
+    }
+    s
+}
+
+/// A timer record's line; any other kind has none here.
+fn timer_line(kind: &RecordKind) -> String {
+    use crate::format::clock_time;
+    match kind {
+        RecordKind::TimerArmed {
+            run_id,
+            node_id,
+            due,
+            occurrence,
+            ..
+        } => format!(
+            "{node_id} of {run_id} due {} (#{occurrence})",
+            clock_time(*due)
+        ),
+        RecordKind::TimerFired {
+            run_id,
+            node_id,
+            resume_node_id,
+            ..
+        } => format!("{node_id} of {run_id} fired, resumes at {resume_node_id}"),
+        RecordKind::TimerUndelivered {
+            run_id,
+            node_id,
+            occurrence,
+            error,
+            gave_up,
+            ..
+        } => {
+            let then = if *gave_up {
+                ", given up"
+            } else {
+                ", stays armed"
+            };
+            format!("{node_id} of {run_id} (#{occurrence}) not delivered{then}: {error}")
+        }
+        _ => String::new(),
     }
 }
