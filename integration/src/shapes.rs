@@ -56,89 +56,20 @@ pub struct Generated {
 pub fn generate(rng: &mut StdRng, id: &str, services: usize) -> Generated {
     let services = services.clamp(2, SERVICES.len());
     let size = rng.random_range(3..=14);
-    let mut kinds: Vec<(String, Kind)> = Vec::new();
-    let mut owner: Vec<Option<usize>> = Vec::new();
+    let mut kinds: Vec<(String, Kind)> = vec![("in".into(), Kind::ServiceIn)];
+    let mut owner: Vec<Option<usize>> = vec![Some(0)];
     let mut edges: Vec<(usize, usize)> = Vec::new();
-    let mut nodes: Vec<Value> = Vec::new();
-    let svc = |i: usize| SERVICES[i];
-    let service_in = |id: &str, s: usize| {
-        json!({"id": id, "type": "service-in", "service": svc(s),
-               "config": {"transport": "nats", "target": format!("{}.inbound", svc(s))}})
-    };
-    nodes.push(service_in("in", 0));
-    kinds.push(("in".into(), Kind::ServiceIn));
-    owner.push(Some(0));
+    let mut nodes: Vec<Value> = vec![service_in("in", 0)];
     for i in 1..size {
         let id = format!("n{i}");
-        // One predecessor, sometimes a second (a fan-in).
-        let first = rng.random_range(0..i);
-        let mut preds = vec![first];
-        if i > 2 && rng.random_bool(0.2) {
-            let second = rng.random_range(0..i);
-            if second != first {
-                preds.push(second);
-            }
-        }
+        let preds = predecessors(rng, i, &kinds);
         let after_timer = preds
             .iter()
             .any(|p| matches!(kinds[*p].1, Kind::Timer { .. }));
-        let all_timers = preds
-            .iter()
-            .all(|p| matches!(kinds[*p].1, Kind::Timer { .. }));
-        if after_timer && !all_timers {
-            // A service-in is entered by the engine after a timer and run by a service after a
-            // hop; the generator keeps the two apart (the oracle counts them apart).
-            preds.retain(|p| matches!(kinds[*p].1, Kind::Timer { .. }));
-        }
         let (kind, node, own) = if after_timer {
-            if rng.random_bool(0.25) {
-                let t = timer(rng, &id);
-                (t.0, t.1, None)
-            } else {
-                let s = rng.random_range(0..services);
-                (Kind::ServiceIn, service_in(&id, s), Some(s))
-            }
+            after_a_timer(rng, &id, services)
         } else {
-            let pred_owner = owner[preds[0]].unwrap_or(0);
-            match rng.random_range(0..100) {
-                0..=34 => {
-                    let s = if rng.random_bool(0.4) {
-                        rng.random_range(0..services)
-                    } else {
-                        pred_owner
-                    };
-                    let stop = rng.random_bool(0.08);
-                    let action = if stop { "stop" } else { "ok" };
-                    (
-                        if stop { Kind::Stop } else { Kind::Ok },
-                        json!({"id": id, "type": "action", "service": svc(s), "action": action}),
-                        Some(s),
-                    )
-                }
-                35..=49 => (
-                    Kind::Mapping,
-                    json!({"id": id, "type": "mapping",
-                           "config": {"fields": {"pass": "$.pass", "n": "$.n", "via": id}}}),
-                    Some(pred_owner),
-                ),
-                50..=64 => {
-                    let block = rng.random_bool(0.25);
-                    (
-                        if block { Kind::Block } else { Kind::Pass },
-                        json!({"id": id, "type": "condition",
-                               "config": {"path": "$.pass", "op": if block { "falsy" } else { "truthy" }}}),
-                        Some(pred_owner),
-                    )
-                }
-                65..=79 => {
-                    let s = rng.random_range(0..services);
-                    (Kind::ServiceIn, service_in(&id, s), Some(s))
-                }
-                _ => {
-                    let t = timer(rng, &id);
-                    (t.0, t.1, None)
-                }
-            }
+            after_a_node(rng, &id, services, owner[preds[0]].unwrap_or(0))
         };
         nodes.push(node);
         kinds.push((id.clone(), kind));
@@ -157,6 +88,93 @@ pub fn generate(rng: &mut StdRng, id: &str, services: usize) -> Generated {
     let flow: Flow = serde_json::from_value(json!({"id": id, "nodes": nodes, "edges": edge_json}))
         .expect("a generated flow decodes");
     Generated { flow, kinds, edges }
+}
+
+/// A service-in node of service number `s`, on its inbound subject.
+fn service_in(id: &str, s: usize) -> Value {
+    json!({"id": id, "type": "service-in", "service": SERVICES[s],
+           "config": {"transport": "nats", "target": format!("{}.inbound", SERVICES[s])}})
+}
+
+/// Node `i`'s predecessors among the nodes before it: one, sometimes a second (a fan-in).
+fn predecessors(rng: &mut StdRng, i: usize, kinds: &[(String, Kind)]) -> Vec<usize> {
+    let first = rng.random_range(0..i);
+    let mut preds = vec![first];
+    if i > 2 && rng.random_bool(0.2) {
+        let second = rng.random_range(0..i);
+        if second != first {
+            preds.push(second);
+        }
+    }
+    let is_timer = |p: &usize| matches!(kinds[*p].1, Kind::Timer { .. });
+    if preds.iter().any(is_timer) && !preds.iter().all(is_timer) {
+        // A service-in is entered by the engine after a timer and run by a service after a
+        // hop; the generator keeps the two apart (the oracle counts them apart).
+        preds.retain(is_timer);
+    }
+    preds
+}
+
+/// What may follow a timer: another timer, or a service-in the engine enters. Returns the
+/// node's kind, its JSON and the service it runs on.
+fn after_a_timer(rng: &mut StdRng, id: &str, services: usize) -> (Kind, Value, Option<usize>) {
+    if rng.random_bool(0.25) {
+        let (kind, node) = timer(rng, id);
+        (kind, node, None)
+    } else {
+        let s = rng.random_range(0..services);
+        (Kind::ServiceIn, service_in(id, s), Some(s))
+    }
+}
+
+/// What may follow any other node: an action (on its predecessor's service or another), a
+/// mapping, a condition, a hop to a service-in, or a timer. Returns the node's kind, its JSON
+/// and the service it runs on.
+fn after_a_node(
+    rng: &mut StdRng,
+    id: &str,
+    services: usize,
+    pred_owner: usize,
+) -> (Kind, Value, Option<usize>) {
+    match rng.random_range(0..100) {
+        0..=34 => {
+            let s = if rng.random_bool(0.4) {
+                rng.random_range(0..services)
+            } else {
+                pred_owner
+            };
+            let stop = rng.random_bool(0.08);
+            let action = if stop { "stop" } else { "ok" };
+            (
+                if stop { Kind::Stop } else { Kind::Ok },
+                json!({"id": id, "type": "action", "service": SERVICES[s], "action": action}),
+                Some(s),
+            )
+        }
+        35..=49 => (
+            Kind::Mapping,
+            json!({"id": id, "type": "mapping",
+                   "config": {"fields": {"pass": "$.pass", "n": "$.n", "via": id}}}),
+            Some(pred_owner),
+        ),
+        50..=64 => {
+            let block = rng.random_bool(0.25);
+            (
+                if block { Kind::Block } else { Kind::Pass },
+                json!({"id": id, "type": "condition",
+                       "config": {"path": "$.pass", "op": if block { "falsy" } else { "truthy" }}}),
+                Some(pred_owner),
+            )
+        }
+        65..=79 => {
+            let s = rng.random_range(0..services);
+            (Kind::ServiceIn, service_in(id, s), Some(s))
+        }
+        _ => {
+            let (kind, node) = timer(rng, id);
+            (kind, node, None)
+        }
+    }
 }
 
 fn timer(rng: &mut StdRng, id: &str) -> (Kind, Value) {

@@ -289,61 +289,16 @@ fn manifest_value(lab: &Harness) -> Value {
         .unwrap_or_else(|| json!({}))
 }
 
+/// A random message of one of the targets, by weight: registrations, fetches, heartbeats,
+/// completion events, DLQ entries, flow broadcasts, unknown subjects, control requests and
+/// deliveries to the service's inbound stream.
 pub(super) fn generate(rng: &mut StdRng, n: u64, lab: &Harness, version: i64) -> Message {
-    let publish =
-        |target: &'static str, subject: String, headers: Headers, body: Vec<u8>| Message {
-            target,
-            subject,
-            headers,
-            body,
-            how: Send::Publish,
-        };
     let mut headers = Headers::new();
     if rng.random_bool(0.3) {
         mutate_headers(rng, &mut headers);
     }
     match rng.random_range(0..100) {
-        0..=9 => {
-            let mut m = manifest_value(lab);
-            m["service"] = json!(format!("fz-{}", rng.random_range(0..5)));
-            // Names the server cannot carry in one request line (found by an audit: the
-            // emulator was cut off, and every registration stalled).
-            if rng.random_bool(0.03) {
-                m["service"] = json!("s".repeat(rng.random_range(129..5000)));
-            }
-            if rng.random_bool(0.03)
-                && let Some(action) = m["actions"].get_mut(0)
-            {
-                action["name"] = json!("a".repeat(rng.random_range(129..5000)));
-            }
-            if let Some(src) = m["service_sources"].get_mut(0) {
-                src["default"] = json!(match rng.random_range(0..20) {
-                    // Sources over what the server, the platform or the emulator own.
-                    0 => [
-                        "$KV.>",
-                        "$JS.API.>",
-                        "_TRIGGERS_LAB_INBOX.>",
-                        "_INBOX.*",
-                        "triggerslab.>",
-                        ">",
-                        "*.>",
-                        "triggers.v2.dlq.>",
-                        "triggers.v2.flow.*.x"
-                    ][rng.random_range(0..9)]
-                    .to_owned(),
-                    // Longer than a subscription line the server takes.
-                    1 => format!("fzl.{}", "l".repeat(rng.random_range(1000..5000))),
-                    _ => format!("fzx{}.inbound", rng.random_range(0..5)),
-                });
-            }
-            Message {
-                target: "register",
-                subject: triggers_sdk::wire::subject::MANIFEST_REGISTER.into(),
-                headers,
-                body: body_of(rng, m),
-                how: Send::Request,
-            }
-        }
+        0..=9 => registration(rng, lab, headers),
         10..=14 => Message {
             target: "fetch",
             subject: triggers_sdk::wire::subject::MANIFEST_FETCH.into(),
@@ -355,92 +310,155 @@ pub(super) fn generate(rng: &mut StdRng, n: u64, lab: &Harness, version: i64) ->
             let hb = json!({"service": SERVICE, "service_version": "1.0.0",
                 "manifest_hash": "sha256:00", "started_at": "2026-11-30T00:00:00Z",
                 "now": "2026-11-30T00:00:01.5Z", "shutting_down": false});
+            let body = body_of(rng, hb);
             publish(
                 "heartbeat",
                 triggers_sdk::wire::subject::HEARTBEAT.into(),
                 headers,
-                body_of(rng, hb),
+                body,
             )
         }
-        // Completion events for made-up runs, in volume: many say `retrying` (or a status nobody
-        // knows), which keeps a followed run open; past `max_followed_runs` they are recorded,
-        // not followed, and never refuse a trigger (the canary's, after each batch).
-        27..=41 => {
-            let status =
-                ["succeeded", "failed", "retrying", "skipped", "bogus"][rng.random_range(0..5)];
-            let ev = json!({"flow_run_id": format!("fze-{n}"), "flow_id": FLOW, "flow_version": version,
-                "node_id": "work", "node_type": "action", "service": SERVICE,
-                "started_at": "2026-11-30T00:00:00Z", "finished_at": "2026-11-30T00:00:01Z",
-                "status": status,
-                "error": "", "trace_id": random_hex(rng, 16)});
-            let flow = if rng.random_bool(0.8) { FLOW } else { "other" };
-            publish(
-                "event",
-                format!("triggers.v2.flow.events.{flow}"),
-                headers,
-                body_of(rng, ev),
-            )
-        }
-        42..=49 => {
-            let entry = json!({"kind": "action_failed", "envelope": {"flow_run_id": format!("fzd-{n}")},
-                "body": {"n": n}, "err_msg": "fuzz", "occurred_at": "2026-11-30T00:00:00Z"});
-            headers.insert(names::NATS_MSG_ID, format!("fzd-{n}:dlq:{n}"));
-            let tail =
-                ["fz.work", "fz.invalid_json", "nobody.x", "source.x"][rng.random_range(0..4)];
-            publish(
-                "dlq",
-                format!("triggers.v2.dlq.{tail}"),
-                headers,
-                body_of(rng, entry),
-            )
-        }
-        50..=57 => {
-            let mut flow = serde_json::to_value(&flows()[0]).unwrap_or_default();
-            flow["id"] = json!(format!("fzb-{}", rng.random_range(0..100)));
-            let envelope =
-                json!({"id": flow["id"], "version": rng.random_range(1..5), "body": flow});
-            let subject = if rng.random_bool(0.5) {
-                "triggers.v2.flow.broadcast.fz"
-            } else {
-                "triggers.v2.flow.broadcast.all"
-            };
-            publish("broadcast", subject.into(), headers, body_of(rng, envelope))
-        }
+        27..=41 => event(rng, n, version, headers),
+        42..=49 => dlq_entry(rng, n, headers),
+        50..=57 => broadcast(rng, headers),
         58..=62 => {
             let tail = ["nope", "flow.nope", "manifest.nope", "dlq", "heartbeat.x"]
                 [rng.random_range(0..5)];
+            let body = body_of(rng, json!({"n": n}));
             publish(
                 "unknown_subject",
                 format!("triggers.v2.{tail}"),
                 headers,
-                body_of(rng, json!({"n": n})),
+                body,
             )
         }
-        63..=72 => {
-            let op = [
-                "state",
-                "deploy",
-                "check_release",
-                "trigger",
-                "advance",
-                "cancel",
-                "runs",
-                "run",
-                "records",
-                "violations",
-                "frobnicate",
-            ][rng.random_range(0..11)];
-            let body = json!({"flow_id": FLOW, "payload": {"n": n}, "duration_ms": 1000,
-                "run_id": "nope", "since": 0, "limit": 5,
-                "flow": {"id": format!("fzc-{}", rng.random_range(0..5)), "nodes": [], "edges": []}});
-            Message {
-                target: "control",
-                subject: format!("triggerslab.v1.control.{op}"),
-                headers,
-                body: body_of(rng, body),
-                how: Send::Request,
-            }
-        }
+        63..=72 => control(rng, n, headers),
         _ => inbound(rng, n, version),
+    }
+}
+
+/// A core-NATS publish the emulator records.
+fn publish(target: &'static str, subject: String, headers: Headers, body: Vec<u8>) -> Message {
+    Message {
+        target,
+        subject,
+        headers,
+        body,
+        how: Send::Publish,
+    }
+}
+
+/// A registration request: the service's own manifest under another name, sometimes with names
+/// or sources the server, the platform or the emulator must refuse.
+fn registration(rng: &mut StdRng, lab: &Harness, headers: Headers) -> Message {
+    let mut m = manifest_value(lab);
+    m["service"] = json!(format!("fz-{}", rng.random_range(0..5)));
+    // Names the server cannot carry in one request line (found by an audit: the
+    // emulator was cut off, and every registration stalled).
+    if rng.random_bool(0.03) {
+        m["service"] = json!("s".repeat(rng.random_range(129..5000)));
+    }
+    if rng.random_bool(0.03)
+        && let Some(action) = m["actions"].get_mut(0)
+    {
+        action["name"] = json!("a".repeat(rng.random_range(129..5000)));
+    }
+    if let Some(src) = m["service_sources"].get_mut(0) {
+        src["default"] = json!(match rng.random_range(0..20) {
+            // Sources over what the server, the platform or the emulator own.
+            0 => [
+                "$KV.>",
+                "$JS.API.>",
+                "_TRIGGERS_LAB_INBOX.>",
+                "_INBOX.*",
+                "triggerslab.>",
+                ">",
+                "*.>",
+                "triggers.v2.dlq.>",
+                "triggers.v2.flow.*.x"
+            ][rng.random_range(0..9)]
+            .to_owned(),
+            // Longer than a subscription line the server takes.
+            1 => format!("fzl.{}", "l".repeat(rng.random_range(1000..5000))),
+            _ => format!("fzx{}.inbound", rng.random_range(0..5)),
+        });
+    }
+    Message {
+        target: "register",
+        subject: triggers_sdk::wire::subject::MANIFEST_REGISTER.into(),
+        headers,
+        body: body_of(rng, m),
+        how: Send::Request,
+    }
+}
+
+/// A completion event for a made-up run, in volume: many say `retrying` (or a status nobody
+/// knows), which keeps a followed run open; past `max_followed_runs` they are recorded, not
+/// followed, and never refuse a trigger (the canary's, after each batch).
+fn event(rng: &mut StdRng, n: u64, version: i64, headers: Headers) -> Message {
+    let status = ["succeeded", "failed", "retrying", "skipped", "bogus"][rng.random_range(0..5)];
+    let ev = json!({"flow_run_id": format!("fze-{n}"), "flow_id": FLOW, "flow_version": version,
+        "node_id": "work", "node_type": "action", "service": SERVICE,
+        "started_at": "2026-11-30T00:00:00Z", "finished_at": "2026-11-30T00:00:01Z",
+        "status": status,
+        "error": "", "trace_id": random_hex(rng, 16)});
+    let flow = if rng.random_bool(0.8) { FLOW } else { "other" };
+    let body = body_of(rng, ev);
+    publish(
+        "event",
+        format!("triggers.v2.flow.events.{flow}"),
+        headers,
+        body,
+    )
+}
+
+/// A DLQ entry for a made-up run, on a DLQ subject of a known or an unknown service.
+fn dlq_entry(rng: &mut StdRng, n: u64, mut headers: Headers) -> Message {
+    let entry = json!({"kind": "action_failed", "envelope": {"flow_run_id": format!("fzd-{n}")},
+        "body": {"n": n}, "err_msg": "fuzz", "occurred_at": "2026-11-30T00:00:00Z"});
+    headers.insert(names::NATS_MSG_ID, format!("fzd-{n}:dlq:{n}"));
+    let tail = ["fz.work", "fz.invalid_json", "nobody.x", "source.x"][rng.random_range(0..4)];
+    let body = body_of(rng, entry);
+    publish("dlq", format!("triggers.v2.dlq.{tail}"), headers, body)
+}
+
+/// A flow broadcast of the fuzz flow under another id, to the service or to all.
+fn broadcast(rng: &mut StdRng, headers: Headers) -> Message {
+    let mut flow = serde_json::to_value(&flows()[0]).unwrap_or_default();
+    flow["id"] = json!(format!("fzb-{}", rng.random_range(0..100)));
+    let envelope = json!({"id": flow["id"], "version": rng.random_range(1..5), "body": flow});
+    let subject = if rng.random_bool(0.5) {
+        "triggers.v2.flow.broadcast.fz"
+    } else {
+        "triggers.v2.flow.broadcast.all"
+    };
+    publish("broadcast", subject.into(), headers, body_of(rng, envelope))
+}
+
+/// A control API request: one of its ops (or one it does not have), with a body that has a bit
+/// of every op's fields.
+fn control(rng: &mut StdRng, n: u64, headers: Headers) -> Message {
+    let op = [
+        "state",
+        "deploy",
+        "check_release",
+        "trigger",
+        "advance",
+        "cancel",
+        "runs",
+        "run",
+        "records",
+        "violations",
+        "frobnicate",
+    ][rng.random_range(0..11)];
+    let body = json!({"flow_id": FLOW, "payload": {"n": n}, "duration_ms": 1000,
+        "run_id": "nope", "since": 0, "limit": 5,
+        "flow": {"id": format!("fzc-{}", rng.random_range(0..5)), "nodes": [], "edges": []}});
+    Message {
+        target: "control",
+        subject: format!("triggerslab.v1.control.{op}"),
+        headers,
+        body: body_of(rng, body),
+        how: Send::Request,
     }
 }

@@ -20,11 +20,11 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use async_nats::HeaderMap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 use triggers_emulator::control::ControlClient;
-use triggers_emulator::recorder::{RecordKind, RunStatus};
 use triggers_emulator::{EmulatorConfig, Harness};
 use triggers_sdk::flow::Flow;
 use triggers_sdk::runtime::{
@@ -32,6 +32,7 @@ use triggers_sdk::runtime::{
 };
 use triggers_sdk::wire::header::names;
 
+mod check;
 mod generate;
 use generate::{Message, Send, generate};
 
@@ -122,6 +123,11 @@ impl FuzzReport {
     #[must_use]
     pub fn total(&self) -> u64 {
         self.sent.values().sum()
+    }
+
+    /// Counts `by` more outcomes of a kind.
+    fn outcome(&mut self, kind: &'static str, by: u64) {
+        *self.outcomes.entry(kind).or_default() += by;
     }
 
     /// The header of [`FuzzReport::table_row`].
@@ -253,181 +259,19 @@ pub async fn run(config: FuzzConfig) -> FuzzReport {
         seed: config.seed,
         ..Default::default()
     };
-    let lab = crate::lab_with(emulator_config()).await;
-    let running = service(lab.url())
-        .start()
-        .await
-        .expect("the fuzz service starts");
-    let [fuzz_flow, canary] = flows();
-    let version = lab
-        .deploy(fuzz_flow)
-        .await
-        .expect("the fuzz flow deploys")
-        .flow
-        .version;
-    lab.deploy(canary).await.expect("the canary deploys");
-    let client = triggers_sdk::transport::connect(lab.url())
-        .await
-        .expect("the fuzzer's connection");
-    let js = async_nats::jetstream::new(client.clone());
-    let control = ControlClient::connect(lab.url())
-        .await
-        .expect("a control client");
-    let mut rng = StdRng::seed_from_u64(config.seed);
-    let mut n: u64 = 0;
-    let mut control_runs: usize = 0;
-    let mut keys_seen: HashSet<String> = HashSet::new();
-    while (n as usize) < config.messages {
+    let mut fuzzer = Fuzzer::start(config.seed).await;
+    while (fuzzer.n as usize) < config.messages {
         if config.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
         }
-        let size = config.batch.min(config.messages - n as usize) as u64;
-        let since = lab.summary().last_seq;
-        let dropped_before = lab.records().1;
-        let mut published: Vec<Message> = Vec::new();
-        let mut inbound_runs: Vec<String> = Vec::new();
-        let mut without_run = 0u64;
-        let mut run_keys: HashMap<String, String> = HashMap::new();
-        let mut reused_key: HashSet<String> = HashSet::new();
-        for _ in 0..size {
-            n += 1;
-            let m = generate(&mut rng, n, &lab, version);
-            *report.sent.entry(m.target).or_default() += 1;
-            let Ok(nats_headers) = triggers_sdk::transport::to_nats(&m.headers) else {
-                *report.outcomes.entry("refused_by_client").or_default() += 1;
-                continue;
-            };
-            match m.how {
-                Send::Request => {
-                    let request = async_nats::Request::new()
-                        .payload(m.body.clone().into())
-                        .headers(nats_headers)
-                        .timeout(Some(REPLY_WITHIN));
-                    let asked = Instant::now();
-                    match client.send_request(m.subject.clone(), request).await {
-                        Ok(reply) => {
-                            *report.outcomes.entry("replied").or_default() += 1;
-                            report.slowest_reply = report.slowest_reply.max(asked.elapsed());
-                            // A run started through the control API may wait on its timer for
-                            // good (the clock is the fuzzer's): the runs bound allows for it.
-                            if m.subject.ends_with(".trigger")
-                                && reply.payload.starts_with(br#"{"ok":true"#)
-                            {
-                                control_runs += 1;
-                                // Half of them are cancelled by hand: it must take.
-                                if rng.random_bool(0.5) {
-                                    cancel(&control, &reply.payload, n, &mut report).await;
-                                }
-                            }
-                        }
-                        Err(e)
-                            if matches!(e.kind(), async_nats::RequestErrorKind::NoResponders)
-                                && is_control_without_op(&m.subject) =>
-                        {
-                            *report.outcomes.entry("no_responders").or_default() += 1;
-                        }
-                        Err(e) => {
-                            report.hangs += 1;
-                            report.problems.push(format!(
-                                "message {n}: a request on {} got no reply within {REPLY_WITHIN:?} ({e}); body {}",
-                                m.subject,
-                                preview(&m.body)
-                            ));
-                        }
-                    }
-                }
-                Send::Publish => {
-                    match client
-                        .publish_with_headers(
-                            m.subject.clone(),
-                            nats_headers,
-                            m.body.clone().into(),
-                        )
-                        .await
-                    {
-                        Ok(()) => published.push(m),
-                        Err(e) => {
-                            *report.outcomes.entry("refused_by_client").or_default() += 1;
-                            tracing::debug!("not published: {e}");
-                        }
-                    }
-                }
-                Send::Inbound => {
-                    let run = m.headers.get(names::FLOW_RUN_ID).map(str::to_owned);
-                    match js
-                        .publish_with_headers(
-                            m.subject.clone(),
-                            nats_headers,
-                            m.body.clone().into(),
-                        )
-                        .await
-                    {
-                        Ok(ack) => match ack.await {
-                            Ok(ack) if ack.duplicate => {
-                                *report
-                                    .outcomes
-                                    .entry("deduplicated_at_publish")
-                                    .or_default() += 1;
-                            }
-                            Ok(_) => {
-                                match run {
-                                    Some(r) if !r.is_empty() => {
-                                        // A delivery whose idempotency key an earlier one
-                                        // carried is, by the contract, that delivery again:
-                                        // its completion event repeats that one's id and the
-                                        // events stream drops it.
-                                        let key = m
-                                            .headers
-                                            .get(names::IDEMPOTENCY_KEY)
-                                            .unwrap_or_default()
-                                            .to_owned();
-                                        if !keys_seen.insert(key.clone()) {
-                                            reused_key.insert(r.clone());
-                                        }
-                                        run_keys.insert(r.clone(), key);
-                                        inbound_runs.push(r);
-                                    }
-                                    _ => without_run += 1,
-                                }
-                                published.push(m);
-                            }
-                            Err(e) => {
-                                *report.outcomes.entry("refused_by_server").or_default() += 1;
-                                tracing::debug!("not stored: {e}");
-                            }
-                        },
-                        Err(e) => {
-                            *report.outcomes.entry("refused_by_client").or_default() += 1;
-                            tracing::debug!("not published: {e}");
-                        }
-                    }
-                }
-            }
-        }
-        client.flush().await.ok();
-        check_batch(
-            &lab,
-            &running,
-            &control,
-            &js,
-            Batch {
-                since,
-                dropped_before,
-                published: &published,
-                inbound_runs: &inbound_runs,
-                without_run,
-                n,
-                control_runs,
-                run_keys: &run_keys,
-                reused_key: &reused_key,
-            },
-            &mut report,
-        )
-        .await;
+        let size = config.batch.min(config.messages - fuzzer.n as usize) as u64;
+        let sent = fuzzer.send_batch(size, &mut report).await;
+        check::check_batch(&fuzzer, &sent, &mut report).await;
         report.batches += 1;
         if config.progress {
             eprintln!(
-                "{n}/{} messages, unaccounted {}, crashes {}, hangs {}, bound breaches {}, {} problems, RSS {} MiB ({:.0?})",
+                "{}/{} messages, unaccounted {}, crashes {}, hangs {}, bound breaches {}, {} problems, RSS {} MiB ({:.0?})",
+                fuzzer.n,
                 config.messages,
                 report.unaccounted,
                 report.crashes,
@@ -443,10 +287,226 @@ pub async fn run(config: FuzzConfig) -> FuzzReport {
         }
     }
     report.peak_rss_kib = crate::soak::peak_rss_kib(None);
-    report.nats_peak_rss_kib = crate::soak::peak_rss_kib(crate::soak::nats_server_pid(lab.url()));
+    let nats = crate::soak::nats_server_pid(fuzzer.lab.url());
+    report.nats_peak_rss_kib = crate::soak::peak_rss_kib(nats);
     report.elapsed = started.elapsed();
-    drop(running);
+    drop(fuzzer);
     report
+}
+
+/// A fuzz session: the harness, the service under fuzz, the fuzzer's connections, and what it
+/// has sent so far. The service stops first when it is dropped.
+struct Fuzzer {
+    running: RunningService,
+    control: ControlClient,
+    js: async_nats::jetstream::Context,
+    client: async_nats::Client,
+    lab: Harness,
+    /// The fuzz flow's deployed version.
+    version: i64,
+    rng: StdRng,
+    /// Messages generated so far.
+    n: u64,
+    /// Runs started through the control API so far: a timer on the fuzzer's clock may keep
+    /// them waiting for good, and the runs bound allows for them.
+    control_runs: usize,
+    /// The idempotency key of every inbound delivery so far.
+    keys_seen: HashSet<String>,
+}
+
+/// What one batch sent, for its check.
+#[derive(Default)]
+struct Sent {
+    /// The emulator's last record before the batch.
+    since: u64,
+    /// Records the emulator had dropped off its ring before the batch.
+    dropped_before: u64,
+    /// Messages the emulator or the service took (a publish sent, a delivery stored).
+    published: Vec<Message>,
+    /// The run of each stored inbound delivery that names one.
+    inbound_runs: Vec<String>,
+    /// Stored inbound deliveries without a run id.
+    without_run: u64,
+    /// Messages generated by the end of the batch.
+    n: u64,
+    /// Runs started through the control API by the end of the batch.
+    control_runs: usize,
+    /// Each inbound run's idempotency key.
+    run_keys: HashMap<String, String>,
+    /// Runs whose delivery carried a key an earlier one had.
+    reused_key: HashSet<String>,
+}
+
+impl Fuzzer {
+    /// The harness with the fuzz service running and both flows deployed.
+    async fn start(seed: u64) -> Self {
+        let lab = crate::lab_with(emulator_config()).await;
+        let running = service(lab.url())
+            .start()
+            .await
+            .expect("the fuzz service starts");
+        let [fuzz_flow, canary] = flows();
+        let version = lab
+            .deploy(fuzz_flow)
+            .await
+            .expect("the fuzz flow deploys")
+            .flow
+            .version;
+        lab.deploy(canary).await.expect("the canary deploys");
+        let client = triggers_sdk::transport::connect(lab.url())
+            .await
+            .expect("the fuzzer's connection");
+        let js = async_nats::jetstream::new(client.clone());
+        let control = ControlClient::connect(lab.url())
+            .await
+            .expect("a control client");
+        Fuzzer {
+            running,
+            control,
+            js,
+            client,
+            lab,
+            version,
+            rng: StdRng::seed_from_u64(seed),
+            n: 0,
+            control_runs: 0,
+            keys_seen: HashSet::new(),
+        }
+    }
+
+    /// Generates and sends `size` messages, each as its target takes it.
+    async fn send_batch(&mut self, size: u64, report: &mut FuzzReport) -> Sent {
+        let mut sent = Sent {
+            since: self.lab.summary().last_seq,
+            dropped_before: self.lab.records().1,
+            ..Default::default()
+        };
+        for _ in 0..size {
+            self.n += 1;
+            let m = generate(&mut self.rng, self.n, &self.lab, self.version);
+            *report.sent.entry(m.target).or_default() += 1;
+            let Ok(headers) = triggers_sdk::transport::to_nats(&m.headers) else {
+                report.outcome("refused_by_client", 1);
+                continue;
+            };
+            match m.how {
+                Send::Request => self.request(&m, headers, report).await,
+                Send::Publish => {
+                    let body = m.body.clone().into();
+                    let published =
+                        self.client
+                            .publish_with_headers(m.subject.clone(), headers, body);
+                    match published.await {
+                        Ok(()) => sent.published.push(m),
+                        Err(e) => {
+                            report.outcome("refused_by_client", 1);
+                            tracing::debug!("not published: {e}");
+                        }
+                    }
+                }
+                Send::Inbound => self.inbound(m, headers, &mut sent, report).await,
+            }
+        }
+        self.client.flush().await.ok();
+        sent.n = self.n;
+        sent.control_runs = self.control_runs;
+        sent
+    }
+
+    /// A request: its reply is its outcome. Half the runs a control `trigger` starts are
+    /// cancelled by hand, which must take.
+    async fn request(&mut self, m: &Message, headers: HeaderMap, report: &mut FuzzReport) {
+        let request = async_nats::Request::new()
+            .payload(m.body.clone().into())
+            .headers(headers)
+            .timeout(Some(REPLY_WITHIN));
+        let asked = Instant::now();
+        match self.client.send_request(m.subject.clone(), request).await {
+            Ok(reply) => {
+                report.outcome("replied", 1);
+                report.slowest_reply = report.slowest_reply.max(asked.elapsed());
+                if m.subject.ends_with(".trigger") && reply.payload.starts_with(br#"{"ok":true"#) {
+                    self.control_runs += 1;
+                    if self.rng.random_bool(0.5) {
+                        cancel(&self.control, &reply.payload, self.n, report).await;
+                    }
+                }
+            }
+            Err(e)
+                if matches!(e.kind(), async_nats::RequestErrorKind::NoResponders)
+                    && is_control_without_op(&m.subject) =>
+            {
+                report.outcome("no_responders", 1);
+            }
+            Err(e) => {
+                report.hangs += 1;
+                report.problems.push(format!(
+                    "message {}: a request on {} got no reply within {REPLY_WITHIN:?} ({e}); body {}",
+                    self.n,
+                    m.subject,
+                    preview(&m.body)
+                ));
+            }
+        }
+    }
+
+    /// A delivery onto the service's inbound stream: once stored, a completion or a DLQ entry
+    /// for its run is owed.
+    async fn inbound(
+        &mut self,
+        m: Message,
+        headers: HeaderMap,
+        sent: &mut Sent,
+        report: &mut FuzzReport,
+    ) {
+        let body = m.body.clone().into();
+        let stored = match self
+            .js
+            .publish_with_headers(m.subject.clone(), headers, body)
+            .await
+        {
+            Ok(ack) => ack.await,
+            Err(e) => {
+                report.outcome("refused_by_client", 1);
+                tracing::debug!("not published: {e}");
+                return;
+            }
+        };
+        match stored {
+            Ok(ack) if ack.duplicate => report.outcome("deduplicated_at_publish", 1),
+            Ok(_) => sent.stored(m, &mut self.keys_seen),
+            Err(e) => {
+                report.outcome("refused_by_server", 1);
+                tracing::debug!("not stored: {e}");
+            }
+        }
+    }
+}
+
+impl Sent {
+    /// A delivery the stream stored: its run (or its lack of one) is owed an outcome.
+    fn stored(&mut self, m: Message, keys_seen: &mut HashSet<String>) {
+        match m.headers.get(names::FLOW_RUN_ID) {
+            Some(r) if !r.is_empty() => {
+                let r = r.to_owned();
+                // A delivery whose idempotency key an earlier one carried is, by the contract,
+                // that delivery again: its completion event repeats that one's id and the
+                // events stream drops it.
+                let key = m
+                    .headers
+                    .get(names::IDEMPOTENCY_KEY)
+                    .unwrap_or_default()
+                    .to_owned();
+                if !keys_seen.insert(key.clone()) {
+                    self.reused_key.insert(r.clone());
+                }
+                self.run_keys.insert(r.clone(), key);
+                self.inbound_runs.push(r);
+            }
+            _ => self.without_run += 1,
+        }
+        self.published.push(m);
+    }
 }
 
 /// Cancels the run a `trigger` reply names; a refusal is a problem (the run was open: its timer
@@ -459,7 +519,7 @@ async fn cancel(control: &ControlClient, reply: &[u8], n: u64, report: &mut Fuzz
         return;
     };
     match tokio::time::timeout(REPLY_WITHIN, control.cancel(&run_id)).await {
-        Ok(Ok(_)) => *report.outcomes.entry("cancelled").or_default() += 1,
+        Ok(Ok(_)) => report.outcome("cancelled", 1),
         Ok(Err(e)) => report.problems.push(format!(
             "message {n}: run {run_id}, started by a control trigger, could not be cancelled: {e}"
         )),
@@ -478,247 +538,4 @@ fn is_control_without_op(subject: &str) -> bool {
 
 fn preview(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned()
-}
-
-struct Batch<'a> {
-    since: u64,
-    dropped_before: u64,
-    published: &'a [Message],
-    inbound_runs: &'a [String],
-    without_run: u64,
-    n: u64,
-    control_runs: usize,
-    run_keys: &'a HashMap<String, String>,
-    reused_key: &'a HashSet<String>,
-}
-
-async fn check_batch(
-    lab: &Harness,
-    running: &RunningService,
-    control: &ControlClient,
-    js: &async_nats::jetstream::Context,
-    batch: Batch<'_>,
-    report: &mut FuzzReport,
-) {
-    // Liveness: the nats-server, the control API within a second.
-    if crate::soak::nats_server_pid(lab.url()).is_none() {
-        report.crashes += 1;
-        report.problems.push(format!(
-            "after message {}: the nats-server is gone",
-            batch.n
-        ));
-        return;
-    }
-    match tokio::time::timeout(Duration::from_secs(1), control.state()).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => {
-            report.crashes += 1;
-            report.problems.push(format!(
-                "after message {}: the control API failed: {e}",
-                batch.n
-            ));
-        }
-        Err(_) => {
-            report.hangs += 1;
-            report.problems.push(format!(
-                "after message {}: the control API did not answer within 1 s",
-                batch.n
-            ));
-        }
-    }
-    // Every inbound delivery handled or dead-lettered: the consumer has nothing left.
-    let consumer = triggers_sdk::wire::subject::consumer_name(SERVICE, INBOUND).unwrap_or_default();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let idle = match js.get_stream(format!("triggers-sources-{SERVICE}")).await {
-            Ok(stream) => match stream.consumer_info(&consumer).await {
-                Ok(info) => info.num_pending == 0 && info.num_ack_pending == 0,
-                Err(_) => false,
-            },
-            Err(_) => false,
-        };
-        if idle {
-            break;
-        }
-        if Instant::now() >= deadline {
-            report.hangs += 1;
-            report.problems.push(format!(
-                "after message {}: the service's consumer still has work after 30 s",
-                batch.n
-            ));
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // The canary: the service still runs a flow.
-    match lab.trigger(CANARY, &json!({"canary": batch.n})).await {
-        Ok(run) => match lab.wait_run_settled(&run).await {
-            Ok(r) if r.status == RunStatus::Succeeded => {}
-            Ok(r) => report.problems.push(format!(
-                "after message {}: the canary run ended {:?}",
-                batch.n, r.status
-            )),
-            Err(e) => {
-                report.hangs += 1;
-                report.problems.push(format!(
-                    "after message {}: the canary run did not settle: {e}",
-                    batch.n
-                ));
-            }
-        },
-        Err(e) => {
-            report.crashes += 1;
-            report.problems.push(format!(
-                "after message {}: the canary could not be triggered: {e}",
-                batch.n
-            ));
-        }
-    }
-    // Outcomes: each published message recorded under its subject with its bytes; each
-    // delivery's run completed or dead-lettered. Events and DLQ entries come through streams:
-    // give them a moment.
-    let wanted: Vec<(&str, &[u8])> = batch
-        .published
-        .iter()
-        .map(|m| (m.subject.as_str(), m.body.as_slice()))
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let (missing, missing_runs, missing_without_run) = loop {
-        let records = lab.records_since(batch.since, usize::MAX);
-        let first = records.first().map(|r| r.seq);
-        if lab.records().1 > batch.dropped_before && first.is_some_and(|f| f > batch.since + 1) {
-            report.partial.push(format!(
-                "after message {}: records of the batch fell off the ring before they were checked",
-                batch.n
-            ));
-            return;
-        }
-        let seen: HashSet<(&str, &[u8])> = records
-            .iter()
-            .map(|r| (r.subject.as_str(), r.payload.as_bytes()))
-            .collect();
-        let missing: Vec<usize> = wanted
-            .iter()
-            .enumerate()
-            .filter(|(_, w)| !seen.contains(*w))
-            .map(|(i, _)| i)
-            .collect();
-        let mut settled_runs: HashSet<&str> = HashSet::new();
-        let mut without_run = 0u64;
-        for r in &records {
-            let run = match &r.kind {
-                RecordKind::Completion { event } => Some(event.flow_run_id.as_str()),
-                RecordKind::Dlq {
-                    entry: Some(entry), ..
-                } => Some(entry.envelope.flow_run_id.as_str()),
-                _ => None,
-            };
-            match run {
-                Some("") => without_run += 1,
-                Some(id) => {
-                    settled_runs.insert(id);
-                }
-                None => {}
-            }
-        }
-        let missing_runs: Vec<&String> = batch
-            .inbound_runs
-            .iter()
-            .filter(|r| !settled_runs.contains(r.as_str()))
-            .collect();
-        let missing_without_run = batch.without_run.saturating_sub(without_run);
-        if (missing.is_empty() && missing_runs.is_empty() && missing_without_run == 0)
-            || Instant::now() >= deadline
-        {
-            break (
-                missing,
-                missing_runs.into_iter().cloned().collect::<Vec<_>>(),
-                missing_without_run,
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let (by_key, missing_runs): (Vec<String>, Vec<String>) = missing_runs
-        .into_iter()
-        .partition(|r| batch.reused_key.contains(r));
-    *report.outcomes.entry("deduplicated_by_key").or_default() += by_key.len() as u64;
-    let given_up = running.stats().given_up;
-    let published = batch.published.len() as u64;
-    let unaccounted = missing.len() as u64 + missing_runs.len() as u64 + missing_without_run;
-    let unaccounted = unaccounted.saturating_sub(given_up);
-    *report.outcomes.entry("recorded").or_default() += published - missing.len() as u64;
-    *report
-        .outcomes
-        .entry("completed_or_dead_lettered")
-        .or_default() += (batch.inbound_runs.len() - missing_runs.len() - by_key.len()) as u64;
-    report.unaccounted += unaccounted;
-    for i in missing.iter().take(5) {
-        let m = &batch.published[*i];
-        report.problems.push(format!(
-            "{} message on {} has no record: headers {:?}, body {}",
-            m.target,
-            m.subject,
-            m.headers.iter().take(12).collect::<Vec<_>>(),
-            preview(&m.body)
-        ));
-    }
-    for r in missing_runs.iter().take(5) {
-        report.problems.push(format!(
-            "delivery for run {r}: neither a completion nor a DLQ entry (idempotency key {:?})",
-            batch
-                .run_keys
-                .get(r)
-                .map(String::as_str)
-                .unwrap_or_default()
-        ));
-    }
-    if missing_without_run > 0 {
-        report.problems.push(format!(
-            "{missing_without_run} deliveries without a run id had no DLQ entry"
-        ));
-    }
-    // Bounds.
-    let config = lab.config();
-    let (records, _) = lab.records();
-    let bytes: usize = records.iter().map(|r| r.size()).sum();
-    let all_runs = lab.runs();
-    let settled = all_runs.iter().filter(|r| r.status.is_settled()).count();
-    let unsettled = all_runs.len() - settled;
-    let started_unsettled = all_runs
-        .iter()
-        .filter(|r| !r.status.is_settled() && !r.is_followed())
-        .count();
-    let followed_unsettled = unsettled - started_unsettled;
-    let violations = lab.violations().len();
-    let flows = running.flows().len();
-    let slack = config.max_runs / 10 + 1;
-    for (what, value, bound) in [
-        ("records", records.len(), config.max_records),
-        ("record bytes", bytes, config.max_record_bytes),
-        ("settled runs", settled, config.max_runs + slack),
-        // Never evicted by design: the canary's, and those the fuzzer's control requests
-        // started (a timer on the fuzzer's clock may keep them waiting).
-        (
-            "running or waiting runs it started",
-            started_unsettled,
-            batch.control_runs + 1,
-        ),
-        // Followed from fuzzed events for made-up runs (open while their node said
-        // `retrying`): a bound of their own, reached under fuzz.
-        (
-            "running or waiting runs followed from events",
-            followed_unsettled,
-            config.max_followed_runs,
-        ),
-        ("violations", violations, config.max_violations),
-        ("the service's flows", flows, MAX_FLOWS),
-    ] {
-        if value > bound {
-            report.bound_breaches += 1;
-            report.problems.push(format!(
-                "after message {}: {what} {value} above the bound {bound}",
-                batch.n
-            ));
-        }
-    }
 }

@@ -32,15 +32,15 @@ use futures::StreamExt;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde_json::{Value, json};
-use triggers_emulator::recorder::RunStatus;
-use triggers_emulator::{Emulator, EmulatorConfig, Harness, TriggerOptions};
+use triggers_emulator::{Emulator, EmulatorConfig, EmulatorError, Harness, TriggerOptions};
 use triggers_sdk::flow::Flow;
+mod check;
 mod hostile;
 mod plan;
 mod report;
 
+use check::{check_batch, finish};
 use plan::{Plan, RunPlan, plan_of};
-use report::DUPLICATE_OR_LOSS_RULES;
 pub use report::{Faults, SoakReport};
 
 use triggers_sdk::runtime::{
@@ -352,127 +352,25 @@ pub async fn run(config: SoakConfig) -> SoakReport {
         seed: config.seed,
         ..Default::default()
     };
-    // It kills and restarts the server: one of its own.
-    let mut lab = crate::own_lab_with(emulator_config(&config)).await;
-    let successes: Successes = Arc::default();
-    let mut services: Vec<RunningService> = Vec::new();
-    let mut crashable = None;
-    for name in SERVICES {
-        for r in 0..config.replicas.max(1) {
-            if name == "k1" && r == 0 && config.replica_crash {
-                crashable = Some(Crashable::start(
-                    name,
-                    lab.url().to_owned(),
-                    successes.clone(),
-                ));
-                continue;
-            }
-            services.push(
-                service(name, lab.url(), successes.clone())
-                    .start()
-                    .await
-                    .expect("a soak service starts"),
-            );
-        }
-    }
-    lab.deploy(flow()).await.expect("the soak flow deploys");
-    if let Some(ack_wait) = config.ack_wait {
-        set_ack_wait(&lab, ack_wait).await;
-    }
-    let emulator = lab.emulator().clone();
-    let hostile = if config.hostile {
-        let client = triggers_sdk::transport::connect(lab.url())
-            .await
-            .expect("the hostile client connects");
-        hostile::refused_registrations(&lab, &client, &mut report).await;
-        Some(client)
-    } else {
-        None
-    };
-
-    let mut rng = StdRng::seed_from_u64(config.seed);
-    let runs = config.runs;
-    let kills: Vec<usize> = (1..=config.nats_kills)
-        .map(|k| runs * k / (config.nats_kills + 1))
-        .collect();
-    let crash_at = config.replica_crash.then_some(runs * 3 / 5 + 1);
+    let mut soak = Soak::start(config, &mut report).await;
+    let runs = soak.config.runs;
     let mut plans: HashMap<String, (usize, RunPlan)> = HashMap::new();
     let mut next = 0;
     while next < runs {
-        if config.duration.is_some_and(|d| started.elapsed() >= d) {
+        if soak.config.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
         }
-        let end = (next + config.batch.max(1)).min(runs);
-        let mut batch: Vec<String> = Vec::new();
-        let mut i = next;
-        while i < end {
-            // Chaos between chunks of triggers, while the runs before are in flight.
-            if kills.contains(&i) && report.nats_kills < config.nats_kills {
-                kill_nats(&mut lab, &mut report).await;
-            }
-            if crash_at == Some(i)
-                && let Some(mut c) = crashable.take()
-            {
-                c.crash();
-                report.replica_crashes += 1;
-                services.push(
-                    service("k1", lab.url(), successes.clone())
-                        .start()
-                        .await
-                        .expect("the replacement replica starts"),
-                );
-            }
-            let chunk_end = (i + 64).min(end);
-            let next_event = kills
-                .iter()
-                .copied()
-                .chain(crash_at)
-                .filter(|k| *k > i)
-                .min()
-                .unwrap_or(usize::MAX);
-            let chunk_end = chunk_end.min(next_event.max(i + 1));
-            let chunk: Vec<(String, RunPlan, usize)> = (i..chunk_end)
-                .map(|n| {
-                    let plan = RunPlan::generate(&mut rng, &config, &mut report.faults);
-                    (format!("soak-{}-{n}", config.seed), plan, n)
-                })
-                .collect();
-            let results: Vec<(String, Result<(), String>)> =
-                futures::stream::iter(chunk.iter().map(|(id, plan, n)| {
-                    let emulator = emulator.clone();
-                    let id = id.clone();
-                    let payload = plan.payload(*n);
-                    async move {
-                        let r = trigger(&emulator, &id, payload).await;
-                        (id, r)
-                    }
-                }))
-                .buffer_unordered(32)
-                .collect()
-                .await;
-            for (id, r) in results {
-                if let Err(e) = r {
-                    report
-                        .problems
-                        .push(format!("run {id}: not triggered: {e}"));
-                }
-            }
-            for (id, plan, n) in chunk {
-                batch.push(id.clone());
-                plans.insert(id, (n, plan));
-            }
-            report.runs += chunk_end - i;
-            i = chunk_end;
-        }
-        if let Some(client) = &hostile {
+        let end = (next + soak.config.batch.max(1)).min(runs);
+        let batch = soak.trigger_batch(next..end, &mut plans, &mut report).await;
+        if let Some(client) = &soak.hostile {
             hostile::fake_events(client, next, FAKE_EVENTS, &mut report).await;
         }
-        check_batch(&emulator, &batch, &plans, &successes, &mut report).await;
+        check_batch(&soak.emulator, &batch, &plans, &soak.successes, &mut report).await;
         for id in &batch {
             plans.remove(id);
         }
         next = end;
-        if config.progress {
+        if soak.config.progress {
             eprintln!(
                 "{}/{} runs, {} checked, lost {}, duplicated {}, wrong status {}, {} problems, {} kills, {} crashes, RSS {} MiB ({:.0?})",
                 report.runs,
@@ -489,11 +387,159 @@ pub async fn run(config: SoakConfig) -> SoakReport {
             );
         }
     }
-    finish(&lab, &services, &successes, &mut report).await;
+    finish(&soak.lab, &soak.services, &soak.successes, &mut report).await;
     report.elapsed = started.elapsed();
-    drop(crashable);
-    drop(services);
+    drop(soak);
     report
+}
+
+/// A soak under way: the harness, the services and their replicas, the hostile client, and
+/// when the chaos comes. The crashable replica stops first, then the services, then the rest.
+struct Soak {
+    crashable: Option<Crashable>,
+    services: Vec<RunningService>,
+    hostile: Option<async_nats::Client>,
+    emulator: Emulator,
+    successes: Successes,
+    lab: Harness,
+    config: SoakConfig,
+    rng: StdRng,
+    /// The run numbers before which the nats-server is killed.
+    kills: Vec<usize>,
+    /// The run number before which the crashable replica crashes.
+    crash_at: Option<usize>,
+}
+
+impl Soak {
+    /// Its own harness (it kills and restarts the server), the services, the flow deployed, and
+    /// the hostile client's registrations refused.
+    async fn start(config: SoakConfig, report: &mut SoakReport) -> Self {
+        let lab = crate::own_lab_with(emulator_config(&config)).await;
+        let successes: Successes = Arc::default();
+        let mut services: Vec<RunningService> = Vec::new();
+        let mut crashable = None;
+        for name in SERVICES {
+            for r in 0..config.replicas.max(1) {
+                if name == "k1" && r == 0 && config.replica_crash {
+                    let url = lab.url().to_owned();
+                    crashable = Some(Crashable::start(name, url, successes.clone()));
+                    continue;
+                }
+                let running = service(name, lab.url(), successes.clone()).start().await;
+                services.push(running.expect("a soak service starts"));
+            }
+        }
+        lab.deploy(flow()).await.expect("the soak flow deploys");
+        if let Some(ack_wait) = config.ack_wait {
+            set_ack_wait(&lab, ack_wait).await;
+        }
+        let hostile = if config.hostile {
+            let client = triggers_sdk::transport::connect(lab.url())
+                .await
+                .expect("the hostile client connects");
+            hostile::refused_registrations(&lab, &client, report).await;
+            Some(client)
+        } else {
+            None
+        };
+        let runs = config.runs;
+        Soak {
+            crashable,
+            services,
+            hostile,
+            emulator: lab.emulator().clone(),
+            successes,
+            lab,
+            rng: StdRng::seed_from_u64(config.seed),
+            kills: (1..=config.nats_kills)
+                .map(|k| runs * k / (config.nats_kills + 1))
+                .collect(),
+            crash_at: config.replica_crash.then_some(runs * 3 / 5 + 1),
+            config,
+        }
+    }
+
+    /// Plans and triggers the runs numbered `runs`, in chunks, with the chaos between chunks
+    /// while the runs before are in flight; returns their ids.
+    async fn trigger_batch(
+        &mut self,
+        runs: std::ops::Range<usize>,
+        plans: &mut HashMap<String, (usize, RunPlan)>,
+        report: &mut SoakReport,
+    ) -> Vec<String> {
+        let mut batch: Vec<String> = Vec::new();
+        let mut i = runs.start;
+        while i < runs.end {
+            self.chaos(i, report).await;
+            let next_event = (self.kills.iter().copied())
+                .chain(self.crash_at)
+                .filter(|k| *k > i)
+                .min()
+                .unwrap_or(usize::MAX);
+            let chunk_end = (i + 64).min(runs.end).min(next_event.max(i + 1));
+            let chunk: Vec<(String, RunPlan, usize)> = (i..chunk_end)
+                .map(|n| {
+                    let plan = RunPlan::generate(&mut self.rng, &self.config, &mut report.faults);
+                    (format!("soak-{}-{n}", self.config.seed), plan, n)
+                })
+                .collect();
+            trigger_chunk(&self.emulator, &chunk, report).await;
+            for (id, plan, n) in chunk {
+                batch.push(id.clone());
+                plans.insert(id, (n, plan));
+            }
+            report.runs += chunk_end - i;
+            i = chunk_end;
+        }
+        batch
+    }
+
+    /// The chaos due before run `i`: a nats-server kill, or the replica's crash (and its
+    /// replacement).
+    async fn chaos(&mut self, i: usize, report: &mut SoakReport) {
+        if self.kills.contains(&i) && report.nats_kills < self.config.nats_kills {
+            kill_nats(&mut self.lab, report).await;
+        }
+        if self.crash_at == Some(i)
+            && let Some(mut c) = self.crashable.take()
+        {
+            c.crash();
+            report.replica_crashes += 1;
+            let replacement = service("k1", self.lab.url(), self.successes.clone())
+                .start()
+                .await;
+            self.services
+                .push(replacement.expect("the replacement replica starts"));
+        }
+    }
+}
+
+/// Triggers a chunk of runs, 32 at a time; a run that could not be triggered is a problem.
+async fn trigger_chunk(
+    emulator: &Emulator,
+    chunk: &[(String, RunPlan, usize)],
+    report: &mut SoakReport,
+) {
+    let results: Vec<(String, Result<(), EmulatorError>)> =
+        futures::stream::iter(chunk.iter().map(|(id, plan, n)| {
+            let emulator = emulator.clone();
+            let id = id.clone();
+            let payload = plan.payload(*n);
+            async move {
+                let r = trigger(&emulator, &id, payload).await;
+                (id, r)
+            }
+        }))
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    for (id, r) in results {
+        if let Err(e) = r {
+            report
+                .problems
+                .push(format!("run {id}: not triggered: {e}"));
+        }
+    }
 }
 
 /// Shortens the ack wait of every soak consumer (the server applies it to the messages
@@ -557,267 +603,21 @@ fn quiet_planned_panics() {
 }
 
 /// Triggers one run with its own id, retrying a publish that failed (the server coming back).
-async fn trigger(emulator: &Emulator, id: &str, payload: Vec<u8>) -> Result<(), String> {
-    let mut last = String::new();
-    for _ in 0..20 {
+async fn trigger(emulator: &Emulator, id: &str, payload: Vec<u8>) -> Result<(), EmulatorError> {
+    let mut attempts = 1;
+    loop {
+        let options = TriggerOptions {
+            run_id: Some(id.to_owned()),
+            ..Default::default()
+        };
         match emulator
-            .trigger_bytes(
-                "soak",
-                payload.clone(),
-                TriggerOptions {
-                    run_id: Some(id.to_owned()),
-                    ..Default::default()
-                },
-            )
+            .trigger_bytes("soak", payload.clone(), options)
             .await
         {
-            Ok(_) => return Ok(()),
-            Err(triggers_emulator::EmulatorError::RunExists(_)) => return Ok(()),
-            Err(e) => last = e.to_string(),
+            Ok(_) | Err(EmulatorError::RunExists(_)) => return Ok(()),
+            Err(e) if attempts == 20 => return Err(e),
+            Err(_) => attempts += 1,
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    Err(last)
-}
-
-async fn check_batch(
-    emulator: &Emulator,
-    batch: &[String],
-    plans: &HashMap<String, (usize, RunPlan)>,
-    successes: &Successes,
-    report: &mut SoakReport,
-) {
-    for id in batch {
-        let Some((n, plan)) = plans.get(id) else {
-            continue;
-        };
-        let run = match emulator.wait_run_settled(id).await {
-            Ok(run) => run,
-            Err(e) => {
-                if emulator.run(id).is_none() {
-                    report.partial.push(format!(
-                        "run {id} is not in the emulator (evicted before it was checked?): {e}"
-                    ));
-                } else {
-                    report.lost += 1;
-                    report.problems.push(format!(
-                        "run {id} ({plan:?}) did not settle: {}",
-                        emulator.describe_run(id)
-                    ));
-                }
-                continue;
-            }
-        };
-        let (status, executions, dlq) = plan.expect();
-        // A run settles on its failed completion; its DLQ entry is read from another stream
-        // and may come a moment later.
-        let run = if dlq > 0 && run.dlq.is_empty() {
-            let _ = emulator
-                .wait_dlq(triggers_emulator::DlqFilter::run(id))
-                .await;
-            emulator.run(id).unwrap_or(run)
-        } else {
-            run
-        };
-        report.checked += 1;
-        report.dlq_owed += dlq;
-        let mut problems = Vec::new();
-        if run.status != status {
-            report.wrong_status += 1;
-            problems.push(format!("status {:?}, planned {status:?}", run.status));
-        }
-        match run.status {
-            RunStatus::Succeeded => report.succeeded += 1,
-            RunStatus::Failed => report.failed += 1,
-            _ => {}
-        }
-        for (node, owed) in NODES.iter().zip(executions) {
-            let ran = run.executions(node);
-            if ran < owed {
-                report.lost += u64::from(owed - ran);
-                problems.push(format!("{node} ran {ran} times, owed {owed}"));
-            } else if ran > owed {
-                report.duplicated += u64::from(ran - owed);
-                problems.push(format!("{node} ran {ran} times, owed {owed}"));
-            }
-        }
-        let dlq_seen = run.dlq.len() as u64;
-        if dlq_seen > dlq {
-            // Counted once, from the DLQ stream at the end (a late repeat is only there).
-            problems.push(format!("{dlq_seen} DLQ entries, owed {dlq}"));
-        } else if dlq_seen < dlq {
-            report.lost += dlq - dlq_seen;
-            problems.push(format!("{dlq_seen} DLQ entries, owed {dlq}"));
-        }
-        if !run.unexpected.is_empty() {
-            report.duplicated += run.unexpected.len() as u64;
-            problems.push(format!("unexpected completions {:?}", run.unexpected));
-        }
-        let reruns: u32 = {
-            let s = successes.lock().unwrap_or_else(|e| e.into_inner());
-            (0u8..3)
-                .map(|k| {
-                    s.get(&(*n as u64, k))
-                        .copied()
-                        .unwrap_or(0)
-                        .saturating_sub(1)
-                })
-                .sum()
-        };
-        report.handler_reruns += u64::from(reruns);
-        if !problems.is_empty() {
-            report
-                .problems
-                .push(format!("run {id} ({plan:?}): {}", problems.join("; ")));
-        }
-    }
-    // A run the driver did not start is a duplicate: events for a run it had already settled
-    // and that was evicted, followed anew. The hostile client's made-up runs are its own.
-    for run in emulator.runs() {
-        if !run.id.starts_with("soak-") && !run.id.starts_with(hostile::FAKE_RUN_PREFIX) {
-            report.duplicated += 1;
-            report.problems.push(format!(
-                "a run the driver did not start: {} ({:?})",
-                run.id, run.status
-            ));
-        }
-    }
-}
-
-/// Reads the whole DLQ stream and counts the entries that repeat another for the same delivery.
-async fn dlq_repeats(
-    stream: &async_nats::jetstream::stream::Stream,
-    count: u64,
-    report: &mut SoakReport,
-) {
-    use async_nats::jetstream::consumer::{DeliverPolicy, pull::OrderedConfig};
-    let messages = match stream
-        .create_consumer(OrderedConfig {
-            deliver_policy: DeliverPolicy::All,
-            ..Default::default()
-        })
-        .await
-    {
-        Ok(consumer) => consumer.messages().await,
-        Err(e) => {
-            report
-                .partial
-                .push(format!("cannot read the DLQ stream: {e}"));
-            return;
-        }
-    };
-    let Ok(mut messages) = messages else {
-        report.partial.push("cannot read the DLQ stream".into());
-        return;
-    };
-    let mut seen: HashMap<(String, String), u32> = HashMap::new();
-    let mut read = 0;
-    while read < count {
-        match tokio::time::timeout(Duration::from_secs(10), messages.next()).await {
-            Ok(Some(Ok(msg))) => {
-                read += 1;
-                let key = triggers_sdk::wire::DlqEntry::from_json(&msg.payload)
-                    .map(|e| (e.envelope.idempotency_key, e.envelope.flow_run_id))
-                    .unwrap_or_default();
-                let n = seen.entry((msg.subject.to_string(), key.0)).or_default();
-                *n += 1;
-                if *n > 1 {
-                    report.dlq_repeats += 1;
-                    report.dlq_repeat_runs.push(key.1);
-                }
-            }
-            _ => {
-                report
-                    .partial
-                    .push(format!("read {read} of the DLQ stream's {count} entries"));
-                return;
-            }
-        }
-    }
-    if report.dlq_repeats > 0 {
-        report.duplicated += report.dlq_repeats;
-        report.problems.push(format!(
-            "{} DLQ entries repeat one for the same delivery (runs {:?}): a failure run again by another replica after a server kill lost the first one's ack; the DLQ Nats-Msg-Id's instant differs, so JetStream keeps both",
-            report.dlq_repeats, report.dlq_repeat_runs
-        ));
-    }
-}
-
-/// The end of the soak: quiet time for late messages, then the DLQ stream's count, the streams'
-/// completeness, the drop counters, the services' stats and the violations.
-async fn finish(
-    lab: &Harness,
-    services: &[RunningService],
-    successes: &Successes,
-    report: &mut SoakReport,
-) {
-    // Late duplicates (a redelivery after a crash) would arrive now.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let js = async_nats::jetstream::new(lab.client().clone());
-    for name in [
-        triggers_emulator::DLQ_STREAM,
-        triggers_emulator::EVENTS_STREAM,
-    ] {
-        match js.get_stream(name).await {
-            Ok(mut stream) => match stream.info().await.cloned() {
-                Ok(info) => {
-                    if info.state.first_sequence > 1 {
-                        report.partial.push(format!(
-                            "stream {name} discarded messages (first sequence {}): the accounting would be partial",
-                            info.state.first_sequence
-                        ));
-                    }
-                    if name == triggers_emulator::DLQ_STREAM {
-                        report.dlq_stored = info.state.messages;
-                        dlq_repeats(&stream, info.state.messages, report).await;
-                    }
-                }
-                Err(e) => report.partial.push(format!("stream {name}: {e}")),
-            },
-            Err(e) => report.partial.push(format!("stream {name}: {e}")),
-        }
-    }
-    let state = lab.emulator().summary();
-    if state.dropped_messages > 0 {
-        report.partial.push(format!(
-            "the emulator's subscriptions dropped {} messages (slow consumer)",
-            state.dropped_messages
-        ));
-    }
-    for s in services {
-        if s.dropped_messages() > 0 {
-            report.partial.push(format!(
-                "a replica of {} dropped {} messages (slow consumer)",
-                s.name(),
-                s.dropped_messages()
-            ));
-        }
-        let stats = s.stats();
-        report.given_up += stats.given_up;
-        report.cache_evictions += stats.handled_keys_evicted + stats.outcomes_evicted;
-    }
-    if state.dropped_violations > 0 {
-        report.partial.push(format!(
-            "{} violations were counted, not kept",
-            state.dropped_violations
-        ));
-    }
-    for v in lab.violations() {
-        *report.violations.entry(v.rule.to_owned()).or_default() += 1;
-        if DUPLICATE_OR_LOSS_RULES.contains(&v.rule) {
-            report.problems.push(format!("{}: {}", v.rule, v.message));
-        }
-    }
-    let _ = successes;
-    report.unfollowed_runs = state.unfollowed_runs;
-    if report.fake_events > MAX_FOLLOWED_RUNS as u64 && report.unfollowed_runs == 0 {
-        report.problems.push(format!(
-            "hostile: {} fake events for made-up runs, and none went unfollowed: max_followed_runs ({MAX_FOLLOWED_RUNS}) was not reached",
-            report.fake_events
-        ));
-    }
-    report.peak_rss_kib = peak_rss_kib(None);
-    report.nats_peak_rss_kib = report
-        .nats_peak_rss_kib
-        .max(peak_rss_kib(nats_server_pid(lab.url())));
 }
