@@ -103,7 +103,9 @@ pub(crate) async fn tap(
         let found = st
             .order
             .seen(seen, &msg.subject, &headers, &payload, own, |id| {
-                runs.get(id).filter(|r| !r.followed).and_then(Run::flow)
+                runs.get(id)
+                    .filter(|r| !r.is_followed())
+                    .and_then(Run::flow)
             });
         if !found.is_empty() {
             shared.add_violations(&mut state, found);
@@ -343,7 +345,6 @@ pub(crate) fn record_dlq(shared: &Shared, msg: &jetstream::Message) {
     let Some(entry) = entry else { return };
     let run_id = entry.envelope.flow_run_id.clone();
     if let Some(run) = state.runs.get_mut(&run_id) {
-        run.dlq.push(seq);
         run.dead_letter(
             &service,
             &entry.kind,
@@ -554,10 +555,10 @@ impl Shared {
                     self.add_violations(&mut state, found);
                 }
                 if !from_emulator && !key.is_empty() {
-                    let reused = state.runs.get_mut(&run_id).and_then(|run| {
-                        run.hops.observe(&source, service, key);
-                        run.hops.reused(&run.executions)
-                    });
+                    let reused = state
+                        .runs
+                        .get_mut(&run_id)
+                        .and_then(|run| run.hop(&source, service, key));
                     if let Some(found) = reused {
                         let v = key_reused(&run_id, &found, subject, shared_headers, payload);
                         self.add_violations(&mut state, vec![v]);
@@ -657,11 +658,11 @@ impl Shared {
         };
         // A cancelled run's late events are recorded, not judged: what it owed was dropped, so
         // nothing the services still do for it can be held against them.
-        let cancelled = run.status == crate::recorder::RunStatus::Cancelled;
-        let judged = !run.followed && !cancelled;
+        let cancelled = run.is_cancelled();
+        let judged = !run.is_followed() && !cancelled;
         let mut findings = if cancelled {
             Vec::new()
-        } else if run.followed {
+        } else if run.is_followed() {
             runs::followed_completion(run, event, deployed.as_deref())
         } else {
             runs::completion(run, event)
@@ -675,7 +676,7 @@ impl Shared {
         if judged {
             findings.extend(runs::after_completion(run, event, max_attempts, unexpected));
         }
-        let reused = run.hops.reused(&run.executions);
+        let reused = run.key_reuse();
         for timer in to_arm {
             crate::timers::arm(self, state, &event.flow_run_id, &timer, now);
         }
@@ -714,8 +715,7 @@ fn key_reused(
         "idempotency_key_reused",
         subject,
         format!(
-            "run {run_id}: node {:?} ran {} times, but its hops to {} carried only {} distinct idempotency key(s) ({} hops); JetStream's dedup window dropped the rest. A key must derive from the inbound delivery's key plus what makes the hop distinct (docs/wire.md)",
-            found.from, found.executions, found.service, found.keys, found.hops
+            "run {run_id}: {found}; JetStream's dedup window dropped the rest. A key must derive from the inbound delivery's key plus what makes the hop distinct (docs/wire.md)"
         ),
         headers,
         payload,

@@ -113,6 +113,13 @@ enum What {
 }
 
 impl What {
+    fn dlq(entry: DlqEntry) -> Self {
+        What::Dlq {
+            key: entry.envelope.idempotency_key,
+            source: entry.envelope.source_node_id,
+        }
+    }
+
     fn describe(&self) -> String {
         match self {
             What::Event { node, status } => format!("the completion event of {node:?} ({status})"),
@@ -399,6 +406,11 @@ impl Order {
     ) -> Vec<Violation> {
         self.pos += 1;
         let pos = self.pos;
+        let wire = Wire {
+            subject,
+            headers,
+            payload,
+        };
         let mut found = Vec::new();
         let (run_id, service, what) = match seen {
             Seen::Other => return found,
@@ -407,25 +419,7 @@ impl Order {
                 consumer,
                 seq,
             } => {
-                match self.by_seq.get(&(stream.clone(), seq)) {
-                    Some((run_id, i)) => {
-                        if let Some(d) = self
-                            .runs
-                            .get_mut(run_id)
-                            .and_then(|r| r.deliveries.get_mut(*i))
-                            && d.consumer == consumer
-                            && d.acked_at.is_none()
-                        {
-                            d.acked_at = Some(pos);
-                        }
-                    }
-                    None => {
-                        if self.early_acks.len() >= MAX_EARLY_ACKS {
-                            self.early_acks.pop_front();
-                        }
-                        self.early_acks.push_back((stream, seq, consumer, pos));
-                    }
-                }
+                self.ack(stream, consumer, seq, pos);
                 return found;
             }
             Seen::Event(e) => {
@@ -441,134 +435,195 @@ impl Order {
                 entry,
             } => {
                 let run_id = entry.envelope.flow_run_id.clone();
-                if let Some(flow) = run_flow(&run_id)
-                    && let Some(action) = &action
-                    && FAILED_KINDS.contains(&entry.kind.as_str())
-                    && !self.runs.get(&run_id).is_some_and(|r| r.gap)
-                {
-                    let nodes: Vec<&str> = flow
-                        .body
-                        .nodes
-                        .iter()
-                        .filter(|n| {
-                            n.node_type == NodeType::Action
-                                && n.service == service
-                                && n.action == *action
-                        })
-                        .map(|n| n.id.as_str())
-                        .collect();
-                    let events = self.runs.get(&run_id).map(|r| &r.events);
-                    let failed = nodes.iter().any(|n| {
-                        events.is_some_and(|e| e.contains(&(n.to_string(), status::FAILED.into())))
-                    });
-                    if !nodes.is_empty() && !failed {
-                        found.push(violation(
-                            "dlq_before_failed_event",
-                            subject,
-                            headers,
-                            payload,
-                            format!(
-                                "run {run_id}: {service} dead-lettered action {action} ({}) before publishing the `failed` completion event of its node {}: the order is the failed event, then the DLQ entry, then the ack (protocol.md §9), so the run settles on the event and a DLQ reader finds the node already failed",
-                                entry.kind,
-                                nodes.join(" or ")
-                            ),
-                        ));
-                    }
-                }
-                let what = What::Dlq {
-                    key: entry.envelope.idempotency_key.clone(),
-                    source: entry.envelope.source_node_id.clone(),
-                };
-                (run_id, service, what)
+                let flow = run_flow(&run_id);
+                found.extend(
+                    flow.and_then(|f| self.dlq_before_failed(&wire, f, &service, action, &entry)),
+                );
+                (run_id, service, What::dlq(entry))
             }
             Seen::Hop {
                 envelope,
                 jetstream,
                 receiver,
             } => {
-                if own {
-                    return found;
-                }
-                let run_id = envelope.flow_run_id.clone();
-                let Some(flow) = run_flow(&run_id) else {
-                    return found;
-                };
-                let source = envelope.source_node_id.clone();
-                let Some(sender) = flow.node(&source).map(|n| n.service.clone()) else {
-                    return found;
-                };
-                if !jetstream {
-                    found.push(violation(
-                        "hop_not_jetstream",
-                        subject,
-                        headers,
-                        payload,
-                        format!(
-                            "run {run_id}: {sender} handed {source:?}'s output on to {subject} as a plain NATS publish (no reply subject): a hop MUST be published through JetStream and its ack awaited (protocol.md §7); a plain publish no stream stored is lost, and nobody knows"
-                        ),
-                    ));
-                }
-                // The receiving service runs what follows: its reports are its own, never
-                // blamed on an earlier delivery. The same holds for a delivery of the service's
-                // own entry published again by another client (a replay, a redelivery forced by
-                // hand): what it makes the service report again is that delivery's, not a late
-                // report of the acked one.
-                let (nodes, held) = nodes_run(flow, &source, &receiver);
-                let run = self.run(&run_id);
-                if run.deliveries.len() < MAX_DELIVERIES {
-                    run.deliveries.push(DeliveryOrder {
-                        service: receiver,
-                        source: source.clone(),
-                        key: envelope.idempotency_key.clone(),
-                        consumer: String::new(),
-                        nodes,
-                        held,
-                        tracked: false,
-                        acked_at: None,
-                        blamed: false,
-                    });
-                }
-                let run = self.runs.get(&run_id);
-                let held = run.is_some_and(|r| {
-                    r.deliveries
-                        .iter()
-                        .any(|d| d.tracked && d.held && d.service == sender && d.source == source)
-                });
-                let reported = run.is_some_and(|r| {
-                    r.events
-                        .contains(&(source.clone(), status::SUCCEEDED.to_owned()))
-                });
-                let gap = run.is_some_and(|r| r.gap);
-                if !held && !reported && !gap {
-                    found.push(violation(
-                        "handed_on_before_event",
-                        subject,
-                        headers,
-                        payload,
-                        format!(
-                            "run {run_id}: {sender} handed {source:?}'s output on to {subject} before publishing {source:?}'s `succeeded` completion event: an event MUST be published before the node's output is handed on (protocol.md §6), so the orchestrator sees the node before what follows it"
-                        ),
-                    ));
-                }
-                (run_id, sender, What::Hop { source })
+                let flow = run_flow(&envelope.flow_run_id).filter(|_| !own);
+                let hop = flow
+                    .and_then(|f| self.hop(&wire, f, envelope, jetstream, receiver, &mut found));
+                let Some(report) = hop else { return found };
+                report
             }
         };
         if own || run_flow(&run_id).is_none() {
             return found;
         }
+        found.extend(self.report(&wire, pos, &run_id, service, what));
+        found
+    }
+
+    /// An ack of `seq` of `stream` by `consumer`, seen at `pos`: the delivery it settles is
+    /// acked then (on its own consumer, once); an ack of a delivery whose PubAck the emulator
+    /// has not read yet waits for it ([`Order::stored`]).
+    fn ack(&mut self, stream: String, consumer: String, seq: u64, pos: u64) {
+        match self.by_seq.get(&(stream.clone(), seq)) {
+            Some((run_id, i)) => {
+                if let Some(d) = self
+                    .runs
+                    .get_mut(run_id)
+                    .and_then(|r| r.deliveries.get_mut(*i))
+                    && d.consumer == consumer
+                    && d.acked_at.is_none()
+                {
+                    d.acked_at = Some(pos);
+                }
+            }
+            None => {
+                if self.early_acks.len() >= MAX_EARLY_ACKS {
+                    self.early_acks.pop_front();
+                }
+                self.early_acks.push_back((stream, seq, consumer, pos));
+            }
+        }
+    }
+
+    /// `dlq_before_failed_event`: a DLQ entry of an action's failure (on the action's own DLQ
+    /// subject) seen before the `failed` event of any node of that action.
+    fn dlq_before_failed(
+        &self,
+        wire: &Wire<'_>,
+        flow: &Flow,
+        service: &str,
+        action: Option<String>,
+        entry: &DlqEntry,
+    ) -> Option<Violation> {
+        let action = action?;
+        let run_id = &entry.envelope.flow_run_id;
+        let run = self.runs.get(run_id);
+        if !FAILED_KINDS.contains(&entry.kind.as_str()) || run.is_some_and(|r| r.gap) {
+            return None;
+        }
+        let nodes: Vec<&str> = flow
+            .body
+            .nodes
+            .iter()
+            .filter(|n| {
+                n.node_type == NodeType::Action && n.service == service && n.action == action
+            })
+            .map(|n| n.id.as_str())
+            .collect();
+        let failed = nodes.iter().any(|n| {
+            run.is_some_and(|r| r.events.contains(&(n.to_string(), status::FAILED.into())))
+        });
+        if nodes.is_empty() || failed {
+            return None;
+        }
+        Some(wire.violation(
+            "dlq_before_failed_event",
+            format!(
+                "run {run_id}: {service} dead-lettered action {action} ({}) before publishing the `failed` completion event of its node {}: the order is the failed event, then the DLQ entry, then the ack (protocol.md §9), so the run settles on the event and a DLQ reader finds the node already failed",
+                entry.kind,
+                nodes.join(" or ")
+            ),
+        ))
+    }
+
+    /// A hop between services of a run the emulator started: judged (`hop_not_jetstream`,
+    /// `handed_on_before_event`, into `found`) and followed as a delivery of the receiver.
+    /// Returns the report it is of its sender (run, service, what); none when the flow does not
+    /// know its source node.
+    fn hop(
+        &mut self,
+        wire: &Wire<'_>,
+        flow: &Flow,
+        envelope: Envelope,
+        jetstream: bool,
+        receiver: String,
+        found: &mut Vec<Violation>,
+    ) -> Option<(String, String, What)> {
+        let Envelope {
+            flow_run_id: run_id,
+            source_node_id: source,
+            idempotency_key: key,
+            ..
+        } = envelope;
+        let sender = flow.node(&source).map(|n| n.service.clone())?;
+        let subject = wire.subject;
+        if !jetstream {
+            found.push(wire.violation(
+                "hop_not_jetstream",
+                format!(
+                    "run {run_id}: {sender} handed {source:?}'s output on to {subject} as a plain NATS publish (no reply subject): a hop MUST be published through JetStream and its ack awaited (protocol.md §7); a plain publish no stream stored is lost, and nobody knows"
+                ),
+            ));
+        }
+        // The receiving service runs what follows: its reports are its own, never blamed on an
+        // earlier delivery. The same holds for a delivery of the service's own entry published
+        // again by another client (a replay, a redelivery forced by hand): what it makes the
+        // service report again is that delivery's, not a late report of the acked one.
+        let (nodes, held) = nodes_run(flow, &source, &receiver);
+        let run = self.run(&run_id);
+        if run.deliveries.len() < MAX_DELIVERIES {
+            run.deliveries.push(DeliveryOrder {
+                service: receiver,
+                source: source.clone(),
+                key,
+                consumer: String::new(),
+                nodes,
+                held,
+                tracked: false,
+                acked_at: None,
+                blamed: false,
+            });
+        }
+        if !self.may_hand_on(&run_id, &sender, &source) {
+            found.push(wire.violation(
+                "handed_on_before_event",
+                format!(
+                    "run {run_id}: {sender} handed {source:?}'s output on to {subject} before publishing {source:?}'s `succeeded` completion event: an event MUST be published before the node's output is handed on (protocol.md §6), so the orchestrator sees the node before what follows it"
+                ),
+            ));
+        }
+        Some((run_id, sender, What::Hop { source }))
+    }
+
+    /// Whether `sender` may hand on `source`'s output now: it holds the delivery to `source`
+    /// (an entry, a timer's resume: no event of `source` comes), or `source`'s `succeeded`
+    /// event was seen, or the tap lost messages of the run (no verdict then).
+    fn may_hand_on(&self, run_id: &str, sender: &str, source: &str) -> bool {
+        let Some(run) = self.runs.get(run_id) else {
+            return false;
+        };
+        let held = run
+            .deliveries
+            .iter()
+            .any(|d| d.tracked && d.held && d.service == sender && d.source == source);
+        let reported = run
+            .events
+            .contains(&(source.to_owned(), status::SUCCEEDED.to_owned()));
+        held || reported || run.gap
+    }
+
+    /// A report (a completion event, a DLQ entry, a hop) of `service` in a run the emulator
+    /// started, seen at `pos`: judged against the acks of the deliveries it can be of
+    /// (`ack_before_reports`), then remembered for acks learnt later.
+    fn report(
+        &mut self,
+        wire: &Wire<'_>,
+        pos: u64,
+        run_id: &str,
+        service: String,
+        what: What,
+    ) -> Option<Violation> {
         let report = Report {
             pos,
-            id: identity(subject, headers, payload.as_bytes()),
+            id: identity(wire.subject, wire.headers, wire.payload.as_bytes()),
             service,
             what,
-            subject: subject.to_owned(),
-            headers: crate::recorder::share_headers(headers),
-            payload: payload.clone(),
+            subject: wire.subject.to_owned(),
+            headers: crate::recorder::share_headers(wire.headers),
+            payload: wire.payload.clone(),
         };
-        let run = self.run(&run_id);
-        if let Some(v) = judge_ack(&run_id, run, &report, true) {
-            found.push(v);
-        }
+        let run = self.run(run_id);
+        let found = judge_ack(run_id, run, &report, true);
         if let What::Event { node, status } = &report.what {
             run.events.insert((node.clone(), status.clone()));
         }
@@ -580,6 +635,25 @@ impl Order {
         }
         run.reports.push_back(report);
         found
+    }
+}
+
+/// The message the tap saw that is being judged: what a violation about it quotes.
+struct Wire<'a> {
+    subject: &'a str,
+    headers: &'a Headers,
+    payload: &'a Body,
+}
+
+impl Wire<'_> {
+    fn violation(&self, rule: &'static str, message: String) -> Violation {
+        Violation::new(
+            rule,
+            self.subject,
+            message,
+            crate::recorder::share_headers(self.headers),
+            self.payload.clone(),
+        )
     }
 }
 
@@ -622,22 +696,6 @@ fn judge_ack(
         report.headers.clone(),
         report.payload.clone(),
     ))
-}
-
-fn violation(
-    rule: &'static str,
-    subject: &str,
-    headers: &Headers,
-    payload: &Body,
-    message: String,
-) -> Violation {
-    Violation::new(
-        rule,
-        subject,
-        message,
-        crate::recorder::share_headers(headers),
-        payload.clone(),
-    )
 }
 
 #[cfg(test)]

@@ -74,7 +74,7 @@ fn target(state: &State, msg_id: &str) -> Result<Target, String> {
     };
     let run_id = original.flow_run_id.clone();
     let run = state.runs.get(&run_id);
-    if run.is_some_and(|r| r.status == crate::recorder::RunStatus::Cancelled) {
+    if run.is_some_and(crate::recorder::Run::is_cancelled) {
         return Err(format!(
             "run {run_id:?} was cancelled: trigger its flow again instead"
         ));
@@ -158,9 +158,7 @@ impl Emulator {
             );
             if let Some(run) = state.runs.get_mut(&run_id) {
                 for (id, node_type, _) in &nodes {
-                    run.failed.remove(id);
-                    run.reach(id);
-                    run.engine_step(seq, id, node_type, "resent", GoTime::now());
+                    run.resend(id, node_type, seq, GoTime::now());
                 }
             }
             self.shared.refresh_run(&mut state, &run_id);
@@ -183,8 +181,7 @@ impl Emulator {
             let mut state = self.lock();
             if let Some(run) = state.runs.get_mut(&resent.run_id) {
                 for id in &resent.nodes {
-                    run.unreach(id);
-                    run.failed.insert(id.clone());
+                    run.resend_failed(id);
                 }
             }
             self.shared.refresh_run(&mut state, &resent.run_id);

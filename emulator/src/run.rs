@@ -200,10 +200,10 @@ pub struct Run {
     pub snapshot: Body,
     /// The flow version the run follows.
     #[serde(skip, default)]
-    pub(crate) flow: Option<Arc<Flow>>,
+    flow: Option<Arc<Flow>>,
     /// Followed from events only: the emulator did not start it, so it cannot know what is owed.
     #[serde(skip, default)]
-    pub(crate) followed: bool,
+    followed: bool,
     /// Arrivals known to be dead-lettered before the node was reached (the DLQ stream and the
     /// events stream are read apart): the next reach of the node fails at once.
     #[serde(skip, default)]
@@ -215,10 +215,10 @@ pub struct Run {
     /// Settled arrivals (succeeded, skipped or failed events that a reach was waiting on), per
     /// node: how many times each node really ran.
     #[serde(skip, default)]
-    pub(crate) executions: HashMap<String, u32>,
+    executions: HashMap<String, u32>,
     /// The idempotency keys of the hops between services.
     #[serde(skip, default)]
-    pub(crate) hops: HopLedger,
+    hops: HopLedger,
 }
 
 /// The hops of a run, by source node and receiving service: how many there were and how many
@@ -227,7 +227,7 @@ pub struct Run {
 /// distinct deliveries. A redelivery that runs a node again does not count as an execution (it
 /// was owed nothing), so its repeated key is no false alarm.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct HopLedger {
+struct HopLedger {
     entries: HashMap<(String, String), HopEntry>,
 }
 
@@ -238,14 +238,26 @@ struct HopEntry {
     flagged: bool,
 }
 
-/// A key repeated across distinct deliveries.
+/// A key repeated across distinct deliveries: the hops of node `from` to `service`.
 #[derive(Debug, Clone)]
 pub(crate) struct KeyReuse {
-    pub(crate) from: String,
-    pub(crate) service: String,
-    pub(crate) executions: u32,
-    pub(crate) keys: usize,
-    pub(crate) hops: u32,
+    from: String,
+    service: String,
+    executions: u32,
+    keys: usize,
+    hops: u32,
+}
+
+impl std::fmt::Display for KeyReuse {
+    /// `node "x" ran 3 times, but its hops to s carried only 1 distinct idempotency key(s) (3
+    /// hops)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "node {:?} ran {} times, but its hops to {} carried only {} distinct idempotency key(s) ({} hops)",
+            self.from, self.executions, self.service, self.keys, self.hops
+        )
+    }
 }
 
 /// Keys remembered per (node, service) of a run.
@@ -253,7 +265,7 @@ const MAX_KEYS_PER_HOP: usize = 10_000;
 
 impl HopLedger {
     /// A hop from `from` to `service` with `key`.
-    pub(crate) fn observe(&mut self, from: &str, service: &str, key: &str) {
+    fn observe(&mut self, from: &str, service: &str, key: &str) {
         let entry = self
             .entries
             .entry((from.to_owned(), service.to_owned()))
@@ -266,7 +278,7 @@ impl HopLedger {
 
     /// The first (node, service) whose keys repeated though the node ran more times than it has
     /// keys; each is reported once.
-    pub(crate) fn reused(&mut self, executions: &HashMap<String, u32>) -> Option<KeyReuse> {
+    fn reused(&mut self, executions: &HashMap<String, u32>) -> Option<KeyReuse> {
         for ((from, service), entry) in &mut self.entries {
             let ran = executions.get(from).copied().unwrap_or(0);
             let keys = entry.keys.len();
@@ -366,6 +378,95 @@ impl Run {
     #[must_use]
     pub fn flow(&self) -> Option<&Flow> {
         self.flow.as_deref()
+    }
+
+    /// The flow the run follows, shared: to walk it while the run changes.
+    pub(crate) fn shared_flow(&self) -> Option<Arc<Flow>> {
+        self.flow.clone()
+    }
+
+    /// Whether the run was cancelled by hand: it owes nothing any more.
+    #[must_use]
+    pub fn is_cancelled(&self) -> bool {
+        self.status == RunStatus::Cancelled
+    }
+
+    /// Arms a timer instance; a cancelled run arms nothing.
+    pub(crate) fn arm_timer(&mut self, timer: ArmedTimer) {
+        if !self.is_cancelled() {
+            self.timers.push(timer);
+        }
+    }
+
+    /// Takes out the armed instances due by `due`, leaving those whose fence is in `retried`
+    /// (tried once already in this advance).
+    pub(crate) fn take_due_timers(
+        &mut self,
+        due: GoTime,
+        retried: &HashSet<u64>,
+    ) -> Vec<ArmedTimer> {
+        let (fire, keep): (Vec<_>, Vec<_>) = self
+            .timers
+            .drain(..)
+            .partition(|t| t.due.unix_nanos() <= due.unix_nanos() && !retried.contains(&t.fence));
+        self.timers = keep;
+        fire
+    }
+
+    /// An occurrence of `timer` fired on every edge: the next occurrence is armed `delay_ms`
+    /// after it, or, after the last, the timer node is done.
+    pub(crate) fn occurrence_fired(&mut self, timer: &ArmedTimer, delay_ms: u64) {
+        if timer.occurrence < timer.repeat {
+            self.arm_timer(ArmedTimer {
+                due: crate::clock::plus_ms(timer.due, delay_ms),
+                occurrence: timer.occurrence + 1,
+                edges: Vec::new(),
+                attempts: 0,
+                ..timer.clone()
+            });
+        } else {
+            self.completed.insert(timer.node_id.clone());
+        }
+    }
+
+    /// The delivery of `timer`'s occurrence on `edge` could not be published (`attempts` times
+    /// so far): that occurrence stays armed for that edge alone.
+    pub(crate) fn retry_timer_delivery(&mut self, timer: &ArmedTimer, edge: &str, attempts: u32) {
+        self.arm_timer(ArmedTimer {
+            edges: vec![edge.to_owned()],
+            attempts,
+            // Only this occurrence: the next one is armed already.
+            repeat: timer.occurrence,
+            ..timer.clone()
+        });
+    }
+
+    /// A dead-lettered delivery to `node` (of type `node_type`) is sent again at `seq`: the node
+    /// is no longer failed and is owed an arrival.
+    pub(crate) fn resend(&mut self, node: &str, node_type: &str, seq: u64, now: GoTime) {
+        self.failed.remove(node);
+        self.reach(node);
+        self.engine_step(seq, node, node_type, "resent", now);
+    }
+
+    /// The resend to `node` could not be published: the arrival is taken back and the node
+    /// fails again.
+    pub(crate) fn resend_failed(&mut self, node: &str) {
+        self.unreach(node);
+        self.failed.insert(node.to_owned());
+    }
+
+    /// A hop of this run from node `from` to `service` carrying `key`; a key repeated across
+    /// distinct executions that it reveals (each reported once).
+    pub(crate) fn hop(&mut self, from: &str, service: &str, key: &str) -> Option<KeyReuse> {
+        self.hops.observe(from, service, key);
+        self.key_reuse()
+    }
+
+    /// A key repeated across distinct executions of a node, found now (each reported once):
+    /// an execution counted after its hops were seen can reveal one.
+    pub(crate) fn key_reuse(&mut self) -> Option<KeyReuse> {
+        self.hops.reused(&self.executions)
     }
 
     /// Whether some node is still owed an arrival.
@@ -504,9 +605,10 @@ impl Run {
         to_arm
     }
 
-    /// A DLQ entry of this run, published on a subject of `service`, of `kind`, for a delivery
-    /// whose source node was `source`: fails the arrivals that delivery was for, when the
-    /// service will send no completion event for them. Returns the nodes failed.
+    /// A DLQ entry of this run (record `seq`), published on a subject of `service`, of `kind`,
+    /// for a delivery whose source node was `source`: kept among the run's DLQ entries, and
+    /// fails the arrivals that delivery was for, when the service will send no completion event
+    /// for them. Returns the nodes failed.
     pub(crate) fn dead_letter(
         &mut self,
         service: &str,
@@ -515,6 +617,7 @@ impl Run {
         seq: u64,
         now: GoTime,
     ) -> Vec<String> {
+        self.dlq.push(seq);
         let Some(flow) = self.flow.clone() else {
             return Vec::new();
         };

@@ -312,8 +312,8 @@ impl Shared {
         let flow = st
             .runs
             .get(&envelope.flow_run_id)
-            .filter(|r| !r.followed)
-            .and_then(|r| r.flow.clone())?;
+            .filter(|r| !r.is_followed())
+            .and_then(crate::recorder::Run::shared_flow)?;
         let index = st.order.expect(&flow, &service, subject, &envelope)?;
         Some((envelope.flow_run_id, index))
     }

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use triggers_sdk::flow::{self, Flow, NodeType};
+use triggers_sdk::flow::{self, Edge, Flow, Node, NodeType};
 use triggers_sdk::wire::durable_timer::{self, ElapsedContext, TimerContext};
 use triggers_sdk::wire::header::names;
 use triggers_sdk::wire::{GoTime, Headers, idempotency, json};
@@ -18,7 +18,7 @@ use triggers_sdk::wire::{GoTime, Headers, idempotency, json};
 use crate::clock::{ClockMode, plus_ms};
 use crate::emulator::{Emulator, FiredTimer, Shared, new_envelope};
 use crate::error::EmulatorError;
-use crate::recorder::{ArmedTimer, Body, RecordKind};
+use crate::recorder::{ArmedTimer, Body, RecordKind, Run};
 use crate::state::State;
 
 /// Attempts to publish one timer delivery before the engine gives up on it and fails its node.
@@ -26,16 +26,12 @@ pub(crate) const MAX_DELIVERY_ATTEMPTS: u32 = 5;
 
 /// Arms a new instance of `timer` for `run_id`, due at `now + delay`.
 pub(crate) fn arm(shared: &Shared, state: &mut State, run_id: &str, timer: &str, now: GoTime) {
-    let Some(flow) = state.runs.get(run_id).and_then(|r| r.flow.clone()) else {
+    let Some(flow) = state.runs.get(run_id).and_then(Run::shared_flow) else {
         return;
     };
     let Some(node) = flow.node(timer) else { return };
     // A delivery of a cancelled run that was already on its way arms nothing after it.
-    if state
-        .runs
-        .get(run_id)
-        .is_some_and(|r| r.status == crate::recorder::RunStatus::Cancelled)
-    {
+    if state.runs.get(run_id).is_some_and(Run::is_cancelled) {
         return;
     }
     let delay = flow::timer_delay_ms(node).unwrap_or(0);
@@ -44,7 +40,7 @@ pub(crate) fn arm(shared: &Shared, state: &mut State, run_id: &str, timer: &str,
     let Some(run) = state.runs.get_mut(run_id) else {
         return;
     };
-    run.timers.push(ArmedTimer {
+    run.arm_timer(ArmedTimer {
         node_id: timer.to_owned(),
         due,
         occurrence: 1,
@@ -189,18 +185,14 @@ fn take_due(
     let now = state.clock.now();
     let mut due_now: Vec<(String, ArmedTimer)> = Vec::new();
     for run in state.runs.values_mut() {
-        let (fire, keep): (Vec<_>, Vec<_>) = run
-            .timers
-            .drain(..)
-            .partition(|t| t.due.unix_nanos() <= due.unix_nanos() && !retried.contains(&t.fence));
-        run.timers = keep;
+        let fire = run.take_due_timers(due, retried);
         due_now.extend(fire.into_iter().map(|t| (run.id.clone(), t)));
     }
     // Runs in a stable order, so deliveries of one advance go out in the same order each time.
     due_now.sort_by(|a, b| a.1.fence.cmp(&b.1.fence).then(a.0.cmp(&b.0)));
     let mut deliveries = Vec::new();
     for (run_id, timer) in due_now {
-        let Some(flow) = state.runs.get(&run_id).and_then(|r| r.flow.clone()) else {
+        let Some(flow) = state.runs.get(&run_id).and_then(Run::shared_flow) else {
             continue;
         };
         fire(shared, state, &flow, &run_id, &timer, now, &mut deliveries);
@@ -208,7 +200,8 @@ fn take_due(
     deliveries
 }
 
-/// Fires one occurrence of one armed timer.
+/// Fires one occurrence of one armed timer: a delivery to each resume service-in (on a retry,
+/// only the edges it is for), then the timers right after it armed and its next occurrence.
 fn fire(
     shared: &Shared,
     state: &mut State,
@@ -221,9 +214,15 @@ fn fire(
     let Some(run) = state.runs.get(run_id) else {
         return;
     };
-    let snapshot = run.snapshot.clone();
-    let trace_id = run.trace_id.clone();
-    let snapshot_sha = durable_timer::payload_sha256(&snapshot);
+    let occurrence = Occurrence {
+        flow,
+        run_id,
+        trace_id: run.trace_id.clone(),
+        snapshot_sha: durable_timer::payload_sha256(&run.snapshot),
+        snapshot: run.snapshot.clone(),
+        timer,
+        now,
+    };
     let retry = !timer.edges.is_empty();
     let mut chained = Vec::new();
     for (edge, resume) in flow.successors(&timer.node_id) {
@@ -234,22 +233,49 @@ fn fire(
             chained.push(resume.id.clone());
             continue;
         }
-        let payload = match &edge.mapping {
-            Some(cfg) => {
-                let input: Value = serde_json::from_slice(&snapshot).unwrap_or(Value::Null);
-                match flow::mapping(cfg, &input) {
-                    Ok(v) => json::to_vec(&json::GoAny(&v)).unwrap_or_default(),
-                    Err(e) => {
-                        tracing::warn!(
-                            "resume mapping of edge {} failed: {e}; delivering the snapshot as is",
-                            edge.id
-                        );
-                        snapshot.to_vec()
-                    }
-                }
+        let (delivery, msg_id) = occurrence.delivery(edge, resume);
+        // What the resume service-in leads to is reached before the delivery goes out, so a
+        // completion can never arrive before the arrival it settles; timers after it are armed
+        // once the delivery is out.
+        let reached = Run::service_successors(flow, &resume.id);
+        if let Some(run) = state.runs.get_mut(run_id) {
+            for next in &reached {
+                run.reach(next);
             }
-            None => snapshot.to_vec(),
-        };
+        }
+        if reached.is_empty() {
+            // Only timers after the resume service-in: nothing for the service to run.
+            let d = Delivery {
+                subject: String::new(),
+                ..delivery
+            };
+            delivered(shared, state, &d);
+            continue;
+        }
+        state.own.remember(&msg_id);
+        deliveries.push(delivery);
+    }
+    finish_occurrence(shared, state, &occurrence, retry, chained);
+}
+
+/// What every delivery of one occurrence of a timer shares.
+struct Occurrence<'a> {
+    flow: &'a Flow,
+    run_id: &'a str,
+    trace_id: String,
+    /// The run's Durable Timer snapshot, and its SHA-256 for the elapsed context.
+    snapshot: Body,
+    snapshot_sha: String,
+    timer: &'a ArmedTimer,
+    now: GoTime,
+}
+
+impl Occurrence<'_> {
+    /// The delivery on `edge` to the service-in `resume`: the snapshot (through the edge's
+    /// mapping), with an envelope and the elapsed-context triplet; and its `Nats-Msg-Id`.
+    fn delivery(&self, edge: &Edge, resume: &Node) -> (Delivery, String) {
+        let (flow, run_id, timer) = (self.flow, self.run_id, self.timer);
+        let payload = resume_payload(edge, &self.snapshot);
         let key = idempotency::timer(
             run_id,
             &timer.node_id,
@@ -257,9 +283,10 @@ fn fire(
             timer.fence,
             &edge.id,
         );
-        let envelope = new_envelope(flow, run_id, &resume.id, &trace_id, key, now);
+        let envelope = new_envelope(flow, run_id, &resume.id, &self.trace_id, key, self.now);
+        let msg_id = envelope.nats_msg_id().to_owned();
         let mut headers = envelope.to_headers();
-        headers.insert(names::NATS_MSG_ID, envelope.nats_msg_id());
+        headers.insert(names::NATS_MSG_ID, msg_id.as_str());
         let context = TimerContext::Elapsed(ElapsedContext {
             v: durable_timer::CONTEXT_VERSION,
             kind: durable_timer::KIND_ELAPSED,
@@ -270,50 +297,59 @@ fn fire(
             timer_ref: format!("{run_id}:{}:{}", timer.node_id, timer.fence),
             occurrence: i64::try_from(timer.occurrence).unwrap_or(i64::MAX),
             fence: i64::try_from(timer.fence).unwrap_or(i64::MAX),
-            snapshot_sha256: snapshot_sha.clone(),
+            snapshot_sha256: self.snapshot_sha.clone(),
             resume_edge_id: edge.id.clone(),
             resume_run_id: run_id.to_owned(),
         });
         durable_timer::write_triplet(&mut headers, &context, &payload);
-        // What the resume service-in leads to is reached before the delivery goes out, so a
-        // completion can never arrive before the arrival it settles; timers after it are armed
-        // once the delivery is out.
-        if let Some(run) = state.runs.get_mut(run_id) {
-            for next in crate::run::Run::service_successors(flow, &resume.id) {
-                run.reach(&next);
-            }
-        }
-        let fired = FiredTimer {
-            run_id: run_id.to_owned(),
-            node_id: timer.node_id.clone(),
-            occurrence: timer.occurrence,
-            due: timer.due,
-        };
-        if crate::run::Run::service_successors(flow, &resume.id).is_empty() {
-            // Only timers after the resume service-in: nothing for the service to run.
-            let d = Delivery {
-                subject: String::new(),
-                headers,
-                payload,
-                fired,
-                timer: timer.clone(),
-                edge: edge.id.clone(),
-                resume_node_id: resume.id.clone(),
-            };
-            delivered(shared, state, &d);
-            continue;
-        }
-        state.own.remember(envelope.nats_msg_id());
-        deliveries.push(Delivery {
+        let delivery = Delivery {
             subject: resume.inbound.clone(),
             headers,
             payload,
-            fired,
+            fired: FiredTimer {
+                run_id: run_id.to_owned(),
+                node_id: timer.node_id.clone(),
+                occurrence: timer.occurrence,
+                due: timer.due,
+            },
             timer: timer.clone(),
             edge: edge.id.clone(),
             resume_node_id: resume.id.clone(),
-        });
+        };
+        (delivery, msg_id)
     }
+}
+
+/// What a resume delivery carries: the snapshot, through the edge's mapping if it has one (a
+/// mapping that fails delivers the snapshot as is).
+fn resume_payload(edge: &Edge, snapshot: &Body) -> Vec<u8> {
+    let Some(cfg) = &edge.mapping else {
+        return snapshot.to_vec();
+    };
+    let input: Value = serde_json::from_slice(snapshot).unwrap_or(Value::Null);
+    match flow::mapping(cfg, &input) {
+        Ok(v) => json::to_vec(&json::GoAny(&v)).unwrap_or_default(),
+        Err(e) => {
+            tracing::warn!(
+                "resume mapping of edge {} failed: {e}; delivering the snapshot as is",
+                edge.id
+            );
+            snapshot.to_vec()
+        }
+    }
+}
+
+/// After an occurrence's deliveries are made: its `fired` step on the timeline, the timers
+/// right after it armed, and (unless it was a retry of some edges) its next occurrence armed or
+/// the timer done.
+fn finish_occurrence(
+    shared: &Shared,
+    state: &mut State,
+    occurrence: &Occurrence<'_>,
+    retry: bool,
+    chained: Vec<String>,
+) {
+    let (run_id, timer) = (occurrence.run_id, occurrence.timer);
     let seq = state.records.last_seq();
     if !retry && let Some(run) = state.runs.get_mut(run_id) {
         run.engine_step(
@@ -325,27 +361,18 @@ fn fire(
         );
     }
     for next in chained {
-        arm(shared, state, run_id, &next, now);
+        arm(shared, state, run_id, &next, occurrence.now);
     }
     let Some(run) = state.runs.get_mut(run_id) else {
         return;
     };
     if !retry {
-        if timer.occurrence < timer.repeat {
-            let delay = flow
-                .node(&timer.node_id)
-                .and_then(flow::timer_delay_ms)
-                .unwrap_or(0);
-            run.timers.push(ArmedTimer {
-                due: plus_ms(timer.due, delay),
-                occurrence: timer.occurrence + 1,
-                edges: Vec::new(),
-                attempts: 0,
-                ..timer.clone()
-            });
-        } else {
-            run.completed.insert(timer.node_id.clone());
-        }
+        let delay = occurrence
+            .flow
+            .node(&timer.node_id)
+            .and_then(flow::timer_delay_ms)
+            .unwrap_or(0);
+        run.occurrence_fired(timer, delay);
     }
     shared.refresh_run(state, run_id);
 }
@@ -369,7 +396,7 @@ fn delivered(shared: &Shared, state: &mut State, d: &Delivery) {
     let to_arm = state
         .runs
         .get(&d.fired.run_id)
-        .and_then(|r| r.flow.clone())
+        .and_then(Run::shared_flow)
         .map(|flow| {
             flow.successors(&d.resume_node_id)
                 .filter(|(_, n)| n.node_type == NodeType::Timer)
@@ -391,12 +418,14 @@ fn undelivered(shared: &Shared, state: &mut State, d: Delivery, error: String) {
     let Some(run) = state.runs.get_mut(&run_id) else {
         return;
     };
-    let Some(flow) = run.flow.clone() else { return };
-    for next in crate::run::Run::service_successors(&flow, &d.resume_node_id) {
+    let Some(flow) = run.shared_flow() else {
+        return;
+    };
+    for next in Run::service_successors(&flow, &d.resume_node_id) {
         run.unreach(&next);
     }
     let attempts = d.timer.attempts + 1;
-    let cancelled = run.status == crate::recorder::RunStatus::Cancelled;
+    let cancelled = run.is_cancelled();
     let gave_up = attempts >= MAX_DELIVERY_ATTEMPTS || cancelled;
     if cancelled {
         // Cancelled while the delivery was on its way: nothing to try again.
@@ -412,13 +441,7 @@ fn undelivered(shared: &Shared, state: &mut State, d: Delivery, error: String) {
             }
         }
     } else {
-        run.timers.push(ArmedTimer {
-            edges: vec![d.edge.clone()],
-            attempts,
-            // Only this occurrence: the next one is armed already.
-            repeat: d.timer.occurrence,
-            ..d.timer.clone()
-        });
+        run.retry_timer_delivery(&d.timer, &d.edge, attempts);
     }
     shared.push_locked(
         state,

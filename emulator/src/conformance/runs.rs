@@ -227,7 +227,7 @@ pub(crate) fn hop(flows: &BTreeMap<String, Arc<Flow>>, envelope: &Envelope) -> V
 /// run's envelope, and its trace.
 pub(crate) fn hop_in_run(run: &Run, envelope: &Envelope) -> Vec<Finding> {
     let mut found = Vec::new();
-    if run.followed {
+    if run.is_followed() {
         return found;
     }
     if envelope.flow_version != run.flow_version {

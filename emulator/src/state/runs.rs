@@ -165,7 +165,7 @@ impl Runs {
         self.order.retain(|kept| kept != id);
         if let Some(at) = self.settled.iter().position(|s| s == id) {
             self.settled.remove(at);
-        } else if run.followed {
+        } else if run.is_followed() {
             self.followed_open = self.followed_open.saturating_sub(1);
         }
         Some(run)
@@ -173,7 +173,7 @@ impl Runs {
 
     /// Notes that a run settled, and evicts the oldest settled runs beyond `max_runs`.
     pub(crate) fn settled(&mut self, run_id: &str) {
-        if self.runs.get(run_id).is_some_and(|r| r.followed) {
+        if self.runs.get(run_id).is_some_and(Run::is_followed) {
             self.followed_open = self.followed_open.saturating_sub(1);
         }
         self.settled.push_back(run_id.to_owned());
